@@ -1,0 +1,1 @@
+"""Client side: the ClientApp, local data, local trainers, code publication."""

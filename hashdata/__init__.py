@@ -1,0 +1,53 @@
+"""Data for federated deep hashing: loaders, retrieval protocol and partitioning.
+
+Framework-free (no ``flwr`` import); partitioning uses ``flwr_datasets``.
+
+Typical use::
+
+    ds = load_dataset("digits")
+    query_idx, db_idx = split_query_database(ds.labels, query_fraction=0.1, seed=42)
+    local = partition_indices(
+        ds.labels[db_idx], scheme="iid", num_partitions=10, partition_id=3, seed=42
+    )
+    client_rows = db_idx[local]  # rows of ``ds`` held by client 3
+"""
+
+from hashdata.loaders import (
+    CIFAR10_MEAN,
+    CIFAR10_STD,
+    DATASETS,
+    HashDataset,
+    load_dataset,
+)
+from hashdata.partition import (
+    DIRICHLET_MIN_PARTITION_SIZE,
+    PARTITION_SCHEMES,
+    dirichlet_min_partition_size,
+    partition_indices,
+    validate_partitioning,
+)
+from hashdata.protocol import (
+    MAX_QUERY_FRACTION,
+    primary_labels,
+    split_query_database,
+    validate_query_fraction,
+    validate_seed,
+)
+
+__all__ = [
+    "CIFAR10_MEAN",
+    "CIFAR10_STD",
+    "DATASETS",
+    "DIRICHLET_MIN_PARTITION_SIZE",
+    "MAX_QUERY_FRACTION",
+    "PARTITION_SCHEMES",
+    "HashDataset",
+    "dirichlet_min_partition_size",
+    "load_dataset",
+    "partition_indices",
+    "primary_labels",
+    "split_query_database",
+    "validate_partitioning",
+    "validate_query_fraction",
+    "validate_seed",
+]

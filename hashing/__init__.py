@@ -1,0 +1,1 @@
+"""Deep hashing core: models, losses, codes, retrieval metrics. No Flower imports."""

@@ -1,0 +1,159 @@
+"""Local training and encoding loops (plain PyTorch, no Flower).
+
+Data are in-memory tensors (our datasets fit in memory); mini-batches are drawn with
+an explicit ``torch.Generator`` so a seed fixes the order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from hashing.losses import dpsh_loss, proximal_term
+
+
+@dataclass(frozen=True)
+class LocalTrainConfig:
+    """Hyper-parameters of one client's local training.
+
+    Attributes
+    ----------
+    epochs : int
+        Passes over the local data per round.
+    learning_rate : float
+        Adam step size.
+    batch_size : int
+        Mini-batch size (DPSH pairs are formed inside each batch).
+    weight_decay : float
+        Adam L2 weight decay.
+    quantization_weight : float
+        DPSH eta.
+    proximal_mu : float
+        FedProx mu; 0 disables the proximal term.
+    """
+
+    epochs: int
+    learning_rate: float
+    batch_size: int
+    weight_decay: float = 0.0
+    quantization_weight: float = 0.1
+    proximal_mu: float = 0.0
+
+
+def iterate_minibatches(
+    n: int, batch_size: int, *, generator: torch.Generator
+) -> list[torch.Tensor]:
+    """Shuffled index batches covering range(n) once.
+
+    A trailing batch of a single sample is merged into the previous one, since a
+    pairwise loss needs at least two samples.
+    """
+    order = torch.randperm(n, generator=generator)
+    batches = list(order.split(batch_size))
+    if len(batches) > 1 and len(batches[-1]) < 2:
+        last = batches.pop()
+        batches[-1] = torch.cat([batches[-1], last])
+    return batches
+
+
+def train_dpsh(
+    model: nn.Module,
+    inputs: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    config: LocalTrainConfig,
+    device: torch.device,
+    generator: torch.Generator,
+) -> dict[str, float]:
+    """Train ``model`` in place with the DPSH loss (plus FedProx's term if mu > 0).
+
+    Parameters
+    ----------
+    model : nn.Module
+        Hashing network, already holding the global weights.
+    inputs : torch.Tensor
+        (n, ...) float32 local samples (CPU).
+    labels : torch.Tensor
+        (n,) int64 or (n, C) multi-hot labels (CPU).
+    config : LocalTrainConfig
+        Local hyper-parameters.
+    device : torch.device
+        Where to train.
+    generator : torch.Generator
+        CPU generator for the mini-batch order.
+
+    Returns
+    -------
+    dict
+        ``loss`` (mean DPSH loss over all steps, without the proximal term) and
+        ``steps``.
+    """
+    model.to(device).train()
+    optimizer = torch.optim.Adam(
+        model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay
+    )
+    global_params = (
+        [p.detach().clone() for p in model.parameters()]
+        if config.proximal_mu > 0
+        else []
+    )
+    total, steps = 0.0, 0
+    for _ in range(config.epochs):
+        for idx in iterate_minibatches(len(inputs), config.batch_size, generator=generator):
+            x = inputs[idx].to(device, non_blocking=True)
+            y = labels[idx].to(device, non_blocking=True)
+            u = model(x)
+            loss = dpsh_loss(u, y, quantization_weight=config.quantization_weight)
+            objective = loss
+            if global_params:
+                prox = proximal_term(list(model.parameters()), global_params)
+                objective = loss + 0.5 * config.proximal_mu * prox
+            optimizer.zero_grad(set_to_none=True)
+            objective.backward()
+            optimizer.step()
+            total += float(loss.detach())
+            steps += 1
+    return {"loss": total / max(steps, 1), "steps": float(steps)}
+
+
+@torch.no_grad()
+def encode(
+    model: nn.Module,
+    inputs: torch.Tensor,
+    *,
+    device: torch.device,
+    batch_size: int = 1024,
+) -> np.ndarray:
+    """Relaxed codes of ``inputs`` in eval mode.
+
+    Returns
+    -------
+    np.ndarray
+        (n, bits) float32; ``hashing.codes.sign_codes`` binarises them.
+    """
+    model.to(device).eval()
+    outs = [
+        model(inputs[i : i + batch_size].to(device)).float().cpu()
+        for i in range(0, len(inputs), batch_size)
+    ]
+    return torch.cat(outs).numpy()
+
+
+def select_device(preference: str) -> torch.device:
+    """``cuda`` when requested or (for ``auto``) available, else ``cpu``.
+
+    Raises
+    ------
+    ValueError
+        If ``cuda`` is requested but no CUDA device is visible.
+    """
+    if preference == "cpu":
+        return torch.device("cpu")
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if preference == "cuda":
+        raise ValueError("device='cuda' but torch.cuda.is_available() is False")
+    return torch.device("cpu")

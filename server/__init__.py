@@ -1,0 +1,1 @@
+"""Server side: the ServerApp, node discovery, retrieval evaluation, results."""

@@ -1,0 +1,145 @@
+"""Learn which partition each connected node holds, before any training.
+
+Every node answers a ``query`` message with ``op=describe`` with its
+``partition-id``, ``num-partitions`` and local database size. Nodes whose reply is an
+error (e.g. a SuperNode started without a partition id) or a duplicate partition are
+logged and left out; the run goes on if at least ``min_nodes`` remain.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from logging import INFO, WARNING
+
+from flwr.app import ConfigRecord, Message, MessageType, RecordDict
+from flwr.common.logger import log
+from flwr.serverapp import Grid
+
+from settings import keys as K
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """What discovery learnt about one node."""
+
+    node_id: int
+    partition_id: int
+    num_partitions: int
+    num_database: int
+    device: str
+
+
+def describe_nodes(
+    grid: Grid, *, min_nodes: int, wait_s: float = 120.0, timeout_s: float = 600.0
+) -> dict[int, NodeInfo]:
+    """Describe connected nodes until all ``num-partitions`` answered or time is up.
+
+    Parameters
+    ----------
+    grid : Grid
+        The ServerApp's grid.
+    min_nodes : int
+        Fewest usable nodes to go on with.
+    wait_s : float
+        How long to wait for the remaining partitions to connect.
+    timeout_s : float
+        Reply timeout of one describe round.
+
+    Returns
+    -------
+    dict
+        ``{node_id: NodeInfo}`` of usable nodes.
+
+    Raises
+    ------
+    RuntimeError
+        If fewer than ``min_nodes`` usable nodes answered in time.
+    """
+    found: dict[int, NodeInfo] = {}
+    refused: set[int] = set()
+    expected: int | None = None
+    deadline = time.monotonic() + wait_s
+    while True:
+        new = [
+            n for n in grid.get_node_ids() if n not in found and n not in refused
+        ]
+        if new:
+            replies = grid.send_and_receive(
+                [_describe_message(n) for n in new], timeout=timeout_s
+            )
+            for reply in replies:
+                info = _read_describe_reply(reply, found)
+                node_id = reply.metadata.src_node_id
+                if info is None:
+                    refused.add(node_id)
+                    continue
+                if expected is None:
+                    expected = info.num_partitions
+                elif info.num_partitions != expected:
+                    log(
+                        WARNING,
+                        "node %d says num-partitions=%d, others %d: left out",
+                        node_id,
+                        info.num_partitions,
+                        expected,
+                    )
+                    refused.add(node_id)
+                    continue
+                found[node_id] = info
+        done = expected is not None and len(found) + len(refused) >= expected
+        if done or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    if len(found) < min_nodes:
+        raise RuntimeError(
+            f"only {len(found)} usable node(s) answered discovery (need "
+            f"min-train-nodes={min_nodes}); {len(refused)} refused"
+        )
+    log(
+        INFO,
+        "Discovery: %d node(s), partitions %s, database sizes %s, devices %s",
+        len(found),
+        sorted(i.partition_id for i in found.values()),
+        [i.num_database for i in sorted(found.values(), key=lambda i: i.partition_id)],
+        sorted({i.device for i in found.values()}),
+    )
+    return found
+
+
+def _describe_message(node_id: int) -> Message:
+    return Message(
+        content=RecordDict({K.CONFIG: ConfigRecord({K.QUERY_OP: K.OP_DESCRIBE})}),
+        message_type=MessageType.QUERY,
+        dst_node_id=node_id,
+    )
+
+
+def _read_describe_reply(reply: Message, found: dict[int, NodeInfo]) -> NodeInfo | None:
+    node_id = reply.metadata.src_node_id
+    if reply.has_error():
+        log(WARNING, "node %d failed discovery: %s", node_id, reply.error.reason)
+        return None
+    try:
+        cfg = reply.content[K.CONFIG]
+        info = NodeInfo(
+            node_id=node_id,
+            partition_id=int(cfg[K.PARTITION_ID]),
+            num_partitions=int(cfg[K.NUM_PARTITIONS]),
+            num_database=int(cfg[K.NUM_DATABASE]),
+            device=str(cfg.get("device", "?")),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        log(WARNING, "node %d sent a malformed describe reply: %r", node_id, exc)
+        return None
+    taken = {i.partition_id: i.node_id for i in found.values()}
+    if info.partition_id in taken:
+        log(
+            WARNING,
+            "node %d claims partition %d, already held by node %d: left out",
+            node_id,
+            info.partition_id,
+            taken[info.partition_id],
+        )
+        return None
+    return info

@@ -1,0 +1,194 @@
+"""Retrieval evaluation of the global model.
+
+The server encodes its held-out query set with the global model; every client
+encodes its database partition with the same model and publishes the codes (packed
+bits) and their labels -- never raw data. The server then ranks the whole database
+by Hamming distance for each query (``hashing.retrieval``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from logging import WARNING
+
+import numpy as np
+import torch
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
+from flwr.common.logger import log
+from flwr.serverapp import Grid
+
+from hashing.codes import sign_codes, unpack_bytes
+from hashing.retrieval import RetrievalReport, evaluate_retrieval
+from hashing.train import encode
+from server.discovery import NodeInfo
+from settings import keys as K
+
+
+@dataclass(frozen=True)
+class QuerySet:
+    """The server's held-out queries.
+
+    Attributes
+    ----------
+    inputs : torch.Tensor
+        (nq, ...) float32 samples.
+    labels : np.ndarray
+        (nq,) int64 or (nq, C) multi-hot.
+    """
+
+    inputs: torch.Tensor
+    labels: np.ndarray
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """One evaluation: the report plus how many clients contributed codes."""
+
+    report: RetrievalReport
+    clients: int
+    seconds: float
+
+
+class RetrievalEvaluator:
+    """Evaluate a global model by federated retrieval.
+
+    Parameters
+    ----------
+    grid : Grid
+        The ServerApp's grid.
+    nodes : dict
+        ``{node_id: NodeInfo}`` from discovery; asked in partition-id order.
+    queries : QuerySet
+        The server's query set.
+    model_factory : callable
+        Returns a fresh hashing network of this run.
+    bits : int
+        Code length.
+    top_k : int
+        K of mAP@K.
+    ks : tuple of int
+        Cut-offs of precision@K.
+    device : torch.device
+        Where the server encodes its queries.
+    """
+
+    def __init__(
+        self,
+        grid: Grid,
+        nodes: dict[int, NodeInfo],
+        queries: QuerySet,
+        model_factory: Callable[[], torch.nn.Module],
+        *,
+        bits: int,
+        top_k: int,
+        ks: tuple[int, ...],
+        device: torch.device,
+        timeout_s: float = 3600.0,
+    ) -> None:
+        self.grid = grid
+        self.nodes = dict(sorted(nodes.items(), key=lambda kv: kv[1].partition_id))
+        self.queries = queries
+        self.model_factory = model_factory
+        self.bits = bits
+        self.top_k = top_k
+        self.ks = ks
+        self.device = device
+        self.timeout_s = timeout_s
+
+    def evaluate(self, server_round: int, arrays: ArrayRecord) -> Evaluation:
+        """Encode queries here and databases on the clients; compute the metrics."""
+        start = time.perf_counter()
+        model = self.model_factory()
+        model.load_state_dict(arrays.to_torch_state_dict())
+        query_codes = sign_codes(encode(model, self.queries.inputs, device=self.device))
+        db_codes, db_labels = self._collect_codes(server_round, arrays)
+        if not db_codes:
+            raise RuntimeError(f"round {server_round}: no client published codes")
+        report = evaluate_retrieval(
+            query_codes,
+            np.concatenate(db_codes),
+            self.queries.labels,
+            np.concatenate(db_labels),
+            top_k=self.top_k,
+            ks=self.ks,
+        )
+        return Evaluation(
+            report=report, clients=len(db_codes), seconds=time.perf_counter() - start
+        )
+
+    def _collect_codes(
+        self, server_round: int, arrays: ArrayRecord
+    ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        config = ConfigRecord({K.QUERY_OP: K.OP_ENCODE, K.SERVER_ROUND: server_round})
+        messages = [
+            Message(
+                content=RecordDict({K.ARRAYS: arrays, K.CONFIG: config}),
+                message_type=MessageType.QUERY,
+                dst_node_id=node_id,
+            )
+            for node_id in self.nodes
+        ]
+        replies = {
+            r.metadata.src_node_id: r
+            for r in self.grid.send_and_receive(messages, timeout=self.timeout_s)
+        }
+        codes, labels = [], []
+        for node_id, info in self.nodes.items():  # partition order, reproducible
+            reply = replies.get(node_id)
+            got = self._read_codes(reply, info) if reply is not None else None
+            if reply is None:
+                log(
+                    WARNING,
+                    "round %d: no codes from partition %d (node %d)",
+                    server_round,
+                    info.partition_id,
+                    node_id,
+                )
+            if got is not None:
+                codes.append(got[0])
+                labels.append(got[1])
+        return codes, labels
+
+    def _read_codes(
+        self, reply: Message, info: NodeInfo
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """Validate and unpack one client's published codes, or log and drop them."""
+        who = f"partition {info.partition_id} (node {info.node_id})"
+        if reply.has_error():
+            log(WARNING, "codes from %s rejected: %s", who, reply.error.reason)
+            return None
+        try:
+            record = reply.content[K.CODES]
+            packed = record[K.PACKED_CODES].numpy()
+            labels = record[K.CODE_LABELS].numpy()
+            bits = int(reply.content[K.CONFIG][K.CODE_BITS])
+        except (KeyError, TypeError, ValueError) as exc:
+            log(WARNING, "codes from %s rejected: malformed reply (%r)", who, exc)
+            return None
+        problem = _codes_problem(packed, labels, bits, self.bits, self.queries.labels)
+        if problem:
+            log(WARNING, "codes from %s rejected: %s", who, problem)
+            return None
+        return unpack_bytes(packed, bits), labels
+
+
+def _codes_problem(
+    packed: np.ndarray,
+    labels: np.ndarray,
+    bits: int,
+    expected_bits: int,
+    query_labels: np.ndarray,
+) -> str | None:
+    if bits != expected_bits:
+        return f"{bits}-bit codes, expected {expected_bits}"
+    if packed.dtype != np.uint8 or packed.ndim != 2:
+        return f"packed codes must be 2-D uint8, got {packed.dtype} {packed.shape}"
+    if packed.shape[1] != (bits + 7) // 8:
+        return f"packed width {packed.shape[1]} != ceil({bits}/8)"
+    if len(labels) != len(packed):
+        return f"{len(labels)} labels for {len(packed)} codes"
+    if labels.shape[1:] != query_labels.shape[1:] or labels.dtype.kind not in "iub":
+        return f"labels {labels.dtype} {labels.shape} do not match the label space"
+    return None

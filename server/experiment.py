@@ -1,0 +1,295 @@
+"""One federated hashing experiment, from validated settings to a results directory.
+
+Order of work: validate everything that can be validated (settings, strategy name,
+data files, model/input fit, partitioning against the connected nodes) *before* the
+results directory exists or any training starts; then train with the registered
+strategy, evaluating retrieval every ``eval-every`` rounds; then write the summary
+and plots and make the results directory final.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from logging import INFO
+from typing import Any
+
+import numpy as np
+import torch
+from flwr.app import ArrayRecord, MetricRecord
+from flwr.common.logger import log
+from flwr.serverapp import Grid
+
+from hashdata import load_dataset, split_query_database, validate_partitioning
+from hashing.models import build_model, resolve_model_name
+from hashing.train import select_device
+from server.discovery import NodeInfo, describe_nodes
+from server.evaluation import Evaluation, QuerySet, RetrievalEvaluator
+from server.plots import plot_map_per_round, plot_pr_curve, plot_precision_at_k
+from server.results import RunResults
+from settings.run_settings import RunSettings
+from strategies import build_strategy
+
+
+@dataclass(frozen=True)
+class PreparedData:
+    """Server-side view of the data protocol."""
+
+    queries: QuerySet
+    num_database: int
+    database_labels: np.ndarray
+    input_shape: tuple[int, ...]
+    num_classes: int
+    multi_label: bool
+    description: str
+
+
+def prepare_data(settings: RunSettings) -> PreparedData:
+    """Load the dataset and split the server's query set off (seeded, stratified)."""
+    data = load_dataset(
+        settings.dataset, data_path=settings.data_path, download=settings.download
+    )
+    q_idx, db_idx = split_query_database(
+        data.labels, query_fraction=settings.query_fraction, seed=settings.seed
+    )
+    x = data.inputs[data.modalities[0]]
+    return PreparedData(
+        queries=QuerySet(inputs=torch.from_numpy(x[q_idx]), labels=data.labels[q_idx]),
+        num_database=len(db_idx),
+        database_labels=data.labels[db_idx],
+        input_shape=tuple(x.shape[1:]),
+        num_classes=data.num_classes,
+        multi_label=data.multi_label,
+        description=data.description,
+    )
+
+
+def protocol_text(settings: RunSettings, data: PreparedData, clients: int) -> str:
+    """The evaluation protocol in words (README and every results file)."""
+    relevance = (
+        "relevant = shares at least one label"
+        if data.multi_label
+        else "relevant = same class"
+    )
+    return (
+        f"query set: stratified {settings.query_fraction:.0%} of {settings.dataset} "
+        f"(seed {settings.seed}), {len(data.queries.labels)} samples held by the "
+        f"server; database: the other {data.num_database} samples, partitioned "
+        f"{settings.partitioning} over {clients} clients, each training on and "
+        "encoding only its own partition; ranking: Hamming distance between the "
+        "server's query codes and all published database codes, ties broken by "
+        f"database order (partition id, then dataset order); {relevance}; "
+        f"mAP@ALL and mAP@{settings.map_top_k}"
+    )
+
+
+def default_run_id(settings: RunSettings) -> str:
+    """``<run-name or strategy-dataset-bits-partitioning-seed>-<UTC time>``."""
+    name = settings.run_name or (
+        f"{settings.strategy}-{settings.dataset}-{settings.code_length}b-"
+        f"{settings.partitioning}-s{settings.seed}"
+    )
+    return f"{name}-{datetime.now(UTC).strftime('%Y%m%d-%H%M%S-%f')}"
+
+
+class RoundReporter:
+    """``evaluate_fn`` for ``Strategy.start``: progress line, metrics, rounds.jsonl."""
+
+    def __init__(
+        self,
+        settings: RunSettings,
+        evaluator: RetrievalEvaluator,
+        strategy: Any,
+        results: RunResults,
+    ) -> None:
+        self.settings = settings
+        self.evaluator = evaluator
+        self.strategy = strategy
+        self.results = results
+        self.start = time.perf_counter()
+        self.rows: list[dict[str, Any]] = []
+        self.last: Evaluation | None = None
+        self.last_round = -1
+
+    def due(self, server_round: int) -> bool:
+        """Evaluate at round 0, every ``eval-every`` rounds, and at the last round."""
+        s = self.settings
+        return server_round % s.eval_every == 0 or server_round == s.rounds
+
+    def __call__(self, server_round: int, arrays: ArrayRecord) -> MetricRecord | None:
+        """Evaluate if due; log one progress line; append to rounds.jsonl."""
+        history = getattr(self.strategy, "train_history", {})
+        train = history.get(server_round)
+        loss = float(train["train-loss"]) if train and "train-loss" in train else None
+        row: dict[str, Any] = {"round": server_round, "train_loss": loss}
+        metrics = None
+        if self.due(server_round):
+            ev = self.evaluator.evaluate(server_round, arrays)
+            self.last, self.last_round = ev, server_round
+            rep = ev.report
+            row.update(
+                map_all=rep.map_all,
+                map_at_k=rep.map_at_k,
+                precision_at_k=dict(zip(rep.ks, rep.precision_at_k, strict=True)),
+                eval_clients=ev.clients,
+                eval_seconds=ev.seconds,
+            )
+            metrics = MetricRecord(
+                {"map-all": rep.map_all, f"map-at-{rep.top_k}": rep.map_at_k}
+            )
+        row["elapsed_s"] = time.perf_counter() - self.start
+        self.rows.append(row)
+        self.results.append_round(row)
+        log(INFO, "%s", self.progress_line(row))
+        return metrics
+
+    def progress_line(self, row: dict[str, Any]) -> str:
+        """``round  3/15 | mAP@ALL 0.512 | mAP@100 0.701 | loss 0.3121 | 12.3 s``."""
+        k = self.settings.map_top_k
+
+        def fmt(v: float | None, spec: str) -> str:
+            return "-" if v is None else format(v, spec)
+
+        return (
+            f"round {row['round']:>3}/{self.settings.rounds} | "
+            f"mAP@ALL {fmt(row.get('map_all'), '.4f')} | "
+            f"mAP@{k} {fmt(row.get('map_at_k'), '.4f')} | "
+            f"loss {fmt(row['train_loss'], '.4f')} | {row['elapsed_s']:.1f} s"
+        )
+
+
+def final_table(rows: list[dict[str, Any]], settings: RunSettings) -> str:
+    """Fixed-width table of the evaluated rounds."""
+    k = settings.map_top_k
+    ks = settings.precision_ks()
+    head = f"{'round':>5} | {'mAP@ALL':>7} | {f'mAP@{k}':>7} | " + " | ".join(
+        f"{f'P@{kk}':>6}" for kk in ks
+    )
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        if r.get("map_all") is None:
+            continue
+        pk = r["precision_at_k"]
+        lines.append(
+            f"{r['round']:>5} | {r['map_all']:>7.4f} | {r['map_at_k']:>7.4f} | "
+            + " | ".join(f"{pk[kk]:>6.4f}" for kk in ks)
+        )
+    return "\n".join(lines)
+
+
+def run_experiment(grid: Grid, settings: RunSettings) -> RunResults:
+    """Validate, train, evaluate and write ``results/<run-id>/``; returns the results."""
+    strategy = build_strategy(settings)  # unknown strategy -> ConfigError
+    data = prepare_data(settings)  # missing/bad files -> errors
+    model_name = resolve_model_name(settings.model, data.input_shape)
+
+    def model_factory() -> torch.nn.Module:
+        return build_model(
+            model_name,
+            data.input_shape,
+            settings.code_length,
+            hidden_dim=settings.hidden_dim,
+            weights_path=settings.model_weights,
+        )
+
+    torch.manual_seed(settings.seed)
+    initial = model_factory()  # model/input mismatch -> error
+    nodes = describe_nodes(grid, min_nodes=settings.min_train_nodes)
+    num_partitions = next(iter(nodes.values())).num_partitions
+    validate_partitioning(
+        data.database_labels,
+        scheme=settings.partitioning,
+        num_partitions=num_partitions,
+        alpha=settings.dirichlet_alpha,
+        classes_per_client=settings.classes_per_client,
+    )
+    if hasattr(strategy, "set_node_partitions"):
+        strategy.set_node_partitions({n: i.partition_id for n, i in nodes.items()})
+
+    device = select_device(settings.device)
+    results = RunResults(settings.results_dir, default_run_id(settings))
+    protocol = protocol_text(settings, data, len(nodes))
+    results.write_json(
+        "config.json",
+        {
+            "config": settings.to_dict(),
+            "model": model_name,
+            "protocol": protocol,
+            "data": data.description,
+            "num_query": len(data.queries.labels),
+            "num_database": data.num_database,
+            "nodes": [
+                {"partition_id": i.partition_id, "num_database": i.num_database,
+                 "device": i.device}
+                for i in sorted(nodes.values(), key=lambda i: i.partition_id)
+            ],
+            "server_device": str(device),
+            "torch": torch.__version__,
+        },
+    )
+    log(INFO, "Protocol: %s", protocol)
+    log(INFO, "Results: %s", results.dir)
+    try:
+        evaluator = RetrievalEvaluator(
+            grid,
+            nodes,
+            data.queries,
+            model_factory,
+            bits=settings.code_length,
+            top_k=settings.map_top_k,
+            ks=settings.precision_ks(),
+            device=device,
+        )
+        reporter = RoundReporter(settings, evaluator, strategy, results)
+        started = time.perf_counter()
+        strategy.start(
+            grid=grid,
+            initial_arrays=ArrayRecord(initial.state_dict()),
+            num_rounds=settings.rounds,
+            evaluate_fn=reporter,
+        )
+        _write_summary(results, settings, reporter, protocol, time.perf_counter() - started)
+        log(INFO, "Final retrieval results:\n%s", final_table(reporter.rows, settings))
+        final = results.finish()
+        log(INFO, "Results written to %s", final)
+        return results
+    except BaseException as exc:
+        results.fail(exc)
+        raise
+
+
+def _write_summary(
+    results: RunResults,
+    settings: RunSettings,
+    reporter: RoundReporter,
+    protocol: str,
+    seconds: float,
+) -> None:
+    last = reporter.last
+    if last is None:
+        raise RuntimeError("no evaluation happened; nothing to summarise")
+    rep = last.report
+    evaluated = [r for r in reporter.rows if r.get("map_all") is not None]
+    best = max(evaluated, key=lambda r: r["map_all"])
+    initial = next((r for r in evaluated if r["round"] == 0), None)
+    results.write_json(
+        "summary.json",
+        {
+            "protocol": protocol,
+            "strategy": settings.strategy,
+            "code_length": settings.code_length,
+            "rounds": settings.rounds,
+            "final_round": reporter.last_round,
+            "final": rep.to_dict(),
+            "initial_map_all": initial["map_all"] if initial else None,
+            "best_round": best["round"],
+            "best_map_all": best["map_all"],
+            "train_seconds": seconds,
+            "seconds_per_round": seconds / settings.rounds,
+        },
+    )
+    title = f"{settings.strategy} {settings.code_length} bits, round {reporter.last_round}"
+    plot_map_per_round(reporter.rows, settings.map_top_k, results.path("map_per_round.png"))
+    plot_pr_curve(rep.to_dict()["pr"], title, results.path("pr_curve.png"))
+    plot_precision_at_k(rep.ks, rep.precision_at_k, title, results.path("precision_at_k.png"))

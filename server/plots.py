@@ -1,0 +1,61 @@
+"""PNG plots of a run: mAP per round, precision-recall curve, precision@K."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def plot_map_per_round(rounds: Sequence[dict[str, Any]], top_k: int, path: Path) -> None:
+    """mAP@ALL and mAP@K of every evaluated round."""
+    evaluated = [r for r in rounds if r.get("map_all") is not None]
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    xs = [r["round"] for r in evaluated]
+    ax.plot(xs, [r["map_all"] for r in evaluated], "o-", label="mAP@ALL")
+    ax.plot(xs, [r["map_at_k"] for r in evaluated], "s--", label=f"mAP@{top_k}")
+    ax.set_xlabel("round")
+    ax.set_ylabel("mAP")
+    ax.set_ylim(0, 1)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_pr_curve(pr: dict[str, Sequence[float]], title: str, path: Path) -> None:
+    """Precision against recall over Hamming radius 0..bits."""
+    fig, ax = plt.subplots(figsize=(4.5, 3.5))
+    ax.plot(pr["recall"], pr["precision"], "o-", markersize=3)
+    ax.set_xlabel("recall")
+    ax.set_ylabel("precision")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_precision_at_k(
+    ks: Sequence[int], precision: Sequence[float], title: str, path: Path
+) -> None:
+    """Precision of the top-K list against K."""
+    fig, ax = plt.subplots(figsize=(4.5, 3.5))
+    ax.plot(list(ks), list(precision), "o-")
+    ax.set_xscale("log")
+    ax.set_xlabel("K (top retrieved)")
+    ax.set_ylabel("precision@K")
+    ax.set_ylim(0, 1)
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

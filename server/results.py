@@ -1,0 +1,89 @@
+"""The results directory of one run.
+
+Layout (``results/<run-id>/``): ``config.json`` (resolved config, protocol, data,
+nodes), ``rounds.jsonl`` (one JSON object per round), ``summary.json`` (final and
+best metrics, PR curve, precision@K), and PNG plots. While the run is going, and if
+it fails, the directory is ``results/<run-id>.incomplete/`` (a failed run also gets
+``error.txt``); only a finished run is renamed to ``results/<run-id>/``, so a
+directory without the suffix is always complete.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import traceback
+from pathlib import Path
+from typing import Any
+
+INCOMPLETE = ".incomplete"
+
+
+def _jsonable(value: Any) -> Any:
+    """numpy scalars/arrays and NaN to plain JSON values."""
+    if hasattr(value, "tolist"):
+        value = value.tolist()
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+class RunResults:
+    """Writes one run's files; :meth:`finish` makes the directory final.
+
+    Parameters
+    ----------
+    root : str or Path
+        The ``results-dir``.
+    run_id : str
+        Directory name of this run (must not exist yet).
+    """
+
+    def __init__(self, root: str | Path, run_id: str) -> None:
+        self.root = Path(root)
+        self.run_id = run_id
+        self.final_dir = self.root / run_id
+        self.dir = self.root / f"{run_id}{INCOMPLETE}"
+        if self.final_dir.exists() or self.dir.exists():
+            raise FileExistsError(f"results directory {self.final_dir} already exists")
+        self.dir.mkdir(parents=True)
+
+    def write_json(self, name: str, payload: dict[str, Any]) -> Path:
+        """Write ``name`` atomically (temp file + rename)."""
+        path = self.dir / name
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(json.dumps(_jsonable(payload), indent=2) + "\n")
+        os.replace(tmp, path)
+        return path
+
+    def append_round(self, payload: dict[str, Any]) -> None:
+        """Append one line to ``rounds.jsonl`` (flushed, so a crash keeps it)."""
+        with (self.dir / "rounds.jsonl").open("a") as fh:
+            fh.write(json.dumps(_jsonable(payload)) + "\n")
+            fh.flush()
+
+    def path(self, name: str) -> Path:
+        """Path of a file inside the (current) run directory."""
+        return self.dir / name
+
+    def finish(self) -> Path:
+        """Rename to the final directory name; returns it."""
+        os.replace(self.dir, self.final_dir)
+        self.dir = self.final_dir
+        return self.final_dir
+
+    def fail(self, exc: BaseException) -> None:
+        """Record the error; the directory keeps its ``.incomplete`` suffix."""
+        text = "".join(traceback.format_exception(exc))
+        (self.dir / "error.txt").write_text(text)
+
+
+def read_rounds(run_dir: str | Path) -> list[dict[str, Any]]:
+    """The per-round records of a run directory."""
+    path = Path(run_dir) / "rounds.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line]

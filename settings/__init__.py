@@ -1,0 +1,1 @@
+"""Run configuration: config/record key constants and the validated settings."""

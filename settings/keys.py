@@ -1,0 +1,58 @@
+"""Config keys (``[tool.flwr.app.config]``) and message record keys, in one place.
+
+Every module reads configuration and message payloads through these constants, so a
+renamed key is one edit and a typo is a NameError instead of a silent default.
+"""
+
+# --- run config keys -------------------------------------------------------------
+STRATEGY = "strategy"
+ROUNDS = "rounds"
+FRACTION_TRAIN = "fraction-train"
+MIN_TRAIN_NODES = "min-train-nodes"
+PROXIMAL_MU = "proximal-mu"
+CODE_LENGTH = "code-length"
+LOCAL_EPOCHS = "local-epochs"
+LEARNING_RATE = "learning-rate"
+BATCH_SIZE = "batch-size"
+WEIGHT_DECAY = "weight-decay"
+LOSS = "loss"
+QUANTIZATION_WEIGHT = "quantization-weight"
+MODEL = "model"
+MODEL_WEIGHTS = "model-weights"
+HIDDEN_DIM = "hidden-dim"
+DATASET = "dataset"
+DATA_PATH = "data-path"
+DOWNLOAD = "download"
+QUERY_FRACTION = "query-fraction"
+PARTITIONING = "partitioning"
+DIRICHLET_ALPHA = "dirichlet-alpha"
+CLASSES_PER_CLIENT = "classes-per-client"
+SEED = "seed"
+EVAL_EVERY = "eval-every"
+MAP_TOP_K = "map-top-k"
+PRECISION_K = "precision-k"
+RESULTS_DIR = "results-dir"
+RUN_NAME = "run-name"
+DEVICE = "device"
+
+# --- node config keys (set by the simulation engine or ``--node-config``) --------
+PARTITION_ID = "partition-id"
+NUM_PARTITIONS = "num-partitions"
+
+# --- message record keys ---------------------------------------------------------
+ARRAYS = "arrays"  # ArrayRecord: model parameters
+CONFIG = "config"  # ConfigRecord: per-round instructions
+METRICS = "metrics"  # MetricRecord: client metrics (FedAvg wants "num-examples")
+CODES = "codes"  # ArrayRecord: published database codes (packed bits) + labels
+
+# entries inside records
+NUM_EXAMPLES = "num-examples"  # Flower's FedAvg weighting key
+TRAIN_LOSS = "train-loss"
+SERVER_ROUND = "server-round"
+QUERY_OP = "op"  # what a query message asks for
+OP_DESCRIBE = "describe"  # reply with partition id and sizes
+OP_ENCODE = "encode"  # encode the local database with the sent model
+PACKED_CODES = "packed-codes"
+CODE_LABELS = "labels"
+CODE_BITS = "bits"
+NUM_DATABASE = "num-database"

@@ -1,0 +1,197 @@
+"""Typed, validated view of a run's configuration.
+
+``RunSettings.from_config`` turns Flower's flat ``run_config`` mapping into a frozen
+dataclass and rejects bad values *before any work starts*, with an error that names
+the config key and what is accepted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from settings import keys as K
+
+DATASETS = ("digits", "npz", "cifar10")
+PARTITIONINGS = ("iid", "dirichlet", "pathological")
+MODELS = ("auto", "mlp", "cnn", "resnet18")
+LOSSES = ("dpsh",)
+DEVICES = ("auto", "cpu", "cuda")
+MIN_BITS, MAX_BITS = 8, 256
+
+
+class ConfigError(ValueError):
+    """A run-config value is invalid; the message names the key."""
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """Every knob of a run, validated. Field names mirror the config keys."""
+
+    strategy: str = "fedavg"
+    rounds: int = 15
+    fraction_train: float = 1.0
+    min_train_nodes: int = 2
+    proximal_mu: float = 0.01
+    code_length: int = 32
+    local_epochs: int = 1
+    learning_rate: float = 1e-3
+    batch_size: int = 64
+    weight_decay: float = 0.0
+    loss: str = "dpsh"
+    quantization_weight: float = 0.1
+    model: str = "auto"
+    model_weights: str = ""
+    hidden_dim: int = 256
+    dataset: str = "digits"
+    data_path: str = ""
+    download: bool = False
+    query_fraction: float = 0.1
+    partitioning: str = "iid"
+    dirichlet_alpha: float = 0.5
+    classes_per_client: int = 3
+    seed: int = 42
+    eval_every: int = 5
+    map_top_k: int = 100
+    precision_k: str = "10,50,100,500"
+    results_dir: str = "results"
+    run_name: str = ""
+    device: str = "auto"
+    # Keys later features add (FedHAP, DPHE, ...) are kept here untouched.
+    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> RunSettings:
+        """Build and validate settings from a flat ``run_config`` mapping.
+
+        Unknown keys are kept in ``extra`` (strategies registered later read theirs
+        from there); known keys are type-checked and range-checked.
+        """
+        known = {f.name: f for f in dataclasses.fields(cls) if f.name != "extra"}
+        values: dict[str, Any] = {}
+        extra: dict[str, Any] = {}
+        for key, raw in config.items():
+            name = key.replace("-", "_")
+            if name not in known:
+                extra[key] = raw
+                continue
+            default = known[name].default
+            values[name] = _coerce(key, raw, type(default))
+        settings = cls(**values, extra=extra)
+        settings.validate()
+        return settings
+
+    def validate(self) -> None:
+        """Raise :class:`ConfigError` naming the first invalid key."""
+        _choice(K.DATASET, self.dataset, DATASETS)
+        _choice(K.PARTITIONING, self.partitioning, PARTITIONINGS)
+        _choice(K.MODEL, self.model, MODELS)
+        _choice(K.LOSS, self.loss, LOSSES)
+        _choice(K.DEVICE, self.device, DEVICES)
+        if not MIN_BITS <= self.code_length <= MAX_BITS:
+            raise ConfigError(
+                f"{K.CODE_LENGTH}={self.code_length}: accepted are integers in "
+                f"{MIN_BITS}..{MAX_BITS}"
+            )
+        for key, value in (
+            (K.ROUNDS, self.rounds),
+            (K.LOCAL_EPOCHS, self.local_epochs),
+            (K.BATCH_SIZE, self.batch_size),
+            (K.EVAL_EVERY, self.eval_every),
+            (K.MAP_TOP_K, self.map_top_k),
+            (K.HIDDEN_DIM, self.hidden_dim),
+            (K.MIN_TRAIN_NODES, self.min_train_nodes),
+        ):
+            if value <= 0:
+                raise ConfigError(f"{key}={value}: must be a positive integer")
+        for key, value in (
+            (K.LEARNING_RATE, self.learning_rate),
+            (K.DIRICHLET_ALPHA, self.dirichlet_alpha),
+        ):
+            if not value > 0:
+                raise ConfigError(f"{key}={value}: must be > 0")
+        for key, value in (
+            (K.WEIGHT_DECAY, self.weight_decay),
+            (K.QUANTIZATION_WEIGHT, self.quantization_weight),
+            (K.PROXIMAL_MU, self.proximal_mu),
+        ):
+            if not value >= 0:
+                raise ConfigError(f"{key}={value}: must be >= 0")
+        if not 0 < self.fraction_train <= 1:
+            raise ConfigError(
+                f"{K.FRACTION_TRAIN}={self.fraction_train}: accepted is (0, 1]"
+            )
+        if not 0 < self.query_fraction <= 0.5:
+            raise ConfigError(
+                f"{K.QUERY_FRACTION}={self.query_fraction}: accepted is (0, 0.5]"
+            )
+        if self.classes_per_client < 1:
+            raise ConfigError(
+                f"{K.CLASSES_PER_CLIENT}={self.classes_per_client}: must be >= 1"
+            )
+        if self.dataset in ("npz",) and not self.data_path:
+            raise ConfigError(
+                f"{K.DATA_PATH} is empty: dataset '{self.dataset}' needs the path of "
+                "a .npz feature file"
+            )
+        if self.dataset == "cifar10" and not self.data_path:
+            raise ConfigError(
+                f"{K.DATA_PATH} is empty: dataset 'cifar10' needs the folder that "
+                "holds (or will hold, with download=true) cifar-10-batches-py/"
+            )
+        self.precision_ks()  # parses or raises
+
+    def precision_ks(self) -> tuple[int, ...]:
+        """Parse ``precision-k`` ("10,50,100") into sorted positive integers."""
+        try:
+            ks = tuple(sorted({int(tok) for tok in self.precision_k.split(",")}))
+        except ValueError:
+            ks = ()
+        if not ks or ks[0] <= 0:
+            raise ConfigError(
+                f"{K.PRECISION_K}={self.precision_k!r}: accepted is a comma-separated "
+                "list of positive integers, e.g. '10,50,100'"
+            )
+        return ks
+
+    def to_dict(self) -> dict[str, Any]:
+        """Resolved config with the original (dashed) key names, JSON-friendly."""
+        out = {
+            f.name.replace("_", "-"): getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if f.name != "extra"
+        }
+        out.update(self.extra)
+        return out
+
+
+def _choice(key: str, value: str, accepted: tuple[str, ...]) -> None:
+    if value not in accepted:
+        raise ConfigError(f"{key}={value!r}: accepted are {', '.join(accepted)}")
+
+
+def _coerce(key: str, raw: Any, kind: type) -> Any:
+    """Convert a config value to the field's type, or raise naming the key."""
+    if kind is bool:
+        if isinstance(raw, bool):
+            return raw
+        if isinstance(raw, str) and raw.lower() in ("true", "false"):
+            return raw.lower() == "true"
+        raise ConfigError(f"{key}={raw!r}: must be true or false")
+    if kind is int:
+        if isinstance(raw, bool) or not (
+            isinstance(raw, int) or (isinstance(raw, float) and raw.is_integer())
+        ):
+            raise ConfigError(f"{key}={raw!r}: must be an integer")
+        return int(raw)
+    if kind is float:
+        if isinstance(raw, bool) or not isinstance(raw, int | float):
+            raise ConfigError(f"{key}={raw!r}: must be a number")
+        return float(raw)
+    if kind is str:
+        if not isinstance(raw, str):
+            raise ConfigError(f"{key}={raw!r}: must be a string")
+        return raw
+    raise TypeError(f"unsupported settings field type {kind} for {key}")

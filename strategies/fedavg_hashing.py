@@ -1,0 +1,48 @@
+"""FedAvg and FedProx baselines for federated hashing (Flower's strategies).
+
+Server side they are Flower's ``FedAvg`` / ``FedProx`` plus
+:class:`PartitionOrderedMixin` (reproducible selection/order, reply screening).
+Client contract: train the received model on the local database partition with the
+DPSH loss (``clients/trainers.py``); under FedProx each client MUST add
+(mu/2)*||w - w_global||^2, with mu sent as ``proximal-mu`` in the ConfigRecord.
+Federated evaluation is off (``fraction_evaluate=0``): retrieval is evaluated by the
+server (``server/evaluation.py``) from codes the clients publish.
+"""
+
+from __future__ import annotations
+
+from flwr.serverapp.strategy import FedAvg, FedProx
+
+from settings.run_settings import RunSettings
+from strategies.partition_order import PartitionOrderedMixin
+from strategies.registry import register
+
+
+class HashingFedAvg(PartitionOrderedMixin, FedAvg):
+    """Flower FedAvg with partition-ordered, screened aggregation."""
+
+
+class HashingFedProx(PartitionOrderedMixin, FedProx):
+    """Flower FedProx with partition-ordered, screened aggregation."""
+
+
+def _common_kwargs(settings: RunSettings) -> dict:
+    return {
+        "fraction_train": settings.fraction_train,
+        "fraction_evaluate": 0.0,
+        "min_train_nodes": settings.min_train_nodes,
+        "min_available_nodes": settings.min_train_nodes,
+        "sampling_seed": settings.seed,
+    }
+
+
+@register("fedavg")
+def fedavg(settings: RunSettings) -> HashingFedAvg:
+    """FedAvg baseline (``strategy = "fedavg"``)."""
+    return HashingFedAvg(**_common_kwargs(settings))
+
+
+@register("fedprox")
+def fedprox(settings: RunSettings) -> HashingFedProx:
+    """FedProx baseline (``strategy = "fedprox"``), mu from ``proximal-mu``."""
+    return HashingFedProx(**_common_kwargs(settings), proximal_mu=settings.proximal_mu)

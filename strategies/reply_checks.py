@@ -1,0 +1,57 @@
+"""Screening of client replies before Flower's aggregation sees them.
+
+Flower's ``FedAvg.aggregate_train`` raises if replies disagree in structure, so one
+malformed reply would end the run. Each reply is checked here against the arrays the
+server sent; a bad one is dropped with a log line naming the client, and the round
+goes on with the rest.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from flwr.app import ArrayRecord, Message
+
+from settings import keys as K
+
+
+def array_signature(arrays: ArrayRecord) -> dict[str, tuple[tuple[int, ...], str]]:
+    """``{name: (shape, dtype)}`` of an ArrayRecord."""
+    return {name: (tuple(arr.shape), str(arr.dtype)) for name, arr in arrays.items()}
+
+
+def train_reply_problem(
+    msg: Message, expected: dict[str, tuple[tuple[int, ...], str]]
+) -> str | None:
+    """Why a (non-error) train reply is unusable, or ``None`` if it is fine.
+
+    Checks: exactly one ArrayRecord and one MetricRecord; a positive, finite
+    ``num-examples``; the same array names, shapes and dtypes as the global model
+    the server sent; only finite values.
+    """
+    content = msg.content
+    if len(content.array_records) != 1 or len(content.metric_records) != 1:
+        return (
+            f"expected one ArrayRecord and one MetricRecord, got "
+            f"{len(content.array_records)} and {len(content.metric_records)}"
+        )
+    metrics = next(iter(content.metric_records.values()))
+    n = metrics.get(K.NUM_EXAMPLES)
+    if not isinstance(n, int | float) or not math.isfinite(n) or n <= 0:
+        return f"'{K.NUM_EXAMPLES}' is {n!r}, expected a positive number"
+    arrays = next(iter(content.array_records.values()))
+    got = array_signature(arrays)
+    if expected and got != expected:
+        missing = sorted(set(expected) - set(got))
+        extra = sorted(set(got) - set(expected))
+        wrong = sorted(k for k in set(got) & set(expected) if got[k] != expected[k])
+        return (
+            f"arrays differ from the global model (missing {missing[:3]}, "
+            f"unexpected {extra[:3]}, wrong shape/dtype {wrong[:3]})"
+        )
+    for name, arr in arrays.items():
+        values = arr.numpy()
+        if values.dtype.kind in "fc" and not np.isfinite(values).all():
+            return f"array {name!r} has non-finite values"
+    return None
