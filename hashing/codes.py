@@ -23,7 +23,7 @@ WORD_BITS = 64
 
 
 def n_words(bits: int) -> int:
-    """Number of 64-bit words that hold ``bits`` bits.
+    """Return the number of 64-bit words that hold ``bits`` bits.
 
     Parameters
     ----------
@@ -34,6 +34,7 @@ def n_words(bits: int) -> int:
     -------
     int
         ``ceil(bits / 64)``.
+
     """
     if bits < 1:
         raise ValueError(f"bits must be >= 1, got {bits}")
@@ -41,7 +42,7 @@ def n_words(bits: int) -> int:
 
 
 def distance_dtype(bits: int) -> np.dtype:
-    """Smallest unsigned dtype that holds every Hamming distance of ``bits`` bits.
+    """Return the smallest unsigned dtype for Hamming distances of ``bits`` bits.
 
     Parameters
     ----------
@@ -52,6 +53,7 @@ def distance_dtype(bits: int) -> np.dtype:
     -------
     numpy.dtype
         ``uint8`` when ``bits <= 255``, else ``uint16``.
+
     """
     return np.dtype(np.uint8) if bits <= 255 else np.dtype(np.uint16)
 
@@ -69,6 +71,7 @@ def sign_codes(x: ArrayLike) -> NDArray[np.int8]:
     numpy.ndarray
         (n, bits) int8 in {-1, +1}. ``sign(0)`` is taken as +1 (so every value maps
         to a valid bit; ``np.sign`` would give 0).
+
     """
     arr = np.asarray(x)
     if arr.ndim != 2:
@@ -110,6 +113,7 @@ def pack_bytes(codes: ArrayLike) -> NDArray[np.uint8]:
     numpy.ndarray
         (n, ceil(bits / 8)) uint8; bit ``j`` is bit ``j % 8`` of byte ``j // 8``,
         set for +1; padding bits are zero.
+
     """
     return np.packbits(_as_bits(codes), axis=1, bitorder="little")
 
@@ -128,18 +132,26 @@ def unpack_bytes(packed: ArrayLike, bits: int) -> NDArray[np.int8]:
     -------
     numpy.ndarray
         (n, bits) int8 in {-1, +1}.
+
+    Raises
+    ------
+    ValueError
+        If the shape or dtype does not match ``bits`` or a padding bit is set.
+
     """
-    arr = np.asarray(packed)
-    n_bytes = -(-bits // 8) if bits >= 1 else 0
     if bits < 1:
         raise ValueError(f"bits must be >= 1, got {bits}")
+    arr = np.asarray(packed)
+    n_bytes = -(-bits // 8)
     if arr.dtype != np.uint8 or arr.ndim != 2 or arr.shape[1] != n_bytes:
         raise ValueError(
             f"expected a (n, {n_bytes}) uint8 array for {bits} bits, "
             f"got {arr.dtype} {arr.shape}"
         )
-    unpacked = np.unpackbits(arr, axis=1, count=bits, bitorder="little")
-    return (unpacked.astype(np.int8) << 1) - np.int8(1)
+    unpacked = np.unpackbits(arr, axis=1, bitorder="little")
+    if unpacked[:, bits:].any():
+        raise ValueError("padding bits beyond `bits` must be zero")
+    return (unpacked[:, :bits].astype(np.int8) << 1) - np.int8(1)
 
 
 def pack_codes(codes: ArrayLike) -> NDArray[np.uint64]:
@@ -160,6 +172,7 @@ def pack_codes(codes: ArrayLike) -> NDArray[np.uint64]:
     ------
     ValueError
         If ``codes`` is not 2-D, has no bits, or holds values other than -1 and +1.
+
     """
     as_bytes = pack_bytes(codes)
     n, n_bytes = as_bytes.shape
@@ -198,13 +211,12 @@ def unpack_codes(packed: ArrayLike, bits: int) -> NDArray[np.int8]:
     ------
     ValueError
         If the shape does not match ``bits`` or a padding bit is set.
+
     """
     arr = _check_packed(packed)
     words = n_words(bits)
     if arr.shape[1] != words:
-        raise ValueError(
-            f"{bits} bits need {words} words per code, got {arr.shape[1]}"
-        )
+        raise ValueError(f"{bits} bits need {words} words per code, got {arr.shape[1]}")
     as_bytes = np.ascontiguousarray(arr.astype("<u8", copy=False)).view(np.uint8)
     unpacked = np.unpackbits(as_bytes, axis=1, bitorder="little")
     if unpacked[:, bits:].any():
@@ -231,6 +243,7 @@ def hamming_distance(
     -------
     numpy.ndarray
         (nq, ndb) distances in bits; uint8 when ``64 * words <= 255``, else uint16.
+
     """
     q = _check_packed(query_packed, "query_packed")
     db = _check_packed(db_packed, "db_packed")

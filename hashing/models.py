@@ -147,7 +147,9 @@ def resolve_model_name(name: str, input_shape: tuple[int, ...]) -> str:
     """
     if name != "auto":
         if name not in MODEL_NAMES:
-            raise ValueError(f"model={name!r}: accepted are auto, {', '.join(MODEL_NAMES)}")
+            raise ValueError(
+                f"model={name!r}: accepted are auto, {', '.join(MODEL_NAMES)}"
+            )
         return name
     if len(input_shape) == 1:
         return "mlp"

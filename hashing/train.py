@@ -102,7 +102,9 @@ def train_dpsh(
     )
     total, steps = 0.0, 0
     for _ in range(config.epochs):
-        for idx in iterate_minibatches(len(inputs), config.batch_size, generator=generator):
+        for idx in iterate_minibatches(
+            len(inputs), config.batch_size, generator=generator
+        ):
             x = inputs[idx].to(device, non_blocking=True)
             y = labels[idx].to(device, non_blocking=True)
             u = model(x)

@@ -37,7 +37,7 @@ class RunSettings:
     proximal_mu: float = 0.01
     code_length: int = 32
     local_epochs: int = 1
-    learning_rate: float = 1e-3
+    learning_rate: float = 5e-4
     batch_size: int = 64
     weight_decay: float = 0.0
     loss: str = "dpsh"

@@ -1,0 +1,1 @@
+"""Experiment drivers: in-process simulations, centralized ceiling, seed sweeps."""

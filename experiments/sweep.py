@@ -1,0 +1,197 @@
+"""Seed sweeps behind the README tables: mean +- std of mAP over seeds.
+
+``python -m experiments.sweep foundation --seeds 0,1,2`` runs, for IID and
+pathological non-IID (3 classes per client) partitions and 16/32/64 bits, FedAvg
+and FedProx (10 simulated clients, each run in its own process) and centralized
+training of the same model with the same epoch budget. Every run's directory is kept
+under ``<out>/runs/``; ``<out>/summary.json`` and ``<out>/table.md`` hold the
+aggregate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+PARTITIONS = {
+    "iid": {"partitioning": "iid"},
+    "non-iid (3 cls/client)": {"partitioning": "pathological", "classes-per-client": 3},
+}
+
+
+def _sets(cfg: dict[str, Any]) -> list[str]:
+    out = []
+    for k, v in cfg.items():
+        out += ["--set", f"{k}={json.dumps(v) if isinstance(v, str) else v}"]
+    return out
+
+
+def run_federated(cfg: dict[str, Any], clients: int, run_dir: Path) -> dict[str, Any]:
+    """One simulation in a subprocess; returns its summary.json."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "experiments.simulate", "--clients", str(clients)]
+    cmd += _sets({**cfg, "results-dir": str(run_dir)})
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"run failed: {' '.join(cmd)}\n{proc.stderr[-3000:]}")
+    final = Path(proc.stdout.strip().splitlines()[-1])
+    return json.loads((final / "summary.json").read_text())
+
+
+def run_centralized(cfg: dict[str, Any], out: Path) -> dict[str, Any]:
+    """Centralized ceiling in a subprocess; returns its JSON."""
+    cmd = [sys.executable, "-m", "experiments.centralized", "--out", str(out)]
+    cmd += _sets(cfg)
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"run failed: {' '.join(cmd)}\n{proc.stderr[-3000:]}")
+    return json.loads(out.read_text())
+
+
+def foundation(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """FedAvg / FedProx / centralized x IID / non-IID x bits x seeds."""
+    rows = []
+    base = dict(args.base)
+    for bits in args.bits:
+        for seed in args.seeds:
+            common = {**base, "code-length": bits, "seed": seed}
+            t0 = time.perf_counter()
+            cen = run_centralized(
+                common, args.out / "runs" / f"centralized-{bits}b-s{seed}.json"
+            )
+            rows.append(_row("centralized", "-", bits, seed, cen, time.perf_counter() - t0))
+            _progress(rows[-1])
+            for part_name, part in PARTITIONS.items():
+                for strategy in ("fedavg", "fedprox"):
+                    cfg = {**common, **part, "strategy": strategy}
+                    name = f"{strategy}-{cfg['partitioning']}-{bits}b-s{seed}"
+                    t0 = time.perf_counter()
+                    summary = run_federated(cfg, args.clients, args.out / "runs" / name)
+                    rows.append(
+                        _row(strategy, part_name, bits, seed, summary, time.perf_counter() - t0)
+                    )
+                    _progress(rows[-1])
+    return rows
+
+
+def _row(method: str, part: str, bits: int, seed: int, res: dict, secs: float) -> dict:
+    final = res["final"]
+    return {
+        "method": method,
+        "partitioning": part,
+        "bits": bits,
+        "seed": seed,
+        "map_all": final["map_all"],
+        "map_at_k": final["map_at_k"],
+        "top_k": final["top_k"],
+        "seconds": secs,
+    }
+
+
+def _progress(row: dict) -> None:
+    print(
+        f"{row['method']:<12} {row['partitioning']:<24} {row['bits']:>3}b seed "
+        f"{row['seed']}: mAP@ALL {row['map_all']:.4f} ({row['seconds']:.0f} s)",
+        flush=True,
+    )
+
+
+def aggregate(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """mean and sample std over seeds per (method, partitioning, bits)."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["method"], r["partitioning"], r["bits"]), []).append(r)
+    out = []
+    for (method, part, bits), rs in groups.items():
+        maps = [r["map_all"] for r in rs]
+        mapk = [r["map_at_k"] for r in rs]
+        out.append(
+            {
+                "method": method,
+                "partitioning": part,
+                "bits": bits,
+                "seeds": [r["seed"] for r in rs],
+                "map_all_mean": statistics.fmean(maps),
+                "map_all_std": statistics.stdev(maps) if len(maps) > 1 else 0.0,
+                "map_at_k_mean": statistics.fmean(mapk),
+                "map_at_k_std": statistics.stdev(mapk) if len(mapk) > 1 else 0.0,
+                "top_k": rs[0]["top_k"],
+            }
+        )
+    return out
+
+
+def markdown_table(agg: list[dict[str, Any]], bits: list[int]) -> str:
+    """Rows = method x partitioning, columns = bits, cells = mAP@ALL mean +- std."""
+    head = "| method | partitioning | " + " | ".join(f"{b} bits" for b in bits) + " |"
+    lines = [head, "|" + "---|" * (2 + len(bits))]
+    keys = sorted({(a["method"], a["partitioning"]) for a in agg}, key=_order)
+    for method, part in keys:
+        cells = []
+        for b in bits:
+            a = next(
+                (x for x in agg if (x["method"], x["partitioning"], x["bits"]) == (method, part, b)),
+                None,
+            )
+            cells.append(
+                "-" if a is None else f"{100 * a['map_all_mean']:.2f} ± {100 * a['map_all_std']:.2f}"
+            )
+        lines.append(f"| {method} | {part} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _order(key: tuple[str, str]) -> tuple[int, str]:
+    rank = {"fedavg": 0, "fedprox": 1, "centralized": 2}
+    return (rank.get(key[0], 9), key[1])
+
+
+def main() -> None:
+    """CLI entry point."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("grid", choices=["foundation"])
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--bits", default="16,32,64")
+    parser.add_argument("--clients", type=int, default=10)
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    args = parser.parse_args()
+    from experiments.overrides import parse_overrides
+
+    args.seeds = [int(s) for s in args.seeds.split(",")]
+    args.bits = [int(b) for b in args.bits.split(",")]
+    args.base = parse_overrides(args.set)
+    args.out = args.out or ROOT / "results" / "experiments" / args.grid
+    args.out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    rows = foundation(args)
+    agg = aggregate(rows)
+    table = markdown_table(agg, args.bits)
+    (args.out / "summary.json").write_text(
+        json.dumps(
+            {
+                "grid": args.grid,
+                "clients": args.clients,
+                "base_overrides": args.base,
+                "metric": "mAP@ALL (mean ± sample std over seeds, in %)",
+                "rows": rows,
+                "aggregate": agg,
+                "seconds": time.perf_counter() - started,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+    (args.out / "table.md").write_text(table + "\n")
+    print(table)
+
+
+if __name__ == "__main__":
+    main()
