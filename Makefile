@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml
 # Default experiment: 10 simulated clients, FedAvg + DPSH, 32 bits, digits.
 # The managed local SuperLink that `flwr run` starts is stopped afterwards.
 run: install
-	FLWR_HOME=$(FLWR_HOME_DIR) $(VENV)/bin/flwr run . --stream \
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" FLWR_HOME=$(FLWR_HOME_DIR) flwr run . --stream \
 	  --federation-config "num-supernodes=$(NUM_CLIENTS) client-resources-num-cpus=1" \
 	  $(if $(RUN_CONFIG),--run-config $(RUN_CONFIG)); \
 	  rc=$$?; $(MAKE) --no-print-directory clean-superlink; exit $$rc

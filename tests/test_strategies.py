@@ -1,0 +1,123 @@
+import itertools
+import logging
+
+import numpy as np
+import pytest
+from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
+
+from settings.run_settings import RunSettings
+from strategies.fedavg_hashing import HashingFedAvg, HashingFedProx, fedprox
+from tests.messages import reply_from
+
+pytestmark = pytest.mark.usefixtures("task_identity")
+
+SHAPES = {"w": (2, 3), "b": (3,)}
+
+
+def arrays(value: float, **shape_over) -> ArrayRecord:
+    shapes = {**SHAPES, **shape_over}
+    return ArrayRecord(
+        {k: Array(np.full(s, value, dtype=np.float32)) for k, s in shapes.items()}
+    )
+
+
+def train_reply(node, value, n=10, **shape_over):
+    return reply_from(
+        node,
+        RecordDict(
+            {
+                "arrays": arrays(value, **shape_over),
+                "metrics": MetricRecord({"num-examples": n, "train-loss": value}),
+            }
+        ),
+    )
+
+
+class FakeGrid:
+    def __init__(self, nodes):
+        self.nodes = list(nodes)
+
+    def get_node_ids(self):
+        return list(self.nodes)
+
+
+def strategy(cls=HashingFedAvg, **kw):
+    s = cls(fraction_evaluate=0.0, min_train_nodes=1, min_available_nodes=1,
+            sampling_seed=7, **kw)
+    s.set_node_partitions({30: 0, 10: 2, 20: 1})
+    return s
+
+
+def test_weighted_average_by_num_examples():
+    s = strategy()
+    s.configure_train(1, arrays(0.0), ConfigRecord(), FakeGrid([10, 20, 30]))
+    agg, metrics = s.aggregate_train(
+        1, [train_reply(30, 1.0, n=10), train_reply(20, 4.0, n=30)]
+    )
+    assert agg["w"].numpy() == pytest.approx(np.full((2, 3), (10 + 120) / 40))
+    assert metrics["train-loss"] == pytest.approx((10 + 120) / 40)
+    assert s.train_history[1]["train-loss"] == metrics["train-loss"]
+
+
+def test_aggregation_is_bitwise_independent_of_reply_order():
+    s = strategy()
+    s.configure_train(1, arrays(0.0), ConfigRecord(), FakeGrid([10, 20, 30]))
+    values = {30: 0.1, 20: 1e8 / 3, 10: -7.3e-3}
+    results = set()
+    for order in itertools.permutations(values):
+        agg, _ = s.aggregate_train(1, [train_reply(n, values[n], n=3 + n) for n in order])
+        results.add(agg["w"].numpy().tobytes())
+    assert len(results) == 1
+
+
+def test_bad_replies_are_dropped_with_a_log_line_naming_the_client(caplog):
+    s = strategy()
+    s.configure_train(2, arrays(0.0), ConfigRecord(), FakeGrid([10, 20, 30]))
+    nan = train_reply(20, float("nan"))
+    wrong_shape = train_reply(10, 1.0, w=(3, 3))
+    no_examples = reply_from(
+        30, RecordDict({"arrays": arrays(1.0), "metrics": MetricRecord({"x": 1.0})})
+    )
+    good = train_reply(30, 2.0)
+    with caplog.at_level(logging.WARNING):
+        agg, _ = s.aggregate_train(2, [nan, wrong_shape, no_examples])
+        assert agg is None  # nothing usable: the global model stays
+        agg, _ = s.aggregate_train(2, [nan, good, wrong_shape])
+    assert agg["w"].numpy() == pytest.approx(np.full((2, 3), 2.0))
+    text = caplog.text
+    assert "partition 1 (node 20)" in text and "non-finite" in text
+    assert "partition 2 (node 10)" in text and "wrong shape" in text
+    assert "num-examples" in text
+
+
+def test_error_replies_do_not_break_the_round():
+    s = strategy()
+    s.configure_train(1, arrays(0.0), ConfigRecord(), FakeGrid([10, 20, 30]))
+    agg, _ = s.aggregate_train(1, [reply_from(10, error="client crashed"), train_reply(20, 5.0)])
+    assert agg["b"].numpy() == pytest.approx(np.full(3, 5.0))
+
+
+def test_sampling_is_seeded_ordered_by_partition_and_skips_unknown_nodes():
+    s = strategy()
+    s.fraction_train = 0.5
+    grid = FakeGrid([99, 20, 10, 30])  # 99 never answered discovery
+
+    def picked(rnd):
+        msgs = s.configure_train(rnd, arrays(0.0), ConfigRecord(), grid)
+        return [m.metadata.dst_node_id for m in msgs]
+
+    first = picked(3)
+    assert 99 not in first
+    assert first == picked(3)  # same seed and round -> same clients
+    parts = [s.node_partitions[n] for n in first]
+    assert parts == sorted(parts)
+    assert len({tuple(picked(r)) for r in range(1, 30)}) > 1  # rounds differ
+
+
+def test_fedprox_factory_sends_mu():
+    s = fedprox(RunSettings(strategy="fedprox", proximal_mu=0.3, extra={}))
+    assert isinstance(s, HashingFedProx)
+    s.set_node_partitions({5: 0, 6: 1})
+    msgs = list(s.configure_train(1, arrays(0.0), ConfigRecord(), FakeGrid([5, 6])))
+    assert [m.content["config"]["proximal-mu"] for m in msgs] == [0.3, 0.3]
+    assert msgs[0].content["config"]["server-round"] == 1
