@@ -31,12 +31,12 @@ class RunSettings:
     """Every knob of a run, validated. Field names mirror the config keys."""
 
     strategy: str = "fedavg"
-    rounds: int = 15
+    rounds: int = 30
     fraction_train: float = 1.0
     min_train_nodes: int = 2
     proximal_mu: float = 0.01
     code_length: int = 32
-    local_epochs: int = 1
+    local_epochs: int = 3
     learning_rate: float = 5e-4
     batch_size: int = 64
     weight_decay: float = 0.0
