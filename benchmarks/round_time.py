@@ -56,7 +56,11 @@ def sequential_round(clients: int) -> float:
         model = model_for(settings, d)
         model.load_state_dict(start_state)
         train_dpsh(
-            model, d.inputs, d.labels, config=cfg, device=torch.device("cpu"),
+            model,
+            d.inputs,
+            d.labels,
+            config=cfg,
+            device=torch.device("cpu"),
             generator=torch.Generator().manual_seed(i),
         )
     return time.perf_counter() - t0
@@ -110,7 +114,7 @@ def main() -> None:
         json.dumps(
             {
                 "benchmark": "round_time",
-                "defaults": "pyproject [tool.flwr.app.config] (digits, auto model, 32 bits)",
+                "defaults": "pyproject [tool.flwr.app.config] (digits, auto, 32 bits)",
                 "client_resources": {"num_cpus": 1, "num_gpus": 0},
                 "cpu_count": os.cpu_count(),
                 "python": platform.python_version(),

@@ -49,7 +49,7 @@ def node_partition(context: Context) -> tuple[int, int]:
 
 
 def derive_seed(*parts: int) -> int:
-    """A 63-bit seed from (run seed, round, partition id, purpose)."""
+    """Derive a 63-bit seed from (run seed, round, partition id, purpose)."""
     return int(np.random.SeedSequence(list(parts)).generate_state(1, np.uint64)[0] >> 1)
 
 

@@ -44,7 +44,7 @@ class LocalData:
 
 
 def data_key(settings: RunSettings) -> tuple:
-    """The settings that determine the data (hashable, for caching)."""
+    """Return the settings that determine the data (hashable, for caching)."""
     return (
         settings.dataset,
         settings.data_path,
@@ -60,7 +60,7 @@ def data_key(settings: RunSettings) -> tuple:
 def load_local_data(
     settings: RunSettings, *, partition_id: int, num_partitions: int
 ) -> LocalData:
-    """This node's partition of the database (cached per process)."""
+    """Return this node's partition of the database (cached per process)."""
     return _load_local_data(data_key(settings), partition_id, num_partitions)
 
 

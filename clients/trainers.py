@@ -51,7 +51,7 @@ def register_trainer(*strategy_names: str) -> Callable[[Trainer], Trainer]:
 
 
 def get_trainer(strategy: str) -> Trainer:
-    """The trainer registered for ``strategy`` (ValueError naming the known ones)."""
+    """Return the trainer of ``strategy`` (ValueError naming the known ones)."""
     try:
         return _TRAINERS[strategy]
     except KeyError:
@@ -62,7 +62,7 @@ def get_trainer(strategy: str) -> Trainer:
 
 
 def model_for(settings: RunSettings, data: LocalData) -> torch.nn.Module:
-    """The hashing network of this run, for this node's input shape."""
+    """Build the hashing network of this run for this node's input shape."""
     return build_model(
         settings.model,
         data.input_shape,

@@ -35,5 +35,5 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
 
 
 def resolved_settings(overrides: dict[str, Any]) -> RunSettings:
-    """Validated settings: pyproject defaults updated by ``overrides``."""
+    """Validate pyproject defaults updated by ``overrides``."""
     return RunSettings.from_config({**app_defaults(), **overrides})

@@ -1,4 +1,4 @@
-"""Run the real ServerApp and ClientApp through Flower's simulation engine in-process."""
+"""Run the real ServerApp and ClientApp in Flower's simulation engine, in-process."""
 
 from __future__ import annotations
 

@@ -67,7 +67,9 @@ def foundation(args: argparse.Namespace) -> list[dict[str, Any]]:
             cen = run_centralized(
                 common, args.out / "runs" / f"centralized-{bits}b-s{seed}.json"
             )
-            rows.append(_row("centralized", "-", bits, seed, cen, time.perf_counter() - t0))
+            rows.append(
+                _row("centralized", "-", bits, seed, cen, time.perf_counter() - t0)
+            )
             _progress(rows[-1])
             for part_name, part in PARTITIONS.items():
                 for strategy in ("fedavg", "fedprox"):
@@ -76,7 +78,14 @@ def foundation(args: argparse.Namespace) -> list[dict[str, Any]]:
                     t0 = time.perf_counter()
                     summary = run_federated(cfg, args.clients, args.out / "runs" / name)
                     rows.append(
-                        _row(strategy, part_name, bits, seed, summary, time.perf_counter() - t0)
+                        _row(
+                            strategy,
+                            part_name,
+                            bits,
+                            seed,
+                            summary,
+                            time.perf_counter() - t0,
+                        )
                     )
                     _progress(rows[-1])
     return rows
@@ -105,7 +114,7 @@ def _progress(row: dict) -> None:
 
 
 def aggregate(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """mean and sample std over seeds per (method, partitioning, bits)."""
+    """Mean and sample std over seeds per (method, partitioning, bits)."""
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
         groups.setdefault((r["method"], r["partitioning"], r["bits"]), []).append(r)
@@ -138,11 +147,17 @@ def markdown_table(agg: list[dict[str, Any]], bits: list[int]) -> str:
         cells = []
         for b in bits:
             a = next(
-                (x for x in agg if (x["method"], x["partitioning"], x["bits"]) == (method, part, b)),
+                (
+                    x
+                    for x in agg
+                    if (x["method"], x["partitioning"], x["bits"]) == (method, part, b)
+                ),
                 None,
             )
             cells.append(
-                "-" if a is None else f"{100 * a['map_all_mean']:.2f} ± {100 * a['map_all_std']:.2f}"
+                "-"
+                if a is None
+                else f"{100 * a['map_all_mean']:.2f} ± {100 * a['map_all_std']:.2f}"
             )
         lines.append(f"| {method} | {part} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -61,9 +61,7 @@ def describe_nodes(
     expected: int | None = None
     deadline = time.monotonic() + wait_s
     while True:
-        new = [
-            n for n in grid.get_node_ids() if n not in found and n not in refused
-        ]
+        new = [n for n in grid.get_node_ids() if n not in found and n not in refused]
         if new:
             replies = grid.send_and_receive(
                 [_describe_message(n) for n in new], timeout=timeout_s

@@ -24,7 +24,7 @@ from flwr.serverapp import Grid
 from hashdata import load_dataset, split_query_database, validate_partitioning
 from hashing.models import build_model, resolve_model_name
 from hashing.train import select_device
-from server.discovery import NodeInfo, describe_nodes
+from server.discovery import describe_nodes
 from server.evaluation import Evaluation, QuerySet, RetrievalEvaluator
 from server.plots import plot_map_per_round, plot_pr_curve, plot_precision_at_k
 from server.results import RunResults
@@ -66,7 +66,7 @@ def prepare_data(settings: RunSettings) -> PreparedData:
 
 
 def protocol_text(settings: RunSettings, data: PreparedData, clients: int) -> str:
-    """The evaluation protocol in words (README and every results file)."""
+    """Describe the evaluation protocol in words (README and every results file)."""
     relevance = (
         "relevant = shares at least one label"
         if data.multi_label
@@ -179,7 +179,7 @@ def final_table(rows: list[dict[str, Any]], settings: RunSettings) -> str:
 
 
 def run_experiment(grid: Grid, settings: RunSettings) -> RunResults:
-    """Validate, train, evaluate and write ``results/<run-id>/``; returns the results."""
+    """Validate, train, evaluate and write ``results/<run-id>/``; return the results."""
     strategy = build_strategy(settings)  # unknown strategy -> ConfigError
     data = prepare_data(settings)  # missing/bad files -> errors
     model_name = resolve_model_name(settings.model, data.input_shape)
@@ -220,8 +220,11 @@ def run_experiment(grid: Grid, settings: RunSettings) -> RunResults:
             "num_query": len(data.queries.labels),
             "num_database": data.num_database,
             "nodes": [
-                {"partition_id": i.partition_id, "num_database": i.num_database,
-                 "device": i.device}
+                {
+                    "partition_id": i.partition_id,
+                    "num_database": i.num_database,
+                    "device": i.device,
+                }
                 for i in sorted(nodes.values(), key=lambda i: i.partition_id)
             ],
             "server_device": str(device),
@@ -249,7 +252,9 @@ def run_experiment(grid: Grid, settings: RunSettings) -> RunResults:
             num_rounds=settings.rounds,
             evaluate_fn=reporter,
         )
-        _write_summary(results, settings, reporter, protocol, time.perf_counter() - started)
+        _write_summary(
+            results, settings, reporter, protocol, time.perf_counter() - started
+        )
         log(INFO, "Final retrieval results:\n%s", final_table(reporter.rows, settings))
         final = results.finish()
         log(INFO, "Results written to %s", final)
@@ -289,7 +294,13 @@ def _write_summary(
             "seconds_per_round": seconds / settings.rounds,
         },
     )
-    title = f"{settings.strategy} {settings.code_length} bits, round {reporter.last_round}"
-    plot_map_per_round(reporter.rows, settings.map_top_k, results.path("map_per_round.png"))
+    title = (
+        f"{settings.strategy} {settings.code_length} bits, round {reporter.last_round}"
+    )
+    plot_map_per_round(
+        reporter.rows, settings.map_top_k, results.path("map_per_round.png")
+    )
     plot_pr_curve(rep.to_dict()["pr"], title, results.path("pr_curve.png"))
-    plot_precision_at_k(rep.ks, rep.precision_at_k, title, results.path("precision_at_k.png"))
+    plot_precision_at_k(
+        rep.ks, rep.precision_at_k, title, results.path("precision_at_k.png")
+    )

@@ -62,7 +62,9 @@ def _zombie(pid: int) -> bool:
 def main(argv: list[str]) -> int:
     """CLI: ``stop <FLWR_HOME>``."""
     if len(argv) != 2 or argv[0] != "stop":
-        print("usage: python -m server.local_superlink stop <FLWR_HOME>", file=sys.stderr)
+        print(
+            "usage: python -m server.local_superlink stop <FLWR_HOME>", file=sys.stderr
+        )
         return 2
     pids = local_superlink_pids(argv[1])
     stop_pids(pids)

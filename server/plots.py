@@ -12,7 +12,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 
-def plot_map_per_round(rounds: Sequence[dict[str, Any]], top_k: int, path: Path) -> None:
+def plot_map_per_round(
+    rounds: Sequence[dict[str, Any]], top_k: int, path: Path
+) -> None:
     """mAP@ALL and mAP@K of every evaluated round."""
     evaluated = [r for r in rounds if r.get("map_all") is not None]
     fig, ax = plt.subplots(figsize=(5, 3.5))

@@ -21,7 +21,7 @@ INCOMPLETE = ".incomplete"
 
 
 def _jsonable(value: Any) -> Any:
-    """numpy scalars/arrays and NaN to plain JSON values."""
+    """Numpy scalars/arrays and NaN to plain JSON values."""
     if hasattr(value, "tolist"):
         value = value.tolist()
     if isinstance(value, dict):
@@ -84,6 +84,6 @@ class RunResults:
 
 
 def read_rounds(run_dir: str | Path) -> list[dict[str, Any]]:
-    """The per-round records of a run directory."""
+    """Read the per-round records of a run directory."""
     path = Path(run_dir) / "rounds.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines() if line]

@@ -157,7 +157,7 @@ class RunSettings:
         return ks
 
     def to_dict(self) -> dict[str, Any]:
-        """Resolved config with the original (dashed) key names, JSON-friendly."""
+        """Return the resolved config with the dashed key names, JSON-friendly."""
         out = {
             f.name.replace("_", "-"): getattr(self, f.name)
             for f in dataclasses.fields(self)

@@ -91,7 +91,9 @@ class PartitionOrderedMixin:
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Drop bad replies (logged), sort by partition id, then Flower's FedAvg."""
         kept = []
-        for msg in sorted(replies, key=lambda m: self.order_key(m.metadata.src_node_id)):
+        for msg in sorted(
+            replies, key=lambda m: self.order_key(m.metadata.src_node_id)
+        ):
             problem = None if msg.has_error() else self.train_reply_problem(msg)
             if problem is not None:
                 log(

@@ -8,7 +8,10 @@ from flwr.app import Error, Message, MessageType, Metadata, RecordDict
 
 
 def reply_from(
-    node_id: int, content: RecordDict | None = None, *, error: str | None = None,
+    node_id: int,
+    content: RecordDict | None = None,
+    *,
+    error: str | None = None,
     message_type: str = MessageType.TRAIN,
 ) -> Message:
     """A reply as the server receives it from ``node_id``."""

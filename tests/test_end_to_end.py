@@ -3,6 +3,7 @@
 import pytest
 
 from experiments.simulate import load_run, simulate
+from tests.fixtures import write_feature_npz
 
 pytestmark = pytest.mark.e2e
 
@@ -41,11 +42,26 @@ def test_fedavg_learns_and_is_reproducible(tmp_path):
         assert (run_dir_png := (tmp_path / "a").glob(f"*/{plot}")) and next(run_dir_png)
 
 
-def test_fedprox_runs_end_to_end(tmp_path):
+def test_fedprox_on_multi_label_features_end_to_end(tmp_path):
+    # FedProx + MLP over a multi-label .npz feature file (the MIRFlickr/NUS-WIDE path)
+    path = write_feature_npz(
+        tmp_path / "feat.npz", n=300, num_classes=5, multi_label=True
+    )
     run_dir = simulate(
-        {**BASE, "strategy": "fedprox", "proximal-mu": 0.1, "results-dir": str(tmp_path)},
+        {
+            **BASE,
+            "strategy": "fedprox",
+            "proximal-mu": 0.1,
+            "dataset": "npz",
+            "data-path": str(path),
+            "partitioning": "dirichlet",
+            "learning-rate": 0.001,
+            "results-dir": str(tmp_path / "results"),
+        },
         num_clients=3,
     )
     config, rows, summary = load_run(run_dir)
     assert config["config"]["strategy"] == "fedprox"
+    assert config["model"] == "mlp"
+    assert "shares at least one label" in config["protocol"]
     assert summary["final"]["map_all"] > summary["initial_map_all"]

@@ -14,11 +14,14 @@ def test_dpsh_loss_matches_hand_computation():
     # theta = 0.5 * u u^T = [[1, 0], [0, 0.25]]; s = I
     theta = [[1.0, 0.0], [0.0, 0.25]]
     s = [[1, 0], [0, 1]]
-    lik = sum(
-        math.log1p(math.exp(theta[i][j])) - s[i][j] * theta[i][j]
-        for i in range(2)
-        for j in range(2)
-    ) / 4
+    lik = (
+        sum(
+            math.log1p(math.exp(theta[i][j])) - s[i][j] * theta[i][j]
+            for i in range(2)
+            for j in range(2)
+        )
+        / 4
+    )
     quant = (0 + 0 + 0.25 + 0.25) / 4  # (u - sign u)^2 per entry
     got = dpsh_loss(u, labels, quantization_weight=0.5)
     assert got.item() == pytest.approx(lik + 0.5 * quant, rel=1e-6)
@@ -47,7 +50,11 @@ def test_proximal_term():
 
 @pytest.mark.parametrize(
     ("shape", "name", "expected"),
-    [((64,), "auto", "mlp"), ((1, 8, 8), "auto", "cnn"), ((3, 32, 32), "auto", "resnet18")],
+    [
+        ((64,), "auto", "mlp"),
+        ((1, 8, 8), "auto", "cnn"),
+        ((3, 32, 32), "auto", "resnet18"),
+    ],
 )
 def test_model_resolution_and_output_shape(shape, name, expected):
     assert resolve_model_name(name, shape) == expected
@@ -94,7 +101,11 @@ def test_training_is_deterministic_and_reduces_loss():
         model = build_model("mlp", (16,), 16, hidden_dim=32)
         first = dpsh_loss(model(x), y, quantization_weight=0.1).item()
         stats = train_dpsh(
-            model, x, y, config=cfg, device=torch.device("cpu"),
+            model,
+            x,
+            y,
+            config=cfg,
+            device=torch.device("cpu"),
             generator=torch.Generator().manual_seed(2),
         )
         model.eval()

@@ -30,7 +30,9 @@ def test_failed_run_keeps_incomplete_suffix_and_error(tmp_path):
         raise RuntimeError("boom")
     except RuntimeError as exc:
         res.fail(exc)
-    assert "RuntimeError: boom" in (tmp_path / "run2.incomplete" / "error.txt").read_text()
+    assert (
+        "RuntimeError: boom" in (tmp_path / "run2.incomplete" / "error.txt").read_text()
+    )
     assert (tmp_path / "run2.incomplete" / "rounds.jsonl").exists()
     assert not (tmp_path / "run2").exists()
 
@@ -54,7 +56,12 @@ def test_bad_published_codes_are_described(packed, labels, bits, fragment):
 
 
 def test_good_published_codes_pass():
-    assert _codes_problem(np.zeros((3, 2), np.uint8), np.ones(3, np.int64), 16, 16, Q_SINGLE) is None
+    assert (
+        _codes_problem(
+            np.zeros((3, 2), np.uint8), np.ones(3, np.int64), 16, 16, Q_SINGLE
+        )
+        is None
+    )
 
 
 class DescribeGrid:
@@ -73,11 +80,19 @@ class DescribeGrid:
             self.sent.append(m.metadata.message_type)
             pid, num = self.partitions[m.metadata.dst_node_id]
             cfg = ConfigRecord(
-                {"partition-id": pid, "num-partitions": num, "num-database": 1, "device": "cpu"}
+                {
+                    "partition-id": pid,
+                    "num-partitions": num,
+                    "num-database": 1,
+                    "device": "cpu",
+                }
             )
             replies.append(
-                reply_from(m.metadata.dst_node_id, RecordDict({"config": cfg}),
-                           message_type=MessageType.QUERY)
+                reply_from(
+                    m.metadata.dst_node_id,
+                    RecordDict({"config": cfg}),
+                    message_type=MessageType.QUERY,
+                )
             )
         return replies
 
@@ -100,8 +115,13 @@ def test_missing_data_file_stops_before_any_message_or_results_dir(tmp_path):
 def test_more_clients_than_samples_stops_before_training(tmp_path):
     path = write_feature_npz(tmp_path / "tiny.npz", n=8, num_classes=2)
     grid = DescribeGrid({i + 10: (i, 8) for i in range(8)})
-    s = settings(tmp_path, dataset="npz", data_path=str(path), min_train_nodes=1,
-                 query_fraction=0.5)
+    s = settings(
+        tmp_path,
+        dataset="npz",
+        data_path=str(path),
+        min_train_nodes=1,
+        query_fraction=0.5,
+    )
     with pytest.raises(ValueError, match="more clients than samples"):
         run_experiment(grid, s)
     assert grid.sent == [MessageType.QUERY] * 8  # discovery only, no training

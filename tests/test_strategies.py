@@ -42,8 +42,13 @@ class FakeGrid:
 
 
 def strategy(cls=HashingFedAvg, **kw):
-    s = cls(fraction_evaluate=0.0, min_train_nodes=1, min_available_nodes=1,
-            sampling_seed=7, **kw)
+    s = cls(
+        fraction_evaluate=0.0,
+        min_train_nodes=1,
+        min_available_nodes=1,
+        sampling_seed=7,
+        **kw,
+    )
     s.set_node_partitions({30: 0, 10: 2, 20: 1})
     return s
 
@@ -65,7 +70,9 @@ def test_aggregation_is_bitwise_independent_of_reply_order():
     values = {30: 0.1, 20: 1e8 / 3, 10: -7.3e-3}
     results = set()
     for order in itertools.permutations(values):
-        agg, _ = s.aggregate_train(1, [train_reply(n, values[n], n=3 + n) for n in order])
+        agg, _ = s.aggregate_train(
+            1, [train_reply(n, values[n], n=3 + n) for n in order]
+        )
         results.add(agg["w"].numpy().tobytes())
     assert len(results) == 1
 
@@ -93,7 +100,9 @@ def test_bad_replies_are_dropped_with_a_log_line_naming_the_client(caplog):
 def test_error_replies_do_not_break_the_round():
     s = strategy()
     s.configure_train(1, arrays(0.0), ConfigRecord(), FakeGrid([10, 20, 30]))
-    agg, _ = s.aggregate_train(1, [reply_from(10, error="client crashed"), train_reply(20, 5.0)])
+    agg, _ = s.aggregate_train(
+        1, [reply_from(10, error="client crashed"), train_reply(20, 5.0)]
+    )
     assert agg["b"].numpy() == pytest.approx(np.full(3, 5.0))
 
 

@@ -1,0 +1,54 @@
+"""`flwr run .` exactly as a user types it: managed local SuperLink, Ray simulation."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from server.local_superlink import local_superlink_pids, stop_pids
+
+pytestmark = pytest.mark.e2e
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_flwr_run_cli_writes_a_complete_results_directory(tmp_path):
+    flwr_home = tmp_path / "flwr-home"
+    results = tmp_path / "results"
+    bin_dir = Path(sys.executable).parent
+    env = {
+        **os.environ,
+        "FLWR_HOME": str(flwr_home),
+        "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}",
+        "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
+    }
+    cmd = [
+        str(bin_dir / "flwr"),
+        "run",
+        str(ROOT),
+        "--stream",
+        "--federation-config",
+        "num-supernodes=3 client-resources-num-cpus=1",
+        "--run-config",
+        f"rounds=1 eval-every=1 code-length=16 results-dir='{results}'",
+    ]
+    try:
+        proc = subprocess.run(
+            cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=420
+        )
+    finally:
+        pids = local_superlink_pids(flwr_home)
+        stop_pids(pids)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert pids, "flwr run should have started a managed local SuperLink"
+    assert not local_superlink_pids(flwr_home)
+    runs = list(results.iterdir())
+    assert len(runs) == 1 and not runs[0].name.endswith(".incomplete"), runs
+    summary = json.loads((runs[0] / "summary.json").read_text())
+    config = json.loads((runs[0] / "config.json").read_text())
+    assert summary["final_round"] == 1
+    assert len(config["nodes"]) == 3
+    assert config["config"]["code-length"] == 16
+    assert "round   1/1" in proc.stdout + proc.stderr
