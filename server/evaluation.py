@@ -36,10 +36,13 @@ class QuerySet:
         (nq, ...) float32 samples.
     labels : np.ndarray
         (nq,) int64 or (nq, C) multi-hot.
+    num_classes : int
+        Size of the label space C.
     """
 
     inputs: torch.Tensor
     labels: np.ndarray
+    num_classes: int
 
 
 @dataclass(frozen=True)
@@ -167,7 +170,14 @@ class RetrievalEvaluator:
         except (KeyError, TypeError, ValueError) as exc:
             log(WARNING, "codes from %s rejected: malformed reply (%r)", who, exc)
             return None
-        problem = _codes_problem(packed, labels, bits, self.bits, self.queries.labels)
+        problem = _codes_problem(
+            packed,
+            labels,
+            bits,
+            self.bits,
+            self.queries.labels,
+            self.queries.num_classes,
+        )
         if problem:
             log(WARNING, "codes from %s rejected: %s", who, problem)
             return None
@@ -180,6 +190,7 @@ def _codes_problem(
     bits: int,
     expected_bits: int,
     query_labels: np.ndarray,
+    num_classes: int,
 ) -> str | None:
     if bits != expected_bits:
         return f"{bits}-bit codes, expected {expected_bits}"
@@ -191,4 +202,12 @@ def _codes_problem(
         return f"{len(labels)} labels for {len(packed)} codes"
     if labels.shape[1:] != query_labels.shape[1:] or labels.dtype.kind not in "iub":
         return f"labels {labels.dtype} {labels.shape} do not match the label space"
+    if (
+        labels.size
+        and labels.ndim == 1
+        and not 0 <= labels.min() <= labels.max() < num_classes
+    ):
+        return f"class ids outside 0..{num_classes - 1}"
+    if labels.size and labels.ndim == 2 and not np.isin(labels, (0, 1)).all():
+        return "multi-hot labels with values other than 0/1"
     return None

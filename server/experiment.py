@@ -55,7 +55,11 @@ def prepare_data(settings: RunSettings) -> PreparedData:
     )
     x = data.inputs[data.modalities[0]]
     return PreparedData(
-        queries=QuerySet(inputs=torch.from_numpy(x[q_idx]), labels=data.labels[q_idx]),
+        queries=QuerySet(
+            inputs=torch.from_numpy(x[q_idx]),
+            labels=data.labels[q_idx],
+            num_classes=data.num_classes,
+        ),
         num_database=len(db_idx),
         database_labels=data.labels[db_idx],
         input_shape=tuple(x.shape[1:]),

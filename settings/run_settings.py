@@ -59,27 +59,25 @@ class RunSettings:
     results_dir: str = "results"
     run_name: str = ""
     device: str = "auto"
-    # Keys later features add (FedHAP, DPHE, ...) are kept here untouched.
-    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> RunSettings:
         """Build and validate settings from a flat ``run_config`` mapping.
 
-        Unknown keys are kept in ``extra`` (strategies registered later read theirs
-        from there); known keys are type-checked and range-checked.
+        Unknown keys are refused (``flwr run`` refuses them too; this catches typos
+        in programmatic overrides); known keys are type-checked and range-checked.
         """
-        known = {f.name: f for f in dataclasses.fields(cls) if f.name != "extra"}
+        known = {f.name: f for f in dataclasses.fields(cls)}
         values: dict[str, Any] = {}
-        extra: dict[str, Any] = {}
         for key, raw in config.items():
             name = key.replace("-", "_")
             if name not in known:
-                extra[key] = raw
-                continue
-            default = known[name].default
-            values[name] = _coerce(key, raw, type(default))
-        settings = cls(**values, extra=extra)
+                raise ConfigError(
+                    f"unknown config key {key!r}; accepted keys are those of "
+                    "[tool.flwr.app.config] in pyproject.toml"
+                )
+            values[name] = _coerce(key, raw, type(known[name].default))
+        settings = cls(**values)
         settings.validate()
         return settings
 
@@ -158,13 +156,10 @@ class RunSettings:
 
     def to_dict(self) -> dict[str, Any]:
         """Return the resolved config with the dashed key names, JSON-friendly."""
-        out = {
+        return {
             f.name.replace("_", "-"): getattr(self, f.name)
             for f in dataclasses.fields(self)
-            if f.name != "extra"
         }
-        out.update(self.extra)
-        return out
 
 
 def _choice(key: str, value: str, accepted: tuple[str, ...]) -> None:

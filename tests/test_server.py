@@ -49,19 +49,17 @@ Q_SINGLE = np.zeros(4, dtype=np.int64)
         (np.zeros((3, 2), np.uint8), np.zeros(2, np.int64), 16, "2 labels for 3"),
         (np.zeros((3, 2), np.uint8), np.zeros((3, 5), np.uint8), 16, "label space"),
         (np.zeros((3, 2), np.uint8), np.zeros(3, np.float32), 16, "label space"),
+        (np.zeros((3, 2), np.uint8), np.array([0, 1, 10]), 16, "outside 0..9"),
+        (np.zeros((3, 2), np.uint8), np.array([0, -1, 3]), 16, "outside 0..9"),
     ],
 )
 def test_bad_published_codes_are_described(packed, labels, bits, fragment):
-    assert fragment in _codes_problem(packed, labels, bits, 16, Q_SINGLE)
+    assert fragment in _codes_problem(packed, labels, bits, 16, Q_SINGLE, 10)
 
 
 def test_good_published_codes_pass():
-    assert (
-        _codes_problem(
-            np.zeros((3, 2), np.uint8), np.ones(3, np.int64), 16, 16, Q_SINGLE
-        )
-        is None
-    )
+    packed = np.zeros((3, 2), np.uint8)
+    assert _codes_problem(packed, np.ones(3, np.int64), 16, 16, Q_SINGLE, 10) is None
 
 
 class DescribeGrid:
@@ -98,7 +96,7 @@ class DescribeGrid:
 
 
 def settings(tmp_path, **kw):
-    return RunSettings(results_dir=str(tmp_path / "results"), extra={}, **kw)
+    return RunSettings(results_dir=str(tmp_path / "results"), **kw)
 
 
 @pytest.mark.usefixtures("task_identity")

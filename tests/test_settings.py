@@ -18,8 +18,7 @@ def test_pyproject_defaults_equal_dataclass_defaults():
     # run_simulation passes no run config, so the dataclass defaults must be the
     # same as the documented [tool.flwr.app.config] defaults.
     from_pyproject = RunSettings.from_config(app_config())
-    assert from_pyproject == RunSettings(extra={})
-    assert from_pyproject.extra == {}
+    assert from_pyproject == RunSettings()
 
 
 @pytest.mark.parametrize("preset", sorted((ROOT / "conf").glob("*.toml")))
@@ -79,3 +78,8 @@ def test_integral_float_is_accepted_and_ks_parse():
     s = RunSettings.from_config({**app_config(), "rounds": 3.0, "precision-k": "50,10"})
     assert s.rounds == 3
     assert s.precision_ks() == (10, 50)
+
+
+def test_unknown_key_is_refused():
+    with pytest.raises(ConfigError, match="unknown config key 'code-lenght'"):
+        RunSettings.from_config({**app_config(), "code-lenght": 16})
