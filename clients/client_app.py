@@ -99,7 +99,7 @@ def build_client_app(overrides: Mapping[str, Any] | None = None) -> ClientApp:
                             K.PARTITION_ID: pid,
                             K.NUM_PARTITIONS: num,
                             K.NUM_DATABASE: len(data.inputs),
-                            "device": str(select_device(settings.device)),
+                            K.NODE_DEVICE: str(select_device(settings.device)),
                         }
                     )
                 }

@@ -125,7 +125,7 @@ def _read_describe_reply(reply: Message, found: dict[int, NodeInfo]) -> NodeInfo
             partition_id=int(cfg[K.PARTITION_ID]),
             num_partitions=int(cfg[K.NUM_PARTITIONS]),
             num_database=int(cfg[K.NUM_DATABASE]),
-            device=str(cfg.get("device", "?")),
+            device=str(cfg.get(K.NODE_DEVICE, "?")),
         )
     except (KeyError, TypeError, ValueError) as exc:
         log(WARNING, "node %d sent a malformed describe reply: %r", node_id, exc)

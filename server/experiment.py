@@ -28,6 +28,7 @@ from server.discovery import describe_nodes
 from server.evaluation import Evaluation, QuerySet, RetrievalEvaluator
 from server.plots import plot_map_per_round, plot_pr_curve, plot_precision_at_k
 from server.results import RunResults
+from settings import keys as K
 from settings.run_settings import RunSettings
 from strategies import build_strategy
 
@@ -125,7 +126,7 @@ class RoundReporter:
         """Evaluate if due; log one progress line; append to rounds.jsonl."""
         history = getattr(self.strategy, "train_history", {})
         train = history.get(server_round)
-        loss = float(train["train-loss"]) if train and "train-loss" in train else None
+        loss = float(train[K.TRAIN_LOSS]) if train and K.TRAIN_LOSS in train else None
         row: dict[str, Any] = {"round": server_round, "train_loss": loss}
         metrics = None
         if self.due(server_round):

@@ -56,3 +56,4 @@ PACKED_CODES = "packed-codes"
 CODE_LABELS = "labels"
 CODE_BITS = "bits"
 NUM_DATABASE = "num-database"
+NODE_DEVICE = "device"  # the device a node trains on, reported at discovery
