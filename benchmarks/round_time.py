@@ -28,11 +28,11 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from clients.data import load_local_data  # noqa: E402
-from clients.trainers import model_for  # noqa: E402
 from experiments.overrides import resolved_settings  # noqa: E402
 from experiments.simulate import simulate  # noqa: E402
 from hashing.train import LocalTrainConfig, train_dpsh  # noqa: E402
 from server.results import read_rounds  # noqa: E402
+from settings.run_model import build_run_model  # noqa: E402
 
 
 def sequential_round(clients: int) -> float:
@@ -44,7 +44,7 @@ def sequential_round(clients: int) -> float:
         for i in range(clients)
     ]
     torch.manual_seed(0)
-    start_state = model_for(settings, data[0]).state_dict()
+    start_state = build_run_model(settings, data[0].input_shape).state_dict()
     cfg = LocalTrainConfig(
         epochs=settings.local_epochs,
         learning_rate=settings.learning_rate,
@@ -53,7 +53,7 @@ def sequential_round(clients: int) -> float:
     )
     t0 = time.perf_counter()
     for i, d in enumerate(data):
-        model = model_for(settings, d)
+        model = build_run_model(settings, d.input_shape)
         model.load_state_dict(start_state)
         train_dpsh(
             model,

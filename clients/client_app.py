@@ -21,10 +21,11 @@ from flwr.clientapp import ClientApp
 
 from clients.data import load_local_data
 from clients.publish import publish_codes
-from clients.trainers import TrainContext, get_trainer, model_for
+from clients.trainers import TrainContext, get_trainer
 from hashing.codes import pack_bytes, sign_codes
 from hashing.train import encode, select_device
 from settings import keys as K
+from settings.run_model import build_run_model
 from settings.run_settings import RunSettings
 
 logger = logging.getLogger(__name__)
@@ -108,7 +109,7 @@ def build_client_app(overrides: Mapping[str, Any] | None = None) -> ClientApp:
         if op != K.OP_ENCODE:
             raise ValueError(f"unknown query op {op!r}")
         server_round = int(msg.content[K.CONFIG].get(K.SERVER_ROUND, 0))
-        model = model_for(settings, data)
+        model = build_run_model(settings, data.input_shape)
         model.load_state_dict(msg.content[K.ARRAYS].to_torch_state_dict())
         codes = sign_codes(
             encode(model, data.inputs, device=select_device(settings.device))

@@ -12,7 +12,7 @@ from functools import lru_cache
 
 import torch
 
-from hashdata import load_dataset, partition_indices, split_query_database
+from hashdata import load_split, partition_indices
 from settings.run_settings import RunSettings
 
 
@@ -67,13 +67,17 @@ def load_local_data(
 @lru_cache(maxsize=16)
 def _load_local_data(key: tuple, partition_id: int, num_partitions: int) -> LocalData:
     (dataset, data_path, download, query_fraction, seed, scheme, alpha, cpc) = key
-    data = load_dataset(dataset, data_path=data_path, download=download)
-    _, db_idx = split_query_database(
-        data.labels, query_fraction=query_fraction, seed=seed
+    split = load_split(
+        dataset,
+        data_path=data_path,
+        download=download,
+        query_fraction=query_fraction,
+        seed=seed,
     )
+    labels, db_idx = split.dataset.labels, split.database_index
     local = db_idx[
         partition_indices(
-            data.labels[db_idx],
+            labels[db_idx],
             scheme=scheme,
             num_partitions=num_partitions,
             partition_id=partition_id,
@@ -82,10 +86,9 @@ def _load_local_data(key: tuple, partition_id: int, num_partitions: int) -> Loca
             classes_per_client=cpc,
         )
     ]
-    modality = data.modalities[0]
     return LocalData(
-        inputs=torch.from_numpy(data.inputs[modality][local]),
-        labels=torch.from_numpy(data.labels[local]),
+        inputs=torch.from_numpy(split.inputs[local]),
+        labels=torch.from_numpy(labels[local]),
         database_index=torch.from_numpy(local),
-        num_classes=data.num_classes,
+        num_classes=split.dataset.num_classes,
     )

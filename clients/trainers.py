@@ -15,9 +15,9 @@ import torch
 from flwr.app import ArrayRecord, MetricRecord, RecordDict
 
 from clients.data import LocalData
-from hashing.models import build_model
 from hashing.train import LocalTrainConfig, train_dpsh
 from settings import keys as K
+from settings.run_model import build_run_model
 from settings.run_settings import RunSettings
 
 
@@ -61,22 +61,11 @@ def get_trainer(strategy: str) -> Trainer:
         ) from None
 
 
-def model_for(settings: RunSettings, data: LocalData) -> torch.nn.Module:
-    """Build the hashing network of this run for this node's input shape."""
-    return build_model(
-        settings.model,
-        data.input_shape,
-        settings.code_length,
-        hidden_dim=settings.hidden_dim,
-        weights_path=settings.model_weights,
-    )
-
-
 @register_trainer("fedavg", "fedprox")
 def dpsh_trainer(content: RecordDict, ctx: TrainContext) -> RecordDict:
     """Local DPSH training from the global model; FedProx adds its proximal term."""
     config = content[K.CONFIG]
-    model = model_for(ctx.settings, ctx.data)
+    model = build_run_model(ctx.settings, ctx.data.input_shape)
     model.load_state_dict(content[K.ARRAYS].to_torch_state_dict())
     stats = train_dpsh(
         model,

@@ -18,32 +18,28 @@ from typing import Any
 import torch
 
 from experiments.overrides import parse_overrides, resolved_settings
-from hashdata import load_dataset, split_query_database
+from hashdata import load_split
 from hashing.codes import sign_codes
-from hashing.models import build_model
 from hashing.retrieval import evaluate_retrieval
 from hashing.train import LocalTrainConfig, encode, select_device, train_dpsh
+from settings.run_model import build_run_model
 from settings.run_settings import RunSettings
 
 
 def train_centralized(settings: RunSettings) -> dict[str, Any]:
     """Train on the whole database and evaluate retrieval; returns a JSON-able dict."""
-    data = load_dataset(
-        settings.dataset, data_path=settings.data_path, download=settings.download
+    split = load_split(
+        settings.dataset,
+        data_path=settings.data_path,
+        download=settings.download,
+        query_fraction=settings.query_fraction,
+        seed=settings.seed,
     )
-    q_idx, db_idx = split_query_database(
-        data.labels, query_fraction=settings.query_fraction, seed=settings.seed
-    )
-    x = torch.from_numpy(data.inputs[data.modalities[0]])
+    data, q_idx, db_idx = split.dataset, split.query_index, split.database_index
+    x = torch.from_numpy(split.inputs)
     y = torch.from_numpy(data.labels)
     torch.manual_seed(settings.seed)
-    model = build_model(
-        settings.model,
-        tuple(x.shape[1:]),
-        settings.code_length,
-        hidden_dim=settings.hidden_dim,
-        weights_path=settings.model_weights,
-    )
+    model = build_run_model(settings, tuple(x.shape[1:]))
     device = select_device(settings.device)
     epochs = settings.rounds * settings.local_epochs
     start = time.perf_counter()

@@ -33,6 +33,7 @@ from hashdata.protocol import (
     validate_query_fraction,
     validate_seed,
 )
+from hashdata.split import ProtocolSplit, load_split
 
 __all__ = [
     "CIFAR10_MEAN",
@@ -42,8 +43,10 @@ __all__ = [
     "MAX_QUERY_FRACTION",
     "PARTITION_SCHEMES",
     "HashDataset",
+    "ProtocolSplit",
     "dirichlet_min_partition_size",
     "load_dataset",
+    "load_split",
     "partition_indices",
     "primary_labels",
     "split_query_database",

@@ -21,14 +21,15 @@ from flwr.app import ArrayRecord, MetricRecord
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
-from hashdata import load_dataset, split_query_database, validate_partitioning
-from hashing.models import build_model, resolve_model_name
+from hashdata import load_split, validate_partitioning
+from hashing.models import resolve_model_name
 from hashing.train import select_device
 from server.discovery import describe_nodes
 from server.evaluation import Evaluation, QuerySet, RetrievalEvaluator
 from server.plots import plot_map_per_round, plot_pr_curve, plot_precision_at_k
 from server.results import RunResults
 from settings import keys as K
+from settings.run_model import build_run_model
 from settings.run_settings import RunSettings
 from strategies import build_strategy
 
@@ -48,13 +49,15 @@ class PreparedData:
 
 def prepare_data(settings: RunSettings) -> PreparedData:
     """Load the dataset and split the server's query set off (seeded, stratified)."""
-    data = load_dataset(
-        settings.dataset, data_path=settings.data_path, download=settings.download
+    split = load_split(
+        settings.dataset,
+        data_path=settings.data_path,
+        download=settings.download,
+        query_fraction=settings.query_fraction,
+        seed=settings.seed,
     )
-    q_idx, db_idx = split_query_database(
-        data.labels, query_fraction=settings.query_fraction, seed=settings.seed
-    )
-    x = data.inputs[data.modalities[0]]
+    data, x = split.dataset, split.inputs
+    q_idx, db_idx = split.query_index, split.database_index
     return PreparedData(
         queries=QuerySet(
             inputs=torch.from_numpy(x[q_idx]),
@@ -190,13 +193,7 @@ def run_experiment(grid: Grid, settings: RunSettings) -> RunResults:
     model_name = resolve_model_name(settings.model, data.input_shape)
 
     def model_factory() -> torch.nn.Module:
-        return build_model(
-            model_name,
-            data.input_shape,
-            settings.code_length,
-            hidden_dim=settings.hidden_dim,
-            weights_path=settings.model_weights,
-        )
+        return build_run_model(settings, data.input_shape)
 
     torch.manual_seed(settings.seed)
     initial = model_factory()  # model/input mismatch -> error
