@@ -19,6 +19,7 @@ import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
+import clients.fedhap_trainer  # noqa: F401  (registers the "fedhap" trainer)
 from clients.data import load_local_data
 from clients.publish import publish_codes
 from clients.trainers import TrainContext, get_trainer

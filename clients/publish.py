@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from hashing.prototypes import ClassPrototypes
 from settings.run_settings import RunSettings
 
 
@@ -34,3 +35,29 @@ def publish_codes(
     """
     del settings, rng  # used by perturbation mechanisms once they exist
     return codes
+
+
+def publish_prototypes(
+    protos: ClassPrototypes, *, settings: RunSettings, rng: np.random.Generator
+) -> ClassPrototypes:
+    """Return the class prototypes this client uploads to the FedHAP server.
+
+    The one place where a client's prototypes leave the node; Random Flipping of
+    binarised prototypes (a later feature) hooks in here.
+
+    Parameters
+    ----------
+    protos : ClassPrototypes
+        Relaxed per-class means (Eq. 5) of the classes this client holds.
+    settings : RunSettings
+        The run's settings.
+    rng : np.random.Generator
+        Seeded generator for any randomised mechanism.
+
+    Returns
+    -------
+    ClassPrototypes
+        Unchanged in this version (no perturbation is configured).
+    """
+    del settings, rng
+    return protos

@@ -103,6 +103,14 @@ class RetrievalEvaluator:
     def evaluate(self, server_round: int, arrays: ArrayRecord) -> Evaluation:
         """Encode queries here and databases on the clients; compute the metrics."""
         start = time.perf_counter()
+        # only the hashing network encodes; FedHAP's discriminator stays home
+        arrays = ArrayRecord(
+            {
+                k: v
+                for k, v in arrays.items()
+                if not k.startswith(K.DISCRIMINATOR_PREFIX)
+            }
+        )
         model = self.model_factory()
         model.load_state_dict(arrays.to_torch_state_dict())
         query_codes = sign_codes(encode(model, self.queries.inputs, device=self.device))

@@ -29,7 +29,7 @@ from server.evaluation import Evaluation, QuerySet, RetrievalEvaluator
 from server.plots import plot_map_per_round, plot_pr_curve, plot_precision_at_k
 from server.results import RunResults
 from settings import keys as K
-from settings.run_model import build_run_model
+from settings.run_model import build_run_model, initial_global_state
 from settings.run_settings import RunSettings
 from strategies import build_strategy
 
@@ -116,6 +116,7 @@ class RoundReporter:
         self.strategy = strategy
         self.results = results
         self.start = time.perf_counter()
+        self._since = self.start  # end of the previous call: what follows is training
         self.rows: list[dict[str, Any]] = []
         self.last: Evaluation | None = None
         self.last_round = -1
@@ -130,7 +131,15 @@ class RoundReporter:
         history = getattr(self.strategy, "train_history", {})
         train = history.get(server_round)
         loss = float(train[K.TRAIN_LOSS]) if train and K.TRAIN_LOSS in train else None
-        row: dict[str, Any] = {"round": server_round, "train_loss": loss}
+        row: dict[str, Any] = {
+            "round": server_round,
+            "train_loss": loss,
+            "train_round_s": time.perf_counter() - self._since if server_round else 0.0,
+        }
+        row.update(getattr(self.strategy, "comm_history", {}).get(server_round, {}))
+        protos = getattr(self.strategy, "prototype_history", {}).get(server_round)
+        if protos is not None:
+            row["prototype_classes"] = len(protos["classes"])
         metrics = None
         if self.due(server_round):
             ev = self.evaluator.evaluate(server_round, arrays)
@@ -150,6 +159,7 @@ class RoundReporter:
         self.rows.append(row)
         self.results.append_round(row)
         log(INFO, "%s", self.progress_line(row))
+        self._since = time.perf_counter()
         return metrics
 
     def progress_line(self, row: dict[str, Any]) -> str:
@@ -208,6 +218,8 @@ def run_experiment(grid: Grid, settings: RunSettings) -> RunResults:
     )
     if hasattr(strategy, "set_node_partitions"):
         strategy.set_node_partitions({n: i.partition_id for n, i in nodes.items()})
+    if hasattr(strategy, "set_label_space"):
+        strategy.set_label_space(data.num_classes)
 
     device = select_device(settings.device)
     results = RunResults(settings.results_dir, default_run_id(settings))
@@ -250,7 +262,9 @@ def run_experiment(grid: Grid, settings: RunSettings) -> RunResults:
         started = time.perf_counter()
         strategy.start(
             grid=grid,
-            initial_arrays=ArrayRecord(initial.state_dict()),
+            initial_arrays=ArrayRecord(
+                initial_global_state(settings, initial, data.num_classes)
+            ),
             num_rounds=settings.rounds,
             evaluate_fn=reporter,
         )
@@ -264,6 +278,21 @@ def run_experiment(grid: Grid, settings: RunSettings) -> RunResults:
     except BaseException as exc:
         results.fail(exc)
         raise
+
+
+def _round_costs(rows: list[dict[str, Any]]) -> dict[str, float | None]:
+    """Mean training wall time and bytes per client over the trained rounds."""
+    trained = [r for r in rows if r["round"] > 0]
+
+    def mean(key: str) -> float | None:
+        vals = [r[key] for r in trained if r.get(key) is not None]
+        return float(np.mean(vals)) if vals else None
+
+    return {
+        "train_round_s_mean": mean("train_round_s"),
+        "down_bytes_per_client_mean": mean("down_bytes_per_client"),
+        "up_bytes_per_client_mean": mean("up_bytes_per_client"),
+    }
 
 
 def _write_summary(
@@ -294,6 +323,7 @@ def _write_summary(
             "best_map_all": best["map_all"],
             "train_seconds": seconds,
             "seconds_per_round": seconds / settings.rounds,
+            **_round_costs(reporter.rows),
         },
     )
     title = (

@@ -34,6 +34,13 @@ PRECISION_K = "precision-k"
 RESULTS_DIR = "results-dir"
 RUN_NAME = "run-name"
 DEVICE = "device"
+FEDHAP_VARIANT = "fedhap-variant"
+TRIPLET_MARGIN = "triplet-margin"
+TRIPLET_DISTANCE = "triplet-distance"
+FEDHAP_MU = "fedhap-mu"
+FEDHAP_LAMBDA = "fedhap-lambda"
+PROTOTYPE_WEIGHTING = "prototype-weighting"
+DISCRIMINATOR_HIDDEN_DIM = "discriminator-hidden-dim"
 
 # --- node config keys (set by the simulation engine or ``--node-config``) --------
 PARTITION_ID = "partition-id"
@@ -44,6 +51,7 @@ ARRAYS = "arrays"  # ArrayRecord: model parameters
 CONFIG = "config"  # ConfigRecord: per-round instructions
 METRICS = "metrics"  # MetricRecord: client metrics (FedAvg wants "num-examples")
 CODES = "codes"  # ArrayRecord: published database codes (packed bits) + labels
+PROTOTYPES = "prototypes"  # ArrayRecord: FedHAP class prototypes (up and down)
 
 # entries inside records
 NUM_EXAMPLES = "num-examples"  # Flower's FedAvg weighting key
@@ -57,3 +65,9 @@ CODE_LABELS = "labels"
 CODE_BITS = "bits"
 NUM_DATABASE = "num-database"
 NODE_DEVICE = "device"  # the device a node trains on, reported at discovery
+PROTO_CLASSES = "classes"  # (m,) int64 class ids of the prototypes in the record
+PROTO_CODES = "codes"  # (m, bits) float32: relaxed means (up) or +-1 signs (down)
+PROTO_COUNTS = "counts"  # (m,) int64 per-class sample counts (uploads only)
+
+# prefix of the discriminator's parameters inside the global ArrayRecord (FedHAP)
+DISCRIMINATOR_PREFIX = "discriminator."

@@ -1,11 +1,23 @@
-"""The hashing network of a run, built from its settings."""
+"""The networks of a run, built from its settings, and the global state layout.
+
+The global ArrayRecord holds the hashing network's parameters under their own names
+and, for FedHAP with a discriminator, the discriminator's parameters under
+``discriminator.``; both are FedAvg'd together by Flower.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import TypeVar
+
 from torch import nn
 
+from hashing.discriminator import Discriminator
 from hashing.models import build_model
+from settings import keys as K
 from settings.run_settings import RunSettings
+
+V = TypeVar("V")
 
 
 def build_run_model(settings: RunSettings, input_shape: tuple[int, ...]) -> nn.Module:
@@ -20,3 +32,40 @@ def build_run_model(settings: RunSettings, input_shape: tuple[int, ...]) -> nn.M
         hidden_dim=settings.hidden_dim,
         weights_path=settings.model_weights,
     )
+
+
+def build_run_discriminator(settings: RunSettings, num_classes: int) -> Discriminator:
+    """FedHAP's discriminator over [code, label vector] for this run."""
+    return Discriminator(
+        settings.code_length,
+        num_classes,
+        hidden_dim=settings.discriminator_hidden_dim,
+    )
+
+
+def initial_global_state(
+    settings: RunSettings, model: nn.Module, num_classes: int
+) -> dict:
+    """State dict of the round-0 global arrays: model (+ discriminator if used)."""
+    state = dict(model.state_dict())
+    if settings.uses_discriminator:
+        disc = build_run_discriminator(settings, num_classes)
+        state.update(prefix_state(disc.state_dict()))
+    return state
+
+
+def prefix_state(state: Mapping[str, V]) -> dict[str, V]:
+    """Discriminator parameters renamed with the ``discriminator.`` prefix."""
+    return {K.DISCRIMINATOR_PREFIX + k: v for k, v in state.items()}
+
+
+def split_global_state(state: Mapping[str, V]) -> tuple[dict[str, V], dict[str, V]]:
+    """``(hashing-network entries, discriminator entries without prefix)``."""
+    model, disc = {}, {}
+    n = len(K.DISCRIMINATOR_PREFIX)
+    for k, v in state.items():
+        if k.startswith(K.DISCRIMINATOR_PREFIX):
+            disc[k[n:]] = v
+        else:
+            model[k] = v
+    return model, disc

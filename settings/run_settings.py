@@ -19,6 +19,12 @@ PARTITIONINGS = ("iid", "dirichlet", "pathological")
 MODELS = ("auto", "mlp", "cnn", "resnet18")
 LOSSES = ("dpsh",)
 DEVICES = ("auto", "cpu", "cuda")
+# full FedHAP, and the paper's ablations (Section 4.5): FedHAP-1 no global
+# prototypes at all, FedHAP-2 prototypes only in the discriminator, FedHAP-3
+# prototypes only in the global triplet loss (no discriminator).
+FEDHAP_VARIANTS = ("full", "fedhap-1", "fedhap-2", "fedhap-3")
+TRIPLET_DISTANCES = ("cosine", "euclidean")
+PROTOTYPE_WEIGHTINGS = ("mean", "count")
 MIN_BITS, MAX_BITS = 8, 256
 
 
@@ -59,6 +65,13 @@ class RunSettings:
     results_dir: str = "results"
     run_name: str = ""
     device: str = "auto"
+    fedhap_variant: str = "full"
+    triplet_margin: float = 0.5
+    triplet_distance: str = "cosine"
+    fedhap_mu: float = 0.05
+    fedhap_lambda: float = 0.1
+    prototype_weighting: str = "mean"
+    discriminator_hidden_dim: int = 128
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> RunSettings:
@@ -88,6 +101,9 @@ class RunSettings:
         _choice(K.MODEL, self.model, MODELS)
         _choice(K.LOSS, self.loss, LOSSES)
         _choice(K.DEVICE, self.device, DEVICES)
+        _choice(K.FEDHAP_VARIANT, self.fedhap_variant, FEDHAP_VARIANTS)
+        _choice(K.TRIPLET_DISTANCE, self.triplet_distance, TRIPLET_DISTANCES)
+        _choice(K.PROTOTYPE_WEIGHTING, self.prototype_weighting, PROTOTYPE_WEIGHTINGS)
         if not MIN_BITS <= self.code_length <= MAX_BITS:
             raise ConfigError(
                 f"{K.CODE_LENGTH}={self.code_length}: accepted are integers in "
@@ -101,12 +117,14 @@ class RunSettings:
             (K.MAP_TOP_K, self.map_top_k),
             (K.HIDDEN_DIM, self.hidden_dim),
             (K.MIN_TRAIN_NODES, self.min_train_nodes),
+            (K.DISCRIMINATOR_HIDDEN_DIM, self.discriminator_hidden_dim),
         ):
             if value <= 0:
                 raise ConfigError(f"{key}={value}: must be a positive integer")
         for key, value in (
             (K.LEARNING_RATE, self.learning_rate),
             (K.DIRICHLET_ALPHA, self.dirichlet_alpha),
+            (K.TRIPLET_MARGIN, self.triplet_margin),
         ):
             if not value > 0:
                 raise ConfigError(f"{key}={value}: must be > 0")
@@ -114,6 +132,8 @@ class RunSettings:
             (K.WEIGHT_DECAY, self.weight_decay),
             (K.QUANTIZATION_WEIGHT, self.quantization_weight),
             (K.PROXIMAL_MU, self.proximal_mu),
+            (K.FEDHAP_MU, self.fedhap_mu),
+            (K.FEDHAP_LAMBDA, self.fedhap_lambda),
         ):
             if not value >= 0:
                 raise ConfigError(f"{key}={value}: must be >= 0")
@@ -140,6 +160,21 @@ class RunSettings:
                 "holds (or will hold, with download=true) cifar-10-batches-py/"
             )
         self.precision_ks()  # parses or raises
+
+    @property
+    def uses_discriminator(self) -> bool:
+        """FedHAP with its discriminator (full and FedHAP-2)."""
+        return self.strategy == "fedhap" and self.fedhap_variant in ("full", "fedhap-2")
+
+    @property
+    def uses_global_triplet(self) -> bool:
+        """FedHAP with the global-prototype triplet loss (full and FedHAP-3)."""
+        return self.strategy == "fedhap" and self.fedhap_variant in ("full", "fedhap-3")
+
+    @property
+    def uses_prototypes(self) -> bool:
+        """Whether clients upload and the server broadcasts class prototypes."""
+        return self.uses_discriminator or self.uses_global_triplet
 
     def precision_ks(self) -> tuple[int, ...]:
         """Parse ``precision-k`` ("10,50,100") into sorted positive integers."""

@@ -26,7 +26,8 @@ class HashingFedProx(PartitionOrderedMixin, FedProx):
     """Flower FedProx with partition-ordered, screened aggregation."""
 
 
-def _common_kwargs(settings: RunSettings) -> dict:
+def common_kwargs(settings: RunSettings) -> dict:
+    """Flower FedAvg arguments shared by every strategy of this app."""
     return {
         "fraction_train": settings.fraction_train,
         "fraction_evaluate": 0.0,
@@ -39,10 +40,10 @@ def _common_kwargs(settings: RunSettings) -> dict:
 @register("fedavg")
 def fedavg(settings: RunSettings) -> HashingFedAvg:
     """FedAvg baseline (``strategy = "fedavg"``)."""
-    return HashingFedAvg(**_common_kwargs(settings))
+    return HashingFedAvg(**common_kwargs(settings))
 
 
 @register("fedprox")
 def fedprox(settings: RunSettings) -> HashingFedProx:
     """FedProx baseline (``strategy = "fedprox"``), mu from ``proximal-mu``."""
-    return HashingFedProx(**_common_kwargs(settings), proximal_mu=settings.proximal_mu)
+    return HashingFedProx(**common_kwargs(settings), proximal_mu=settings.proximal_mu)

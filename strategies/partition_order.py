@@ -6,8 +6,8 @@ the server first learns each node's ``partition-id`` (``server/discovery.py``); 
 mixin then (a) shows Flower's sampling the node list sorted by partition id and seeds
 ``random`` for that one call (restoring its state after), and (b) sorts replies by
 partition id before aggregation, so floating-point sums are always taken in the same
-order. It also screens replies (``strategies/reply_checks.py``) and keeps the
-aggregated train metrics per round.
+order. It also screens replies (``strategies/reply_checks.py``), keeps the
+aggregated train metrics per round and measures the bytes exchanged per client.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from logging import WARNING
 from typing import Any
 
-from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
@@ -55,7 +55,10 @@ class PartitionOrderedMixin:
         self.sampling_seed = sampling_seed
         self.node_partitions: dict[int, int] = {}
         self.train_history: dict[int, MetricRecord] = {}
+        self.comm_history: dict[int, dict[str, float]] = {}
+        self.kept_nodes: list[int] = []  # nodes whose replies the last round used
         self._expected: dict[str, tuple[tuple[int, ...], str]] = {}
+        self._sent: list[Message] = []
 
     def set_node_partitions(self, node_partitions: dict[int, int]) -> None:
         """Record ``{node_id: partition_id}`` learnt at discovery."""
@@ -84,17 +87,25 @@ class PartitionOrderedMixin:
             )
         finally:
             random.setstate(state)
-        return sorted(messages, key=lambda m: self.order_key(m.metadata.dst_node_id))
+        # kept so that aggregate_train can count what was sent, including records
+        # that subclasses add to these messages after this call
+        self._sent = sorted(
+            messages, key=lambda m: self.order_key(m.metadata.dst_node_id)
+        )
+        return self._sent
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Drop bad replies (logged), sort by partition id, then Flower's FedAvg."""
         kept = []
+        up_bytes = []
         for msg in sorted(
             replies, key=lambda m: self.order_key(m.metadata.src_node_id)
         ):
-            problem = None if msg.has_error() else self.train_reply_problem(msg)
+            if not msg.has_error():
+                up_bytes.append(content_bytes(msg.content))
+            problem = None if msg.has_error() else self.screen_train_reply(msg)
             if problem is not None:
                 log(
                     WARNING,
@@ -105,11 +116,32 @@ class PartitionOrderedMixin:
                 )
                 continue
             kept.append(msg)
+        self.kept_nodes = [m.metadata.src_node_id for m in kept]
+        sent = self._sent
+        self.comm_history[server_round] = {
+            "down_bytes_per_client": _mean(content_bytes(m.content) for m in sent),
+            "up_bytes_per_client": _mean(up_bytes),
+        }
         arrays, metrics = super().aggregate_train(server_round, kept)  # type: ignore[misc]
         if metrics is not None:
             self.train_history[server_round] = metrics
         return arrays, metrics
 
-    def train_reply_problem(self, msg: Message) -> str | None:
-        """Why a train reply is unusable (subclasses extend for extra records)."""
+    def screen_train_reply(self, msg: Message) -> str | None:
+        """Why a (non-error) train reply is unusable, or ``None`` to keep it.
+
+        Subclasses whose replies carry extra records take them out of ``msg`` here
+        (Flower's FedAvg wants exactly one ArrayRecord and one MetricRecord), check
+        them, then call ``super()``.
+        """
         return train_reply_problem(msg, self._expected)
+
+
+def content_bytes(content: RecordDict) -> int:
+    """Payload bytes of a message's records (Flower's ``count_bytes``)."""
+    return sum(record.count_bytes() for record in content.values())
+
+
+def _mean(values: Iterable[float]) -> float:
+    vals = list(values)
+    return float(sum(vals) / len(vals)) if vals else 0.0

@@ -2,7 +2,9 @@
 
 import pytest
 
+from clients.data import load_local_data
 from experiments.simulate import load_run, simulate
+from settings.run_settings import RunSettings
 from tests.fixtures import write_feature_npz
 
 pytestmark = pytest.mark.e2e
@@ -65,3 +67,34 @@ def test_fedprox_on_multi_label_features_end_to_end(tmp_path):
     assert config["model"] == "mlp"
     assert "shares at least one label" in config["protocol"]
     assert summary["final"]["map_all"] > summary["initial_map_all"]
+
+
+def test_fedhap_exchanges_prototypes_and_learns(tmp_path):
+    run_dir = simulate(
+        {
+            **BASE,
+            "strategy": "fedhap",
+            "partitioning": "pathological",
+            "classes-per-client": 4,
+            "local-epochs": 3,
+            "results-dir": str(tmp_path / "results"),
+        },
+        num_clients=3,
+    )
+    config, rows, summary = load_run(run_dir)
+    assert config["config"]["fedhap-variant"] == "full"
+    # every trained round built global prototypes for exactly the classes the
+    # clients hold (pathological: some of the 10 digits are held by nobody)
+    settings = RunSettings.from_config(config["config"])
+    held = set()
+    for pid in range(3):
+        local = load_local_data(settings, partition_id=pid, num_partitions=3)
+        held |= set(local.labels.tolist())
+    assert len(held) < 10
+    assert [r.get("prototype_classes") for r in rows] == [None, len(held), len(held)]
+    # uploads carry prototypes (10 classes x 16 bits at most) on top of the arrays
+    trained = [r for r in rows if r["round"] > 0]
+    assert all(r["up_bytes_per_client"] > 0 for r in trained)
+    # round 2's broadcast carries the prototypes, round 1's does not
+    assert trained[1]["down_bytes_per_client"] > trained[0]["down_bytes_per_client"]
+    assert summary["final"]["map_all"] > summary["initial_map_all"] + 0.1

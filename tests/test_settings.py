@@ -52,6 +52,14 @@ def test_presets_use_known_keys_and_validate(preset):
         ("learning-rate", "fast", "must be a number"),
         ("download", "yes", "true or false"),
         ("classes-per-client", 0, "classes-per-client"),
+        ("fedhap-mu", -0.01, "fedhap-mu=-0.01"),
+        ("fedhap-lambda", -1.0, "must be >= 0"),
+        ("triplet-margin", 0.0, "must be > 0"),
+        ("triplet-margin", -0.5, "triplet-margin"),
+        ("triplet-distance", "manhattan", "accepted are cosine, euclidean"),
+        ("fedhap-variant", "fedhap-4", "fedhap-1"),
+        ("prototype-weighting", "median", "mean, count"),
+        ("discriminator-hidden-dim", 0, "positive integer"),
     ],
 )
 def test_bad_values_name_the_key(key, value, fragment):
@@ -70,7 +78,7 @@ def test_unknown_strategy_is_refused_with_the_accepted_names():
     from strategies import build_strategy
 
     settings = RunSettings.from_config({**app_config(), "strategy": "fedsgd"})
-    with pytest.raises(ConfigError, match="strategy='fedsgd'.*fedavg, fedprox"):
+    with pytest.raises(ConfigError, match="strategy='fedsgd'.*fedavg, fedhap, fedprox"):
         build_strategy(settings)
 
 

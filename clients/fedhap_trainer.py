@@ -1,0 +1,91 @@
+"""FedHAP's client trainer (registered for ``strategy = "fedhap"``).
+
+Receives the global hashing network + discriminator (one ArrayRecord, discriminator
+under ``discriminator.``) and, from round 2 on, the global prototype codes in their
+own record; trains with :func:`hashing.fedhap_train.train_fedhap`; replies with the
+updated parameters, the metrics and -- through the single upload function
+:func:`clients.publish.publish_prototypes` -- its class prototypes (Eq. 5) computed
+with the updated network on all its samples, for the classes it holds.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from flwr.app import ArrayRecord, MetricRecord, RecordDict
+
+from clients.publish import publish_prototypes
+from clients.trainers import TrainContext, register_trainer
+from hashing.fedhap_train import FedHAPTrainConfig, train_fedhap
+from hashing.prototypes import class_prototypes
+from hashing.train import encode
+from settings import keys as K
+from settings.prototype_records import read_broadcast, upload_record
+from settings.run_model import (
+    build_run_discriminator,
+    build_run_model,
+    prefix_state,
+    split_global_state,
+)
+
+
+@register_trainer("fedhap")
+def fedhap_trainer(content: RecordDict, ctx: TrainContext) -> RecordDict:
+    """One FedHAP round on this client."""
+    s = ctx.settings
+    num_classes = ctx.data.num_classes
+    model_state, disc_state = split_global_state(
+        content[K.ARRAYS].to_torch_state_dict()
+    )
+    model = build_run_model(s, ctx.data.input_shape)
+    model.load_state_dict(model_state)
+    disc = None
+    if s.uses_discriminator:
+        disc = build_run_discriminator(s, num_classes)
+        disc.load_state_dict(disc_state)
+    prototypes = None
+    if s.uses_prototypes and K.PROTOTYPES in content:
+        classes, codes = read_broadcast(content[K.PROTOTYPES])
+        prototypes = (torch.from_numpy(codes), torch.from_numpy(classes))
+    stats = train_fedhap(
+        model,
+        disc,
+        ctx.data.inputs,
+        ctx.data.labels,
+        prototypes=prototypes,
+        config=FedHAPTrainConfig(
+            epochs=s.local_epochs,
+            learning_rate=s.learning_rate,
+            batch_size=s.batch_size,
+            num_classes=num_classes,
+            margin=s.triplet_margin,
+            distance=s.triplet_distance,
+            mu=s.fedhap_mu,
+            lam=s.fedhap_lambda,
+            global_triplet=s.uses_global_triplet,
+            weight_decay=s.weight_decay,
+        ),
+        device=ctx.device,
+        generator=ctx.generator,
+    )
+    state = dict(model.cpu().state_dict())
+    if disc is not None:
+        state.update(prefix_state(disc.cpu().state_dict()))
+    reply = RecordDict(
+        {
+            K.ARRAYS: ArrayRecord(state),
+            K.METRICS: MetricRecord(
+                {K.NUM_EXAMPLES: len(ctx.data.inputs), K.TRAIN_LOSS: stats["loss"]}
+            ),
+        }
+    )
+    if s.uses_prototypes:
+        relaxed = torch.from_numpy(encode(model, ctx.data.inputs, device=ctx.device))
+        protos = class_prototypes(relaxed, ctx.data.labels, num_classes=num_classes)
+        rng = np.random.default_rng(
+            int(torch.randint(0, 2**62, (1,), generator=ctx.generator))
+        )
+        reply[K.PROTOTYPES] = upload_record(
+            publish_prototypes(protos, settings=s, rng=rng)
+        )
+    return reply

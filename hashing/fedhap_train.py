@@ -1,0 +1,181 @@
+"""FedHAP local training (Algorithm 1, client side), plain PyTorch.
+
+Each mini-batch of each local epoch alternates (a) one discriminator step on the
+current relaxed codes (detached) against the global prototypes and (b) one hashing
+network step on
+
+    L = L_tl^local + L_tl^global + mu * L_quan + lambda * L_adv        (Eq. 9)
+
+where L_tl are the triplet losses of ``hashing/triplet.py``, L_quan is the mean of
+(b - sign(b))^2 over samples and bits (Eq. 7 as a mean, so mu does not depend on
+batch size or code length) and L_adv the generator loss of
+``hashing/discriminator.py``. The paper's Algorithm 1 alternates the two steps
+"each local epoch" without saying at which granularity; we alternate per mini-batch,
+as GANs are usually trained. Terms that need global prototypes are skipped while
+there are none (round 1) and in the ablations that switch them off.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from hashing.discriminator import Discriminator, discriminator_loss, generator_loss
+from hashing.train import iterate_minibatches
+from hashing.triplet import global_triplet_loss, local_triplet_loss
+
+
+@dataclass(frozen=True)
+class FedHAPTrainConfig:
+    """Hyper-parameters of one FedHAP client's local training.
+
+    Attributes
+    ----------
+    epochs : int
+        Passes over the local data per round.
+    learning_rate : float
+        Adam step size (hashing network and discriminator).
+    batch_size : int
+        Mini-batch size; triplets are formed inside each batch.
+    num_classes : int
+        Size of the label space C.
+    margin : float
+        Triplet margin a.
+    distance : str
+        ``cosine`` or ``euclidean``.
+    mu : float
+        Weight of the quantization loss.
+    lam : float
+        Weight of the adversarial loss (lambda).
+    global_triplet : bool
+        Use L_tl^global (full FedHAP and FedHAP-3).
+    weight_decay : float
+        Adam L2 weight decay of the hashing network.
+    """
+
+    epochs: int
+    learning_rate: float
+    batch_size: int
+    num_classes: int
+    margin: float = 0.5
+    distance: str = "cosine"
+    mu: float = 0.05
+    lam: float = 0.1
+    global_triplet: bool = True
+    weight_decay: float = 0.0
+
+
+def quantization_loss(b: torch.Tensor) -> torch.Tensor:
+    """L_quan (Eq. 7) as a mean over samples and bits."""
+    return (b - torch.sign(b).detach()).pow(2).mean()
+
+
+def train_fedhap(
+    model: nn.Module,
+    discriminator: Discriminator | None,
+    inputs: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    prototypes: tuple[torch.Tensor, torch.Tensor] | None,
+    config: FedHAPTrainConfig,
+    device: torch.device,
+    generator: torch.Generator,
+) -> dict[str, float]:
+    """Train ``model`` (and ``discriminator``) in place for one round.
+
+    Parameters
+    ----------
+    model : nn.Module
+        Hashing network holding the global weights.
+    discriminator : Discriminator or None
+        Holding the global discriminator weights; ``None`` without one (FedHAP-1/3).
+    inputs : torch.Tensor
+        (n, ...) float32 local samples (CPU).
+    labels : torch.Tensor
+        (n,) int64 class ids or (n, C) multi-hot (CPU).
+    prototypes : tuple or None
+        ``(codes (m, bits) float32 +-1, classes (m,) int64)`` global prototypes, or
+        ``None`` when there are none yet or the variant does not use them.
+    config : FedHAPTrainConfig
+        Hyper-parameters.
+    device : torch.device
+        Where to train.
+    generator : torch.Generator
+        CPU generator for the mini-batch order.
+
+    Returns
+    -------
+    dict
+        Means over steps of ``loss`` (the hashing objective) and its weighted
+        parts ``triplet_local``,
+        ``triplet_global``, ``quantization``, ``adversarial`` and
+        ``discriminator``; and ``steps``.
+    """
+    model.to(device).train()
+    opt_g = torch.optim.Adam(
+        model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay
+    )
+    use_disc = discriminator is not None and prototypes is not None
+    use_global = config.global_triplet and prototypes is not None
+    if prototypes is not None:
+        p_codes, p_classes = (t.to(device) for t in prototypes)
+    opt_d = None
+    if discriminator is not None:
+        discriminator.to(device).train()
+        opt_d = torch.optim.Adam(discriminator.parameters(), lr=config.learning_rate)
+    names = (
+        "loss",
+        "triplet_local",
+        "triplet_global",
+        "quantization",
+        "adversarial",
+        "discriminator",
+    )
+    sums = dict.fromkeys(names, 0.0)
+    steps = 0
+    for _ in range(config.epochs):
+        for idx in iterate_minibatches(
+            len(inputs), config.batch_size, generator=generator
+        ):
+            x = inputs[idx].to(device, non_blocking=True)
+            y = labels[idx].to(device, non_blocking=True)
+            b = model(x)
+            parts = {
+                "triplet_local": local_triplet_loss(
+                    b, y, margin=config.margin, metric=config.distance
+                ),
+                "quantization": config.mu * quantization_loss(b),
+            }
+            if use_disc:
+                assert opt_d is not None and discriminator is not None
+                d_loss = discriminator_loss(
+                    discriminator, b.detach(), y, p_codes, p_classes
+                )
+                opt_d.zero_grad(set_to_none=True)
+                d_loss.backward()
+                opt_d.step()
+                sums["discriminator"] += float(d_loss.detach())
+                parts["adversarial"] = config.lam * generator_loss(discriminator, b, y)
+            if use_global:
+                parts["triplet_global"] = global_triplet_loss(
+                    b,
+                    y,
+                    p_codes,
+                    p_classes,
+                    num_classes=config.num_classes,
+                    margin=config.margin,
+                    metric=config.distance,
+                )
+            loss = sum(parts.values())
+            opt_g.zero_grad(set_to_none=True)
+            loss.backward()
+            opt_g.step()
+            sums["loss"] += float(loss.detach())
+            for k, v in parts.items():
+                sums[k] += float(v.detach())
+            steps += 1
+    out = {k: v / max(steps, 1) for k, v in sums.items()}
+    out["steps"] = float(steps)
+    return out

@@ -1,0 +1,160 @@
+"""FedHAP: federated hashing with global class prototypes (Flower FedAvg subclass).
+
+Server side of Algorithm 1: FedAvg of the hashing network and the discriminator
+(both in the one global ArrayRecord, the discriminator under ``discriminator.``),
+plus global prototypes. Each round the server
+
+1. sends the global arrays and, once it has them, the global prototype codes in
+   their own ``prototypes`` record (the same for every client);
+2. takes each reply's ``prototypes`` record out before Flower's FedAvg sees the
+   reply, validating it (code length, class ids in the label space, finite values,
+   positive counts); a bad record drops the whole reply with a log line naming the
+   client;
+3. aggregates, per class, the relaxed class means of the kept clients that hold the
+   class (Eq. 6: plain mean, or count-weighted with ``prototype-weighting =
+   "count"``) and takes the sign; a class nobody holds stays absent.
+
+Client contract: train with the received prototypes (``clients/fedhap_trainer.py``)
+and reply with one ArrayRecord of the same layout, one MetricRecord with
+``num-examples`` and -- unless the variant is FedHAP-1 -- a ``prototypes`` record
+with the classes it holds, their mean relaxed codes and counts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from logging import INFO
+from typing import Any
+
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
+from flwr.common.logger import log
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import FedAvg
+
+from hashing.prototypes import (
+    ClassPrototypes,
+    GlobalPrototypes,
+    aggregate_prototypes,
+    prototype_problem,
+)
+from settings import keys as K
+from settings.prototype_records import broadcast_record, read_upload
+from settings.run_settings import RunSettings
+from strategies.fedavg_hashing import common_kwargs
+from strategies.partition_order import PartitionOrderedMixin
+from strategies.registry import register
+
+
+class HashingFedHAP(PartitionOrderedMixin, FedAvg):
+    """Flower FedAvg + FedHAP's global prototypes.
+
+    Parameters
+    ----------
+    bits : int
+        Code length; uploads of another length are rejected.
+    uses_prototypes : bool
+        False for the FedHAP-1 ablation (no prototypes exchanged at all).
+    weighting : str
+        ``mean`` (paper) or ``count``; see
+        :func:`hashing.prototypes.aggregate_prototypes`.
+    **kwargs
+        Passed to Flower's FedAvg (and ``sampling_seed`` to the mixin).
+    """
+
+    def __init__(
+        self,
+        *,
+        bits: int,
+        uses_prototypes: bool = True,
+        weighting: str = "mean",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.bits = bits
+        self.uses_prototypes = uses_prototypes
+        self.weighting = weighting
+        self.num_classes: int | None = None
+        self.global_prototypes: GlobalPrototypes | None = None
+        self.prototype_history: dict[int, dict[str, Any]] = {}
+        self._uploads: dict[int, ClassPrototypes] = {}
+
+    def set_label_space(self, num_classes: int) -> None:
+        """Size of the label space; class ids outside ``0..C-1`` are rejected."""
+        self.num_classes = int(num_classes)
+
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        """FedAvg's train messages, plus the global prototypes once they exist."""
+        messages = list(super().configure_train(server_round, arrays, config, grid))
+        if self.uses_prototypes and self.global_prototypes is not None:
+            record = broadcast_record(self.global_prototypes)
+            for msg in messages:
+                msg.content[K.PROTOTYPES] = record
+        return messages
+
+    def screen_train_reply(self, msg: Message) -> str | None:
+        """Take the prototype record out of the reply and check it, then the rest."""
+        if not self.uses_prototypes:
+            return super().screen_train_reply(msg)
+        if self.num_classes is None:
+            raise RuntimeError("set_label_space() must be called before training")
+        record = msg.content.pop(K.PROTOTYPES, None)
+        if record is None:
+            return f"no '{K.PROTOTYPES}' record"
+        try:
+            upload = read_upload(record)
+        except (KeyError, TypeError, ValueError) as exc:
+            return f"malformed '{K.PROTOTYPES}' record ({exc!r})"
+        problem = prototype_problem(
+            upload, num_classes=self.num_classes, bits=self.bits
+        )
+        if problem is not None:
+            return f"prototypes: {problem}"
+        problem = super().screen_train_reply(msg)
+        if problem is None:
+            self._uploads[msg.metadata.src_node_id] = upload
+        return problem
+
+    def aggregate_train(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """FedAvg of the models; Eq. (6) over the kept clients' prototypes."""
+        self._uploads = {}
+        arrays, metrics = super().aggregate_train(server_round, replies)
+        if not self.uses_prototypes or arrays is None:
+            return arrays, metrics
+        uploads = [self._uploads[n] for n in self.kept_nodes if n in self._uploads]
+        if uploads:
+            assert self.num_classes is not None
+            self.global_prototypes = aggregate_prototypes(
+                uploads,
+                num_classes=self.num_classes,
+                bits=self.bits,
+                weighting=self.weighting,
+            )
+            classes = self.global_prototypes.classes.tolist()
+            self.prototype_history[server_round] = {
+                "classes": classes,
+                "clients": len(uploads),
+            }
+            log(
+                INFO,
+                "round %d: global prototypes for %d/%d classes from %d clients",
+                server_round,
+                len(classes),
+                self.num_classes,
+                len(uploads),
+            )
+        return arrays, metrics
+
+
+@register("fedhap")
+def fedhap(settings: RunSettings) -> HashingFedHAP:
+    """FedHAP (``strategy = "fedhap"``), variant from ``fedhap-variant``."""
+    return HashingFedHAP(
+        **common_kwargs(settings),
+        bits=settings.code_length,
+        uses_prototypes=settings.uses_prototypes,
+        weighting=settings.prototype_weighting,
+    )
