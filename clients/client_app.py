@@ -26,6 +26,7 @@ from clients.trainers import TrainContext, get_trainer
 from hashing.codes import pack_bytes, sign_codes
 from hashing.train import encode, select_device
 from settings import keys as K
+from settings.privacy_records import privacy_record
 from settings.run_model import build_run_model
 from settings.run_settings import RunSettings
 
@@ -116,7 +117,7 @@ def build_client_app(overrides: Mapping[str, Any] | None = None) -> ClientApp:
             encode(model, data.inputs, device=select_device(settings.device))
         )
         rng = np.random.default_rng(derive_seed(settings.seed, server_round, pid, 1))
-        published = publish_codes(codes, settings=settings, rng=rng)
+        published, uses = publish_codes(codes, settings=settings, rng=rng)
         labels = data.labels.numpy()
         reply = RecordDict(
             {
@@ -131,6 +132,8 @@ def build_client_app(overrides: Mapping[str, Any] | None = None) -> ClientApp:
                 ),
             }
         )
+        if uses:
+            reply[K.PRIVACY] = privacy_record(uses)
         return Message(reply, reply_to=msg)
 
     return app

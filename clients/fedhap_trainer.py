@@ -20,6 +20,7 @@ from hashing.fedhap_train import FedHAPTrainConfig, train_fedhap
 from hashing.prototypes import class_prototypes
 from hashing.train import encode
 from settings import keys as K
+from settings.privacy_records import privacy_record
 from settings.prototype_records import read_broadcast, upload_record
 from settings.run_model import (
     build_run_discriminator,
@@ -85,7 +86,8 @@ def fedhap_trainer(content: RecordDict, ctx: TrainContext) -> RecordDict:
         rng = np.random.default_rng(
             int(torch.randint(0, 2**62, (1,), generator=ctx.generator))
         )
-        reply[K.PROTOTYPES] = upload_record(
-            publish_prototypes(protos, settings=s, rng=rng)
-        )
+        published, uses = publish_prototypes(protos, settings=s, rng=rng)
+        reply[K.PROTOTYPES] = upload_record(published)
+        if uses:
+            reply[K.PRIVACY] = privacy_record(uses)
     return reply

@@ -17,11 +17,12 @@ from privacy.flipping import (
     check_epsilon,
     epsilon_per_bit,
     epsilon_per_code,
+    flip_beta,
     flip_codes,
     flip_guarantee,
     pitq_guarantee,
 )
-from privacy.ledger import PrivacyCharge, PrivacyLedger
+from privacy.ledger import MechanismUse, PrivacyCharge, PrivacyLedger
 
 __all__ = [
     "CALIBRATIONS",
@@ -30,6 +31,7 @@ __all__ = [
     "UNIT_BIT",
     "UNIT_CODE",
     "FlipGuarantee",
+    "MechanismUse",
     "PitqGuarantee",
     "PrivacyCharge",
     "PrivacyLedger",
@@ -38,6 +40,7 @@ __all__ = [
     "check_epsilon",
     "epsilon_per_bit",
     "epsilon_per_code",
+    "flip_beta",
     "flip_codes",
     "flip_guarantee",
     "pitq_guarantee",

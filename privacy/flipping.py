@@ -352,6 +352,48 @@ class FlipGuarantee:
         return _at_most(self.eps_per_code, self.claimed_eps)
 
 
+def flip_beta(eps: float, calibration: str) -> float:
+    """Flip probability for ``eps`` under ``calibration``, refusing useless ones.
+
+    Parameters
+    ----------
+    eps : float
+        Epsilon, > 0 (per bit for ``"rr"``; the paper's claimed value for
+        ``"paper"``).
+    calibration : str
+        ``"rr"`` or ``"paper"``.
+
+    Returns
+    -------
+    float
+        ``beta`` in (0, 1/2), usable by :func:`flip_codes`.
+
+    Raises
+    ------
+    ValueError
+        For a bad ``eps``, an unknown calibration, or the paper calibration with
+        ``eps <= ln 2``, where ``beta = e^-eps >= 1/2`` gives codes that are
+        independent of (beta = 1/2) or anti-correlated with (beta > 1/2) the input
+        and whose true epsilon is not the claimed one.
+    """
+    if calibration == RANDOMIZED_RESPONSE:
+        return beta_randomized_response(eps)
+    if calibration != PAPER:
+        raise ValueError(
+            f"unknown calibration {calibration!r}; expected one of {CALIBRATIONS}"
+        )
+    beta = beta_paper(eps)
+    if beta >= 0.5:
+        raise ValueError(
+            f"the paper calibration beta = e^-eps = {beta:.4g} >= 0.5 for eps <= ln 2 "
+            f"= {math.log(2):.4f}: that negates most bits (it equals flipping with "
+            f"1 - beta and negating every code), and its true per-bit eps is "
+            f"{epsilon_per_bit(beta):.4g}, not the claimed {eps:g}; use eps > ln 2 or "
+            "calibration 'rr'"
+        )
+    return beta
+
+
 def flip_guarantee(eps: float, bits: int, calibration: str) -> FlipGuarantee:
     """Calibrate ``beta`` from ``eps`` and report the true privacy of flipping.
 

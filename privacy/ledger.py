@@ -121,6 +121,28 @@ def _number(name: str, value: object) -> float:
     return float(value)
 
 
+@dataclass(frozen=True)
+class MechanismUse:
+    """One application of a privacy mechanism, as a client reports it.
+
+    Attributes
+    ----------
+    mechanism : str
+        What was applied and to what (e.g. ``random-flipping/codes``).
+    epsilon : float
+        Its epsilon, in ``unit``.
+    delta : float
+        Its delta.
+    unit : str
+        The neighbouring relation of ``epsilon`` (``per bit``, ``per code``...).
+    """
+
+    mechanism: str
+    epsilon: float
+    delta: float
+    unit: str
+
+
 class PrivacyLedger:
     """Append-only record of privacy charges with basic-composition totals.
 

@@ -22,8 +22,10 @@ from flwr.serverapp import Grid
 from hashing.codes import sign_codes, unpack_bytes
 from hashing.retrieval import RetrievalReport, evaluate_retrieval
 from hashing.train import encode
+from privacy.ledger import MechanismUse
 from server.discovery import NodeInfo
 from settings import keys as K
+from settings.privacy_records import read_privacy
 
 
 @dataclass(frozen=True)
@@ -47,11 +49,16 @@ class QuerySet:
 
 @dataclass(frozen=True)
 class Evaluation:
-    """One evaluation: the report plus how many clients contributed codes."""
+    """One evaluation of the global model.
+
+    Holds the report, how many clients contributed codes, and the privacy
+    mechanisms each contributing client (partition id) applied to its codes.
+    """
 
     report: RetrievalReport
     clients: int
     seconds: float
+    disclosures: tuple[tuple[int, tuple[MechanismUse, ...]], ...] = ()
 
 
 class RetrievalEvaluator:
@@ -114,7 +121,7 @@ class RetrievalEvaluator:
         model = self.model_factory()
         model.load_state_dict(arrays.to_torch_state_dict())
         query_codes = sign_codes(encode(model, self.queries.inputs, device=self.device))
-        db_codes, db_labels = self._collect_codes(server_round, arrays)
+        db_codes, db_labels, disclosures = self._collect_codes(server_round, arrays)
         if not db_codes:
             raise RuntimeError(f"round {server_round}: no client published codes")
         report = evaluate_retrieval(
@@ -126,12 +133,15 @@ class RetrievalEvaluator:
             ks=self.ks,
         )
         return Evaluation(
-            report=report, clients=len(db_codes), seconds=time.perf_counter() - start
+            report=report,
+            clients=len(db_codes),
+            seconds=time.perf_counter() - start,
+            disclosures=tuple(disclosures),
         )
 
     def _collect_codes(
         self, server_round: int, arrays: ArrayRecord
-    ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    ) -> tuple[list[np.ndarray], list[np.ndarray], list]:
         config = ConfigRecord({K.QUERY_OP: K.OP_ENCODE, K.SERVER_ROUND: server_round})
         messages = [
             Message(
@@ -145,7 +155,7 @@ class RetrievalEvaluator:
             r.metadata.src_node_id: r
             for r in self.grid.send_and_receive(messages, timeout=self.timeout_s)
         }
-        codes, labels = [], []
+        codes, labels, disclosures = [], [], []
         for node_id, info in self.nodes.items():  # partition order, reproducible
             reply = replies.get(node_id)
             got = self._read_codes(reply, info) if reply is not None else None
@@ -160,11 +170,13 @@ class RetrievalEvaluator:
             if got is not None:
                 codes.append(got[0])
                 labels.append(got[1])
-        return codes, labels
+                if got[2]:
+                    disclosures.append((info.partition_id, tuple(got[2])))
+        return codes, labels, disclosures
 
     def _read_codes(
         self, reply: Message, info: NodeInfo
-    ) -> tuple[np.ndarray, np.ndarray] | None:
+    ) -> tuple[np.ndarray, np.ndarray, list[MechanismUse]] | None:
         """Validate and unpack one client's published codes, or log and drop them."""
         who = f"partition {info.partition_id} (node {info.node_id})"
         if reply.has_error():
@@ -175,6 +187,11 @@ class RetrievalEvaluator:
             packed = record[K.PACKED_CODES].numpy()
             labels = record[K.CODE_LABELS].numpy()
             bits = int(reply.content[K.CONFIG][K.CODE_BITS])
+            uses = (
+                read_privacy(reply.content[K.PRIVACY])
+                if K.PRIVACY in reply.content
+                else []
+            )
         except (KeyError, TypeError, ValueError) as exc:
             log(WARNING, "codes from %s rejected: malformed reply (%r)", who, exc)
             return None
@@ -189,7 +206,7 @@ class RetrievalEvaluator:
         if problem:
             log(WARNING, "codes from %s rejected: %s", who, problem)
             return None
-        return unpack_bytes(packed, bits), labels
+        return unpack_bytes(packed, bits), labels, uses
 
 
 def _codes_problem(

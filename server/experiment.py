@@ -24,6 +24,7 @@ from flwr.serverapp import Grid
 from hashdata import load_split, validate_partitioning
 from hashing.models import resolve_model_name
 from hashing.train import select_device
+from privacy.ledger import PrivacyLedger
 from server.discovery import describe_nodes
 from server.evaluation import Evaluation, QuerySet, RetrievalEvaluator
 from server.plots import plot_map_per_round, plot_pr_curve, plot_precision_at_k
@@ -118,6 +119,7 @@ class RoundReporter:
         self.start = time.perf_counter()
         self._since = self.start  # end of the previous call: what follows is training
         self.rows: list[dict[str, Any]] = []
+        self.ledger = PrivacyLedger()
         self.last: Evaluation | None = None
         self.last_round = -1
 
@@ -137,6 +139,8 @@ class RoundReporter:
             "train_round_s": time.perf_counter() - self._since if server_round else 0.0,
         }
         row.update(getattr(self.strategy, "comm_history", {}).get(server_round, {}))
+        train_uses = getattr(self.strategy, "privacy_history", {}).get(server_round)
+        self._charge(server_round, train_uses or [])
         protos = getattr(self.strategy, "prototype_history", {}).get(server_round)
         if protos is not None:
             row["prototype_classes"] = len(protos["classes"])
@@ -144,6 +148,7 @@ class RoundReporter:
         if self.due(server_round):
             ev = self.evaluator.evaluate(server_round, arrays)
             self.last, self.last_round = ev, server_round
+            self._charge(server_round, ev.disclosures)
             rep = ev.report
             row.update(
                 map_all=rep.map_all,
@@ -161,6 +166,19 @@ class RoundReporter:
         log(INFO, "%s", self.progress_line(row))
         self._since = time.perf_counter()
         return metrics
+
+    def _charge(self, server_round: int, disclosures: Any) -> None:
+        """Record what each client reported applying this round in the ledger."""
+        for pid, uses in disclosures:
+            for u in uses:
+                self.ledger.charge(
+                    pid,
+                    server_round,
+                    u.mechanism,
+                    epsilon=u.epsilon,
+                    delta=u.delta,
+                    unit=u.unit,
+                )
 
     def progress_line(self, row: dict[str, Any]) -> str:
         """``round  3/15 | mAP@ALL 0.512 | mAP@100 0.701 | loss 0.3121 | 12.3 s``."""
@@ -272,6 +290,10 @@ def run_experiment(grid: Grid, settings: RunSettings) -> RunResults:
             results, settings, reporter, protocol, time.perf_counter() - started
         )
         log(INFO, "Final retrieval results:\n%s", final_table(reporter.rows, settings))
+        if len(reporter.ledger):
+            reporter.ledger.write(results.path("privacy_ledger.json"))
+            table = reporter.ledger.table()
+            log(INFO, "Privacy ledger (basic composition):\n%s", table)
         final = results.finish()
         log(INFO, "Results written to %s", final)
         return results
@@ -292,6 +314,19 @@ def _round_costs(rows: list[dict[str, Any]]) -> dict[str, float | None]:
         "train_round_s_mean": mean("train_round_s"),
         "down_bytes_per_client_mean": mean("down_bytes_per_client"),
         "up_bytes_per_client_mean": mean("up_bytes_per_client"),
+    }
+
+
+def _privacy_summary(ledger: PrivacyLedger) -> dict[str, Any]:
+    """Largest composed (epsilon, delta) over clients, per unit; {} if none."""
+    worst: dict[str, list[float]] = {}
+    for units in ledger.totals_by_client().values():
+        for unit, (eps, delta) in units.items():
+            cur = worst.setdefault(unit, [0.0, 0.0])
+            cur[0], cur[1] = max(cur[0], eps), max(cur[1], delta)
+    return {
+        unit: {"max_client_epsilon": e, "max_client_delta": d}
+        for unit, (e, d) in worst.items()
     }
 
 
@@ -324,6 +359,7 @@ def _write_summary(
             "train_seconds": seconds,
             "seconds_per_round": seconds / settings.rounds,
             **_round_costs(reporter.rows),
+            "privacy": _privacy_summary(reporter.ledger),
         },
     )
     title = (

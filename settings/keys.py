@@ -41,6 +41,9 @@ FEDHAP_MU = "fedhap-mu"
 FEDHAP_LAMBDA = "fedhap-lambda"
 PROTOTYPE_WEIGHTING = "prototype-weighting"
 DISCRIMINATOR_HIDDEN_DIM = "discriminator-hidden-dim"
+CODE_FLIP_EPSILON = "code-flip-epsilon"
+PROTOTYPE_FLIP_EPSILON = "prototype-flip-epsilon"
+FLIP_CALIBRATION = "flip-calibration"
 
 # --- node config keys (set by the simulation engine or ``--node-config``) --------
 PARTITION_ID = "partition-id"
@@ -52,6 +55,7 @@ CONFIG = "config"  # ConfigRecord: per-round instructions
 METRICS = "metrics"  # MetricRecord: client metrics (FedAvg wants "num-examples")
 CODES = "codes"  # ArrayRecord: published database codes (packed bits) + labels
 PROTOTYPES = "prototypes"  # ArrayRecord: FedHAP class prototypes (up and down)
+PRIVACY = "privacy"  # ConfigRecord: privacy mechanisms a client applied to a reply
 
 # entries inside records
 NUM_EXAMPLES = "num-examples"  # Flower's FedAvg weighting key
@@ -68,6 +72,10 @@ NODE_DEVICE = "device"  # the device a node trains on, reported at discovery
 PROTO_CLASSES = "classes"  # (m,) int64 class ids of the prototypes in the record
 PROTO_CODES = "codes"  # (m, bits) float32: relaxed means (up) or +-1 signs (down)
 PROTO_COUNTS = "counts"  # (m,) int64 per-class sample counts (uploads only)
+PRIV_MECHANISMS = "mechanisms"  # list[str], one entry per mechanism applied
+PRIV_EPSILONS = "epsilons"  # list[float]
+PRIV_DELTAS = "deltas"  # list[float]
+PRIV_UNITS = "units"  # list[str]: the neighbouring relation of each epsilon
 
 # prefix of the discriminator's parameters inside the global ArrayRecord (FedHAP)
 DISCRIMINATOR_PREFIX = "discriminator."

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from privacy.flipping import flip_beta
 from settings import keys as K
 
 DATASETS = ("digits", "npz", "cifar10")
@@ -25,6 +26,7 @@ DEVICES = ("auto", "cpu", "cuda")
 FEDHAP_VARIANTS = ("full", "fedhap-1", "fedhap-2", "fedhap-3")
 TRIPLET_DISTANCES = ("cosine", "euclidean")
 PROTOTYPE_WEIGHTINGS = ("mean", "count")
+FLIP_CALIBRATIONS = ("rr", "paper")
 MIN_BITS, MAX_BITS = 8, 256
 
 
@@ -72,6 +74,9 @@ class RunSettings:
     fedhap_lambda: float = 0.1
     prototype_weighting: str = "mean"
     discriminator_hidden_dim: int = 128
+    code_flip_epsilon: float = 0.0
+    prototype_flip_epsilon: float = 0.0
+    flip_calibration: str = "rr"
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> RunSettings:
@@ -160,6 +165,29 @@ class RunSettings:
                 "holds (or will hold, with download=true) cifar-10-batches-py/"
             )
         self.precision_ks()  # parses or raises
+        self._validate_flipping()
+
+    def _validate_flipping(self) -> None:
+        _choice(K.FLIP_CALIBRATION, self.flip_calibration, FLIP_CALIBRATIONS)
+        for key, eps in (
+            (K.CODE_FLIP_EPSILON, self.code_flip_epsilon),
+            (K.PROTOTYPE_FLIP_EPSILON, self.prototype_flip_epsilon),
+        ):
+            if not eps >= 0 or eps == float("inf"):
+                raise ConfigError(
+                    f"{key}={eps}: accepted is 0 (no flipping) or a finite epsilon > 0"
+                )
+            if eps > 0:
+                try:
+                    flip_beta(eps, self.flip_calibration)
+                except ValueError as exc:
+                    raise ConfigError(f"{key}={eps}: {exc}") from None
+        if self.prototype_flip_epsilon > 0 and not self.uses_prototypes:
+            raise ConfigError(
+                f"{K.PROTOTYPE_FLIP_EPSILON}={self.prototype_flip_epsilon}: needs "
+                'strategy = "fedhap" with a variant that uses prototypes (full, '
+                "fedhap-2, fedhap-3)"
+            )
 
     @property
     def uses_discriminator(self) -> bool:

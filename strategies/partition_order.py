@@ -21,6 +21,9 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDic
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
+from privacy.ledger import MechanismUse
+from settings import keys as K
+from settings.privacy_records import read_privacy
 from strategies.reply_checks import array_signature, train_reply_problem
 
 
@@ -57,6 +60,10 @@ class PartitionOrderedMixin:
         self.train_history: dict[int, MetricRecord] = {}
         self.comm_history: dict[int, dict[str, float]] = {}
         self.kept_nodes: list[int] = []  # nodes whose replies the last round used
+        # {round: [(partition id, mechanisms applied)]} from kept replies' privacy
+        # records, for the privacy ledger
+        self.privacy_history: dict[int, list[tuple[int, list[MechanismUse]]]] = {}
+        self._privacy: dict[int, list[MechanismUse]] = {}
         self._expected: dict[str, tuple[tuple[int, ...], str]] = {}
         self._sent: list[Message] = []
 
@@ -100,6 +107,7 @@ class PartitionOrderedMixin:
         """Drop bad replies (logged), sort by partition id, then Flower's FedAvg."""
         kept = []
         up_bytes = []
+        self._privacy = {}
         for msg in sorted(
             replies, key=lambda m: self.order_key(m.metadata.src_node_id)
         ):
@@ -117,6 +125,11 @@ class PartitionOrderedMixin:
                 continue
             kept.append(msg)
         self.kept_nodes = [m.metadata.src_node_id for m in kept]
+        self.privacy_history[server_round] = [
+            (self.node_partitions.get(n, -1), self._privacy[n])
+            for n in self.kept_nodes
+            if self._privacy.get(n)
+        ]
         sent = self._sent
         self.comm_history[server_round] = {
             "down_bytes_per_client": _mean(content_bytes(m.content) for m in sent),
@@ -132,8 +145,15 @@ class PartitionOrderedMixin:
 
         Subclasses whose replies carry extra records take them out of ``msg`` here
         (Flower's FedAvg wants exactly one ArrayRecord and one MetricRecord), check
-        them, then call ``super()``.
+        them, then call ``super()``. A ``privacy`` ConfigRecord (mechanisms the
+        client applied) is read here for the ledger; a malformed one drops the reply.
         """
+        if K.PRIVACY in msg.content:
+            try:
+                uses = read_privacy(msg.content[K.PRIVACY])
+            except ValueError as exc:
+                return str(exc)
+            self._privacy[msg.metadata.src_node_id] = uses
         return train_reply_problem(msg, self._expected)
 
 

@@ -4,6 +4,7 @@ import pytest
 
 from clients.data import load_local_data
 from experiments.simulate import load_run, simulate
+from privacy.ledger import PrivacyLedger
 from settings.run_settings import RunSettings
 from tests.fixtures import write_feature_npz
 
@@ -97,4 +98,34 @@ def test_fedhap_exchanges_prototypes_and_learns(tmp_path):
     assert all(r["up_bytes_per_client"] > 0 for r in trained)
     # round 2's broadcast carries the prototypes, round 1's does not
     assert trained[1]["down_bytes_per_client"] > trained[0]["down_bytes_per_client"]
+    assert summary["final"]["map_all"] > summary["initial_map_all"] + 0.1
+
+
+def test_random_flipping_end_to_end_with_ledger(tmp_path):
+    # PHashing (flipped database codes) + FedHAP's private prototype mode
+    run_dir = simulate(
+        {
+            **BASE,
+            "strategy": "fedhap",
+            "local-epochs": 3,
+            "code-flip-epsilon": 3.0,
+            "prototype-flip-epsilon": 4.0,
+            "results-dir": str(tmp_path / "results"),
+        },
+        num_clients=3,
+    )
+    _, rows, summary = load_run(run_dir)
+    ledger = PrivacyLedger.read(run_dir / "privacy_ledger.json")
+    bits = BASE["code-length"]
+    # 3 evaluations (rounds 0, 1, 2) of flipped codes at 3 per bit, and 2 rounds of
+    # flipped prototypes at 4 per bit; per code = bits x per bit; basic composition
+    expected = 3 * bits * 3.0 + 2 * bits * 4.0
+    assert ledger.clients() == (0, 1, 2)
+    for client in range(3):
+        eps, delta = ledger.total(client, "per code")
+        assert eps == pytest.approx(expected) and delta == 0.0
+    assert summary["privacy"]["per code"]["max_client_epsilon"] == pytest.approx(
+        expected
+    )
+    assert [r.get("prototype_classes") for r in rows] == [None, 10, 10]
     assert summary["final"]["map_all"] > summary["initial_map_all"] + 0.1

@@ -1,0 +1,153 @@
+"""Random Flipping at the publication seams, its reports, and the settings."""
+
+import logging
+import math
+
+import numpy as np
+import pytest
+from flwr.app import ConfigRecord, MetricRecord, RecordDict
+
+from clients.publish import (
+    CODES_MECHANISM,
+    PROTOTYPES_MECHANISM,
+    publish_codes,
+    publish_prototypes,
+)
+from hashing.prototypes import ClassPrototypes
+from privacy.ledger import MechanismUse
+from settings import keys as K
+from settings.privacy_records import privacy_record, read_privacy
+from settings.run_settings import ConfigError, RunSettings
+from tests.messages import reply_from
+from tests.test_strategies import FakeGrid, arrays, strategy
+
+
+def settings(**kw):
+    return RunSettings.from_config(kw)
+
+
+def test_codes_published_unchanged_without_epsilon():
+    codes = np.where(np.random.default_rng(0).random((20, 16)) < 0.5, 1, -1)
+    out, uses = publish_codes(
+        codes.astype(np.int8), settings=settings(), rng=np.random.default_rng(1)
+    )
+    assert uses == [] and np.array_equal(out, codes)
+
+
+@pytest.mark.parametrize(("eps", "calibration"), [(1.0, "rr"), (2.0, "paper")])
+def test_codes_flipped_at_the_calibrated_rate_with_true_epsilon(eps, calibration):
+    codes = np.ones((2000, 32), dtype=np.int8)
+    s = settings(**{"code-flip-epsilon": eps, "flip-calibration": calibration})
+    out, uses = publish_codes(codes, settings=s, rng=np.random.default_rng(3))
+    beta = 1 / (1 + math.exp(eps)) if calibration == "rr" else math.exp(-eps)
+    rate = float((out == -1).mean())
+    assert abs(rate - beta) < 5 * math.sqrt(beta * (1 - beta) / out.size)
+    assert uses == [
+        MechanismUse(
+            CODES_MECHANISM,
+            pytest.approx(32 * math.log((1 - beta) / beta)),
+            0.0,
+            "per code",
+        )
+    ]
+    if calibration == "rr":  # exactly eps per bit
+        assert uses[0].epsilon == pytest.approx(32 * eps)
+    else:  # the paper's eps = 2 is really ln(e^2 - 1) = 1.8546 per bit
+        assert uses[0].epsilon == pytest.approx(32 * math.log(math.e**2 - 1))
+
+
+def test_private_prototypes_are_binarised_flipped_and_hide_counts():
+    protos = ClassPrototypes(
+        classes=np.array([1, 4]),
+        means=np.array([[0.3, -0.2, 0.0, 5.0], [-1.0, 2.0, -0.1, 0.2]], np.float32),
+        counts=np.array([7, 2]),
+    )
+    plain, none = publish_prototypes(
+        protos, settings=settings(), rng=np.random.default_rng(0)
+    )
+    assert none == [] and plain is protos
+    s = settings(**{"strategy": "fedhap", "prototype-flip-epsilon": 20.0})
+    out, uses = publish_prototypes(protos, settings=s, rng=np.random.default_rng(0))
+    # eps = 20 per bit: beta ~ 2e-9, so (practically) the signs themselves
+    assert out.means.tolist() == [[1, -1, 1, 1], [-1, 1, -1, 1]]
+    assert out.counts.tolist() == [1, 1] and out.classes.tolist() == [1, 4]
+    assert uses[0].mechanism == PROTOTYPES_MECHANISM
+    assert uses[0].epsilon == pytest.approx(4 * 20.0)
+
+
+@pytest.mark.parametrize(
+    ("cfg", "fragment"),
+    [
+        ({"code-flip-epsilon": -1.0}, "code-flip-epsilon=-1.0"),
+        ({"code-flip-epsilon": 0.5, "flip-calibration": "paper"}, "ln 2"),
+        ({"code-flip-epsilon": 0.25, "flip-calibration": "paper"}, "true per-bit eps"),
+        ({"code-flip-epsilon": 1.0, "flip-calibration": "exp"}, "flip-calibration"),
+        ({"prototype-flip-epsilon": 1.0}, "needs strategy"),
+        (
+            {
+                "strategy": "fedhap",
+                "fedhap-variant": "fedhap-1",
+                "prototype-flip-epsilon": 1.0,
+            },
+            "needs strategy",
+        ),
+    ],
+)
+def test_bad_flipping_settings_refused(cfg, fragment):
+    with pytest.raises(ConfigError, match="flip") as err:
+        settings(**cfg)
+    assert fragment in str(err.value)
+
+
+def test_privacy_record_round_trip_and_malformed():
+    uses = [
+        MechanismUse("a", 1.5, 0.0, "per code"),
+        MechanismUse("b", 2.0, 1e-5, "per record"),
+    ]
+    assert read_privacy(privacy_record(uses)) == uses
+    with pytest.raises(ValueError, match="malformed"):
+        read_privacy(ConfigRecord({K.PRIV_MECHANISMS: ["a"]}))
+    with pytest.raises(ValueError, match="length"):
+        read_privacy(
+            ConfigRecord(
+                {
+                    K.PRIV_MECHANISMS: ["a", "b"],
+                    K.PRIV_EPSILONS: [1.0],
+                    K.PRIV_DELTAS: [0.0],
+                    K.PRIV_UNITS: ["per code"],
+                }
+            )
+        )
+
+
+@pytest.mark.usefixtures("task_identity")
+def test_strategy_collects_privacy_reports_of_kept_replies_only(caplog):
+    s = strategy()
+    s.configure_train(1, arrays(0.0), ConfigRecord(), FakeGrid([10, 20, 30]))
+
+    def reply(node, record, **shape):
+        content = RecordDict(
+            {
+                K.ARRAYS: arrays(1.0, **shape),
+                K.METRICS: MetricRecord({K.NUM_EXAMPLES: 5}),
+            }
+        )
+        if record is not None:
+            content[K.PRIVACY] = record
+        return reply_from(node, content)
+
+    use = MechanismUse("m", 3.0, 0.0, "per code")
+    with caplog.at_level(logging.WARNING):
+        s.aggregate_train(
+            1,
+            [
+                reply(30, privacy_record([use])),
+                reply(20, privacy_record([use]), w=(9, 9)),  # bad arrays: dropped
+                reply(10, ConfigRecord({"x": 1})),  # malformed report: dropped
+            ],
+        )
+    assert s.privacy_history[1] == [(0, [use])]
+    assert any(
+        "partition 2 (node 10)" in r.getMessage() and "malformed" in r.getMessage()
+        for r in caplog.records
+    )
