@@ -1,0 +1,286 @@
+"""FedHAP experiments behind the README tables (paper Tables 2-6 shape).
+
+``python -m experiments.fedhap_sweep --seeds 0,1,2 --jobs 2`` runs, on the embedded
+digits with 20 clients and 12/24/48 bits, DPSH (FedAvg), DPSH (FedProx), FedHAP-1/2/3
+and FedHAP under IID and pathological non-IID (3 classes per client) partitions, then
+the client-count sweep (20/40/60/100 clients, IID, 48 bits) for DPSH (FedAvg),
+DPSH (FedProx) and FedHAP. Each run is one Flower simulation in its own process;
+``--jobs`` runs that many at once. Every finished run is appended to
+``<out>/rows.jsonl`` at once (``--resume`` skips those already there), so an
+interrupted sweep loses nothing; ``<out>/summary.json`` and ``<out>/table.md`` hold
+the aggregate (mean +- sample std over seeds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+from typing import Any
+
+from experiments.sweep import PARTITIONS, ROOT, run_federated
+
+METHODS: dict[str, dict[str, Any]] = {
+    "DPSH (FedAvg)": {"strategy": "fedavg"},
+    "DPSH (FedProx)": {"strategy": "fedprox"},
+    "FedHAP-1": {"strategy": "fedhap", "fedhap-variant": "fedhap-1"},
+    "FedHAP-2": {"strategy": "fedhap", "fedhap-variant": "fedhap-2"},
+    "FedHAP-3": {"strategy": "fedhap", "fedhap-variant": "fedhap-3"},
+    "FedHAP": {"strategy": "fedhap", "fedhap-variant": "full"},
+}
+CLIENT_SWEEP_METHODS = ("DPSH (FedAvg)", "DPSH (FedProx)", "FedHAP")
+
+
+def jobs(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """All runs, seed-major so that a partial sweep covers every cell."""
+    out = []
+    for seed in args.seeds:
+        for bits in args.bits:
+            for part_name, part in PARTITIONS.items():
+                for method in METHODS:
+                    out.append(
+                        {
+                            "table": "main",
+                            "method": method,
+                            "partitioning": part_name,
+                            "bits": bits,
+                            "clients": args.clients,
+                            "seed": seed,
+                            "cfg": {**part, "code-length": bits},
+                        }
+                    )
+    for seed in args.seeds:
+        for clients in args.client_counts:
+            if clients == args.clients:
+                continue  # the main table's IID 48-bit runs
+            for method in CLIENT_SWEEP_METHODS:
+                out.append(
+                    {
+                        "table": "clients",
+                        "method": method,
+                        "partitioning": "iid",
+                        "bits": args.sweep_bits,
+                        "clients": clients,
+                        "seed": seed,
+                        "cfg": {"partitioning": "iid", "code-length": args.sweep_bits},
+                    }
+                )
+    return out
+
+
+def job_name(job: dict[str, Any]) -> str:
+    """Directory name of one run."""
+    method = job["method"].lower().replace(" ", "").replace("(", "-").replace(")", "")
+    part = job["cfg"]["partitioning"]
+    return f"{method}-{part}-{job['bits']}b-{job['clients']}c-s{job['seed']}"
+
+
+def run_job(job: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    """Run one simulation; return its row."""
+    cfg = {
+        **args.base,
+        **job["cfg"],
+        **METHODS[job["method"]],
+        "seed": job["seed"],
+        "min-train-nodes": min(job["clients"], 2),
+    }
+    t0 = time.perf_counter()
+    summary = run_federated(cfg, job["clients"], args.out / "runs" / job_name(job))
+    final = summary["final"]
+    return {
+        "name": job_name(job),
+        **{k: v for k, v in job.items() if k != "cfg"},
+        "map_all": final["map_all"],
+        "map_at_k": final["map_at_k"],
+        "top_k": final["top_k"],
+        "train_round_s_mean": summary.get("train_round_s_mean"),
+        "down_bytes_per_client_mean": summary.get("down_bytes_per_client_mean"),
+        "up_bytes_per_client_mean": summary.get("up_bytes_per_client_mean"),
+        "seconds": time.perf_counter() - t0,
+    }
+
+
+def aggregate(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Mean and sample std over seeds per (method, partitioning, bits, clients)."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        key = (r["method"], r["partitioning"], r["bits"], r["clients"])
+        groups.setdefault(key, []).append(r)
+    out = []
+    for (method, part, bits, clients), rs in groups.items():
+
+        def stat(key: str, rs: list[dict] = rs) -> tuple[float, float]:
+            vals = [r[key] for r in rs if r.get(key) is not None]
+            if not vals:
+                return float("nan"), float("nan")
+            return statistics.fmean(vals), (
+                statistics.stdev(vals) if len(vals) > 1 else 0.0
+            )
+
+        m, s = stat("map_all")
+        mk, sk = stat("map_at_k")
+        out.append(
+            {
+                "method": method,
+                "partitioning": part,
+                "bits": bits,
+                "clients": clients,
+                "seeds": sorted(r["seed"] for r in rs),
+                "map_all_mean": m,
+                "map_all_std": s,
+                "map_at_k_mean": mk,
+                "map_at_k_std": sk,
+                "train_round_s_mean": stat("train_round_s_mean")[0],
+                "down_bytes_per_client": stat("down_bytes_per_client_mean")[0],
+                "up_bytes_per_client": stat("up_bytes_per_client_mean")[0],
+            }
+        )
+    return out
+
+
+def _cell(a: dict[str, Any] | None) -> str:
+    if a is None:
+        return "-"
+    n = len(a["seeds"])
+    return f"{100 * a['map_all_mean']:.2f} ± {100 * a['map_all_std']:.2f}" + (
+        "" if n >= 3 else f" (n={n})"
+    )
+
+
+def tables(agg: list[dict[str, Any]], args: argparse.Namespace) -> str:
+    """Markdown: main table (methods x bits per partitioning) and client sweep."""
+    find = {(a["method"], a["partitioning"], a["bits"], a["clients"]): a for a in agg}
+    lines = []
+    for part_name in PARTITIONS:
+        lines += [
+            f"**{part_name}, {args.clients} clients** (mAP@ALL %, mean ± std)",
+            "",
+            "| method | " + " | ".join(f"{b} bits" for b in args.bits) + " |",
+            "|---|" + "---|" * len(args.bits),
+        ]
+        for method in METHODS:
+            cells = [
+                _cell(find.get((method, part_name, b, args.clients))) for b in args.bits
+            ]
+            lines.append(f"| {method} | " + " | ".join(cells) + " |")
+        lines.append("")
+    counts = args.client_counts
+    lines += [
+        f"**Clients (IID, {args.sweep_bits} bits)** (mAP@ALL %, mean ± std)",
+        "",
+        "| method | " + " | ".join(f"{c} clients" for c in counts) + " |",
+        "|---|" + "---|" * len(counts),
+    ]
+    for method in CLIENT_SWEEP_METHODS:
+        cells = [_cell(find.get((method, "iid", args.sweep_bits, c))) for c in counts]
+        lines.append(f"| {method} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        f"**Cost per round ({args.clients} clients, means over runs)**",
+        "",
+        "| method | bits | train s/round | down KiB/client | up KiB/client |",
+        "|---|---|---|---|---|",
+    ]
+    for method in METHODS:
+        for b in args.bits:
+            rs = [
+                a
+                for a in agg
+                if a["method"] == method
+                and a["bits"] == b
+                and a["clients"] == args.clients
+            ]
+            if not rs:
+                continue
+            secs = statistics.fmean(a["train_round_s_mean"] for a in rs)
+            down = statistics.fmean(a["down_bytes_per_client"] for a in rs) / 1024
+            up = statistics.fmean(a["up_bytes_per_client"] for a in rs) / 1024
+            lines.append(f"| {method} | {b} | {secs:.2f} | {down:.1f} | {up:.1f} |")
+    return "\n".join(lines)
+
+
+def write_outputs(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
+    """Write summary.json and table.md from the rows so far; return the tables."""
+    agg = aggregate(rows)
+    text = tables(agg, args)
+    (args.out / "summary.json").write_text(
+        json.dumps(
+            {
+                "grid": "fedhap",
+                "base_overrides": args.base,
+                "metric": "mAP@ALL (mean ± sample std over seeds, in %)",
+                "rows": rows,
+                "aggregate": agg,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+    (args.out / "table.md").write_text(text + "\n")
+    return text
+
+
+def main() -> None:
+    """CLI entry point."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--bits", default="12,24,48")
+    parser.add_argument("--clients", type=int, default=20)
+    parser.add_argument("--client-counts", default="20,40,60,100")
+    parser.add_argument("--sweep-bits", type=int, default=48)
+    parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--only", choices=["main", "clients"], default=None)
+    parser.add_argument("--resume", action="store_true")
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    args = parser.parse_args()
+    from experiments.overrides import parse_overrides, resolved_settings
+
+    args.seeds = [int(s) for s in args.seeds.split(",")]
+    args.bits = [int(b) for b in args.bits.split(",")]
+    args.client_counts = [int(c) for c in args.client_counts.split(",")]
+    args.base = parse_overrides(args.set)
+    resolved_settings(args.base)  # fail before any run
+    args.out = args.out or ROOT / "results" / "experiments" / "fedhap"
+    args.out.mkdir(parents=True, exist_ok=True)
+    rows_path = args.out / "rows.jsonl"
+    rows = (
+        [json.loads(x) for x in rows_path.read_text().splitlines()]
+        if args.resume and rows_path.exists()
+        else []
+    )
+    if not args.resume:
+        rows_path.write_text("")
+    done = {r["name"] for r in rows}
+    todo = [
+        j
+        for j in jobs(args)
+        if job_name(j) not in done and (args.only is None or j["table"] == args.only)
+    ]
+    print(f"{len(todo)} runs to do ({len(rows)} already done)", flush=True)
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        futures = {pool.submit(run_job, j, args): j for j in todo}
+        for fut in as_completed(futures):
+            job = futures[fut]
+            try:
+                row = fut.result()
+            except Exception as exc:  # one failed run must not end the sweep
+                print(f"FAILED {job_name(job)}: {exc}", flush=True)
+                continue
+            rows.append(row)
+            with rows_path.open("a") as f:
+                f.write(json.dumps(row) + "\n")
+            print(
+                f"[{len(rows)}] {job_name(job)}: mAP@ALL {row['map_all']:.4f} "
+                f"({row['seconds']:.0f} s)",
+                flush=True,
+            )
+            write_outputs(rows, args)
+    print(write_outputs(rows, args))
+
+
+if __name__ == "__main__":
+    main()
