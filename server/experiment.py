@@ -278,7 +278,7 @@ def run_experiment(grid: Grid, settings: RunSettings) -> RunResults:
         )
         reporter = RoundReporter(settings, evaluator, strategy, results)
         started = time.perf_counter()
-        strategy.start(
+        result = strategy.start(
             grid=grid,
             initial_arrays=ArrayRecord(
                 initial_global_state(settings, initial, data.num_classes)
@@ -286,6 +286,8 @@ def run_experiment(grid: Grid, settings: RunSettings) -> RunResults:
             num_rounds=settings.rounds,
             evaluate_fn=reporter,
         )
+        if len(result.arrays):  # final global arrays (network [+ discriminator])
+            torch.save(result.arrays.to_torch_state_dict(), results.path("model.pt"))
         _write_summary(
             results, settings, reporter, protocol, time.perf_counter() - started
         )
