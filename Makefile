@@ -8,7 +8,7 @@ NUM_CLIENTS ?= 10
 RUN_CONFIG ?=
 export FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION := 1
 
-.PHONY: install run test lint bench-retrieval bench-round-time clean-superlink
+.PHONY: install run test lint bench-retrieval bench-round-time bench-fedhap-cost clean-superlink
 
 install: $(STAMP)
 
@@ -43,3 +43,6 @@ bench-retrieval: install
 
 bench-round-time: install
 	$(PY) benchmarks/round_time.py
+
+bench-fedhap-cost: install
+	$(PY) benchmarks/fedhap_cost.py
