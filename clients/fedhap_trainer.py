@@ -1,8 +1,9 @@
 """FedHAP's client trainer (registered for ``strategy = "fedhap"``).
 
 Receives the global hashing network + discriminator (one ArrayRecord, discriminator
-under ``discriminator.``) and, from round 2 on, the global prototype codes in their
-own record; trains with :func:`hashing.fedhap_train.train_fedhap`; replies with the
+under ``discriminator.``) and, once the server has them, the global prototype codes
+in their own record; trains with :func:`hashing.fedhap_train.train_fedhap` (or, with
+``dp-sgd``, with Opacus on the per-sample part of the objective); replies with the
 updated parameters, the metrics and -- through the single upload function
 :func:`clients.publish.publish_prototypes` -- its class prototypes (Eq. 5) computed
 with the updated network on all its samples, for the classes it holds.
@@ -10,15 +11,20 @@ with the updated network on all its samples, for the classes it holds.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
 from flwr.app import ArrayRecord, MetricRecord, RecordDict
 
 from clients.publish import publish_prototypes
-from clients.trainers import TrainContext, register_trainer
-from hashing.fedhap_train import FedHAPTrainConfig, train_fedhap
+from clients.trainers import DP_SGD_MECHANISM, TrainContext, dp_train, register_trainer
+from hashing.discriminator import Discriminator
+from hashing.fedhap_train import FedHAPTrainConfig, fedhap_dp_loss, train_fedhap
 from hashing.prototypes import class_prototypes
 from hashing.train import encode
+from privacy.dp_sgd import UNIT_RECORD
+from privacy.ledger import MechanismUse
 from settings import keys as K
 from settings.privacy_records import privacy_record
 from settings.prototype_records import read_broadcast, upload_record
@@ -28,6 +34,9 @@ from settings.run_model import (
     prefix_state,
     split_global_state,
 )
+from settings.run_settings import RunSettings
+
+Prototypes = tuple[torch.Tensor, torch.Tensor]
 
 
 @register_trainer("fedhap")
@@ -48,7 +57,50 @@ def fedhap_trainer(content: RecordDict, ctx: TrainContext) -> RecordDict:
     if s.uses_prototypes and K.PROTOTYPES in content:
         classes, codes = read_broadcast(content[K.PROTOTYPES])
         prototypes = (torch.from_numpy(codes), torch.from_numpy(classes))
-    stats = train_fedhap(
+    uses: list[MechanismUse] = []
+    if s.dp_sgd:  # the settings guarantee fedhap-3, initial centres, flipped uploads
+        if prototypes is None:
+            raise ValueError("a DP-SGD FedHAP round needs global prototypes")
+        result = dp_train(model, dp_objective(s, num_classes, prototypes), ctx)
+        loss = result.loss
+        uses.append(
+            MechanismUse(DP_SGD_MECHANISM, result.epsilon, result.delta, UNIT_RECORD)
+        )
+    else:
+        loss = _train(s, model, disc, prototypes, ctx)["loss"]
+    state = dict(model.cpu().state_dict())
+    if disc is not None:
+        state.update(prefix_state(disc.cpu().state_dict()))
+    reply = RecordDict(
+        {
+            K.ARRAYS: ArrayRecord(state),
+            K.METRICS: MetricRecord(
+                {K.NUM_EXAMPLES: len(ctx.data.inputs), K.TRAIN_LOSS: loss}
+            ),
+        }
+    )
+    if s.uses_prototypes:
+        relaxed = torch.from_numpy(encode(model, ctx.data.inputs, device=ctx.device))
+        protos = class_prototypes(relaxed, ctx.data.labels, num_classes=num_classes)
+        rng = np.random.default_rng(
+            int(torch.randint(0, 2**62, (1,), generator=ctx.generator))
+        )
+        published, flip_uses = publish_prototypes(protos, settings=s, rng=rng)
+        reply[K.PROTOTYPES] = upload_record(published)
+        uses += flip_uses
+    if uses:
+        reply[K.PRIVACY] = privacy_record(uses)
+    return reply
+
+
+def _train(
+    s: RunSettings,
+    model: torch.nn.Module,
+    disc: Discriminator | None,
+    prototypes: Prototypes | None,
+    ctx: TrainContext,
+) -> dict[str, float]:
+    return train_fedhap(
         model,
         disc,
         ctx.data.inputs,
@@ -58,7 +110,7 @@ def fedhap_trainer(content: RecordDict, ctx: TrainContext) -> RecordDict:
             epochs=s.local_epochs,
             learning_rate=s.learning_rate,
             batch_size=s.batch_size,
-            num_classes=num_classes,
+            num_classes=ctx.data.num_classes,
             margin=s.triplet_margin,
             distance=s.triplet_distance,
             mu=s.fedhap_mu,
@@ -69,25 +121,24 @@ def fedhap_trainer(content: RecordDict, ctx: TrainContext) -> RecordDict:
         device=ctx.device,
         generator=ctx.generator,
     )
-    state = dict(model.cpu().state_dict())
-    if disc is not None:
-        state.update(prefix_state(disc.cpu().state_dict()))
-    reply = RecordDict(
-        {
-            K.ARRAYS: ArrayRecord(state),
-            K.METRICS: MetricRecord(
-                {K.NUM_EXAMPLES: len(ctx.data.inputs), K.TRAIN_LOSS: stats["loss"]}
-            ),
-        }
-    )
-    if s.uses_prototypes:
-        relaxed = torch.from_numpy(encode(model, ctx.data.inputs, device=ctx.device))
-        protos = class_prototypes(relaxed, ctx.data.labels, num_classes=num_classes)
-        rng = np.random.default_rng(
-            int(torch.randint(0, 2**62, (1,), generator=ctx.generator))
+
+
+def dp_objective(
+    s: RunSettings, num_classes: int, prototypes: Prototypes
+) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """Bind the run's per-sample FedHAP objective for DP-SGD (``fedhap_dp_loss``)."""
+    codes, classes = prototypes
+
+    def loss_fn(b: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return fedhap_dp_loss(
+            b,
+            y,
+            codes,
+            classes,
+            num_classes=num_classes,
+            margin=s.triplet_margin,
+            metric=s.triplet_distance,
+            mu=s.fedhap_mu,
         )
-        published, uses = publish_prototypes(protos, settings=s, rng=rng)
-        reply[K.PROTOTYPES] = upload_record(published)
-        if uses:
-            reply[K.PRIVACY] = privacy_record(uses)
-    return reply
+
+    return loss_fn

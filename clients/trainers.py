@@ -15,8 +15,19 @@ import torch
 from flwr.app import ArrayRecord, MetricRecord, RecordDict
 
 from clients.data import LocalData
-from hashing.train import LocalTrainConfig, train_dpsh
+from hashing.csq import csq_loss, hash_centers
+from hashing.losses import dpsh_loss
+from hashing.train import LocalTrainConfig, train_local
+from privacy.dp_sgd import (
+    UNIT_RECORD,
+    DPSGDConfig,
+    DPTrainResult,
+    noise_for_target,
+    train_dp_sgd,
+)
+from privacy.ledger import MechanismUse
 from settings import keys as K
+from settings.privacy_records import privacy_record
 from settings.run_model import build_run_model
 from settings.run_settings import RunSettings
 
@@ -63,30 +74,93 @@ def get_trainer(strategy: str) -> Trainer:
 
 @register_trainer("fedavg", "fedprox")
 def dpsh_trainer(content: RecordDict, ctx: TrainContext) -> RecordDict:
-    """Local DPSH training from the global model; FedProx adds its proximal term."""
+    """Local training from the global model with the run's loss (DPSH or CSQ).
+
+    FedProx adds its proximal term; with ``dp-sgd`` the (per-sample) CSQ loss is
+    minimised with Opacus' DP-SGD instead, and the round's epsilon is reported.
+    """
+    s = ctx.settings
     config = content[K.CONFIG]
-    model = build_run_model(ctx.settings, ctx.data.input_shape)
+    model = build_run_model(s, ctx.data.input_shape)
     model.load_state_dict(content[K.ARRAYS].to_torch_state_dict())
-    stats = train_dpsh(
-        model,
-        ctx.data.inputs,
-        ctx.data.labels,
-        config=LocalTrainConfig(
-            epochs=ctx.settings.local_epochs,
-            learning_rate=ctx.settings.learning_rate,
-            batch_size=ctx.settings.batch_size,
-            weight_decay=ctx.settings.weight_decay,
-            quantization_weight=ctx.settings.quantization_weight,
-            proximal_mu=float(config.get(K.PROXIMAL_MU, 0.0)),
-        ),
-        device=ctx.device,
-        generator=ctx.generator,
-    )
-    return RecordDict(
+    if s.loss == "csq":
+        centers = hash_centers(ctx.data.num_classes, s.code_length, seed=s.seed)
+
+        def loss_fn(u: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return csq_loss(u, y, centers, quantization_weight=s.quantization_weight)
+
+    else:
+
+        def loss_fn(u: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return dpsh_loss(u, y, quantization_weight=s.quantization_weight)
+
+    uses: list[MechanismUse] = []
+    if s.dp_sgd:
+        result = dp_train(model, loss_fn, ctx)
+        loss = result.loss
+        uses.append(
+            MechanismUse(DP_SGD_MECHANISM, result.epsilon, result.delta, UNIT_RECORD)
+        )
+    else:
+        stats = train_local(
+            model,
+            ctx.data.inputs,
+            ctx.data.labels,
+            loss_fn=loss_fn,
+            config=LocalTrainConfig(
+                epochs=s.local_epochs,
+                learning_rate=s.learning_rate,
+                batch_size=s.batch_size,
+                weight_decay=s.weight_decay,
+                quantization_weight=s.quantization_weight,
+                proximal_mu=float(config.get(K.PROXIMAL_MU, 0.0)),
+            ),
+            device=ctx.device,
+            generator=ctx.generator,
+        )
+        loss = stats["loss"]
+    reply = RecordDict(
         {
             K.ARRAYS: ArrayRecord(model.cpu().state_dict()),
             K.METRICS: MetricRecord(
-                {K.NUM_EXAMPLES: len(ctx.data.inputs), K.TRAIN_LOSS: stats["loss"]}
+                {K.NUM_EXAMPLES: len(ctx.data.inputs), K.TRAIN_LOSS: loss}
             ),
         }
+    )
+    if uses:
+        reply[K.PRIVACY] = privacy_record(uses)
+    return reply
+
+
+DP_SGD_MECHANISM = "dp-sgd/model"
+
+
+def dp_train(
+    model: torch.nn.Module,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    ctx: TrainContext,
+) -> DPTrainResult:
+    """One DP-SGD local round with the run's noise (or per-round target epsilon)."""
+    s = ctx.settings
+    n = len(ctx.data.inputs)
+    noise = s.dp_noise_multiplier
+    if s.dp_target_epsilon > 0:
+        noise = noise_for_target(
+            s.dp_target_epsilon,
+            delta=s.dp_delta,
+            sample_rate=min(s.batch_size, n) / n,
+            epochs=s.local_epochs,
+        )
+    return train_dp_sgd(
+        model,
+        ctx.data.inputs,
+        ctx.data.labels,
+        loss_fn=loss_fn,
+        epochs=s.local_epochs,
+        batch_size=s.batch_size,
+        learning_rate=s.learning_rate,
+        config=DPSGDConfig(noise, s.dp_max_grad_norm, s.dp_delta),
+        generator=ctx.generator,
+        noise_seed=int(torch.randint(0, 2**62, (1,), generator=ctx.generator)),
+        device=ctx.device,
     )

@@ -24,7 +24,11 @@ from torch import nn
 
 from hashing.discriminator import Discriminator, discriminator_loss, generator_loss
 from hashing.train import iterate_minibatches
-from hashing.triplet import global_triplet_loss, local_triplet_loss
+from hashing.triplet import (
+    global_triplet_loss,
+    global_triplet_per_sample,
+    local_triplet_loss,
+)
 
 
 @dataclass(frozen=True)
@@ -70,6 +74,40 @@ class FedHAPTrainConfig:
 def quantization_loss(b: torch.Tensor) -> torch.Tensor:
     """L_quan (Eq. 7) as a mean over samples and bits."""
     return (b - torch.sign(b).detach()).pow(2).mean()
+
+
+def fedhap_dp_loss(
+    b: torch.Tensor,
+    labels: torch.Tensor,
+    prototype_codes: torch.Tensor,
+    prototype_classes: torch.Tensor,
+    *,
+    num_classes: int,
+    margin: float,
+    metric: str,
+    mu: float,
+) -> torch.Tensor:
+    """FedHAP's per-sample terms for DP-SGD: batch mean of triplet_i + mu * quant_i.
+
+    Only the terms that depend on one sample and the fixed global prototypes: the
+    global triplet loss per anchor and the quantization loss. The in-batch local
+    triplet loss couples samples and the discriminator is trained on the client's
+    codes, so both are left out under DP-SGD. An empty batch (Poisson sampling)
+    gives 0 with a graph.
+    """
+    if len(b) == 0:
+        return b.sum() * 0.0
+    triplet = global_triplet_per_sample(
+        b,
+        labels,
+        prototype_codes.to(b.device),
+        prototype_classes.to(b.device),
+        num_classes=num_classes,
+        margin=margin,
+        metric=metric,
+    )
+    quant = (b - torch.sign(b).detach()).pow(2).mean(1)
+    return (triplet + mu * quant).mean()
 
 
 def train_fedhap(

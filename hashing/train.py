@@ -6,6 +6,7 @@ an explicit ``torch.Generator`` so a seed fixes the order.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -68,7 +69,33 @@ def train_dpsh(
     device: torch.device,
     generator: torch.Generator,
 ) -> dict[str, float]:
-    """Train ``model`` in place with the DPSH loss (plus FedProx's term if mu > 0).
+    """Train ``model`` in place with the DPSH loss; see :func:`train_local`."""
+
+    def loss_fn(u: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return dpsh_loss(u, y, quantization_weight=config.quantization_weight)
+
+    return train_local(
+        model,
+        inputs,
+        labels,
+        loss_fn=loss_fn,
+        config=config,
+        device=device,
+        generator=generator,
+    )
+
+
+def train_local(
+    model: nn.Module,
+    inputs: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    config: LocalTrainConfig,
+    device: torch.device,
+    generator: torch.Generator,
+) -> dict[str, float]:
+    """Train ``model`` in place with ``loss_fn`` (plus FedProx's term if mu > 0).
 
     Parameters
     ----------
@@ -78,6 +105,8 @@ def train_dpsh(
         (n, ...) float32 local samples (CPU).
     labels : torch.Tensor
         (n,) int64 or (n, C) multi-hot labels (CPU).
+    loss_fn : callable
+        ``loss_fn(outputs, labels)`` -> scalar loss of a mini-batch.
     config : LocalTrainConfig
         Local hyper-parameters.
     device : torch.device
@@ -88,7 +117,7 @@ def train_dpsh(
     Returns
     -------
     dict
-        ``loss`` (mean DPSH loss over all steps, without the proximal term) and
+        ``loss`` (mean loss over all steps, without the proximal term) and
         ``steps``.
     """
     model.to(device).train()
@@ -108,7 +137,7 @@ def train_dpsh(
             x = inputs[idx].to(device, non_blocking=True)
             y = labels[idx].to(device, non_blocking=True)
             u = model(x)
-            loss = dpsh_loss(u, y, quantization_weight=config.quantization_weight)
+            loss = loss_fn(u, y)
             objective = loss
             if global_params:
                 prox = proximal_term(list(model.parameters()), global_params)

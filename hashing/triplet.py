@@ -131,3 +131,29 @@ def global_triplet_loss(
     d = pairwise_distance(b, prototypes.to(b.dtype), metric=metric)
     valid = (member[:, :, None] & ~member[:, None, :]).float()
     return _hinge_mean(d, d, valid, margin)
+
+
+def global_triplet_per_sample(
+    b: torch.Tensor,
+    labels: torch.Tensor,
+    prototypes: torch.Tensor,
+    prototype_classes: torch.Tensor,
+    *,
+    num_classes: int,
+    margin: float,
+    metric: str,
+) -> torch.Tensor:
+    """L_tl^global per anchor: (n,) mean hinge over that anchor's own triplets.
+
+    Each entry depends on one sample and the (fixed) prototypes only, as DP-SGD
+    needs; an anchor without a valid triplet gets 0.
+    """
+    multi_hot = (
+        F.one_hot(labels, num_classes).bool() if labels.dim() == 1 else labels.bool()
+    )
+    member = multi_hot[:, prototype_classes]
+    d = pairwise_distance(b, prototypes.to(b.dtype), metric=metric)
+    valid = (member[:, :, None] & ~member[:, None, :]).float()
+    hinge = (d[:, :, None] - d[:, None, :] + margin).clamp_min(0.0)
+    count = valid.sum((1, 2))
+    return (hinge * valid).sum((1, 2)) / count.clamp_min(1.0)

@@ -44,6 +44,12 @@ DISCRIMINATOR_HIDDEN_DIM = "discriminator-hidden-dim"
 CODE_FLIP_EPSILON = "code-flip-epsilon"
 PROTOTYPE_FLIP_EPSILON = "prototype-flip-epsilon"
 FLIP_CALIBRATION = "flip-calibration"
+FEDHAP_INITIAL_PROTOTYPES = "fedhap-initial-prototypes"
+DP_SGD = "dp-sgd"
+DP_NOISE_MULTIPLIER = "dp-noise-multiplier"
+DP_TARGET_EPSILON = "dp-target-epsilon"
+DP_MAX_GRAD_NORM = "dp-max-grad-norm"
+DP_DELTA = "dp-delta"
 
 # --- node config keys (set by the simulation engine or ``--node-config``) --------
 PARTITION_ID = "partition-id"

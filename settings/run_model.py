@@ -14,6 +14,7 @@ from torch import nn
 
 from hashing.discriminator import Discriminator
 from hashing.models import build_model
+from privacy.dp_sgd import opacus_compatible
 from settings import keys as K
 from settings.run_settings import RunSettings
 
@@ -23,15 +24,18 @@ V = TypeVar("V")
 def build_run_model(settings: RunSettings, input_shape: tuple[int, ...]) -> nn.Module:
     """Build the configured hashing network for samples of ``input_shape``.
 
-    Reads ``model``, ``code-length``, ``hidden-dim`` and ``model-weights``.
+    Reads ``model``, ``code-length``, ``hidden-dim`` and ``model-weights``. With
+    ``dp-sgd`` the model is made Opacus-compatible (BatchNorm -> GroupNorm), on the
+    server and the clients alike, so the global arrays match.
     """
-    return build_model(
+    model = build_model(
         settings.model,
         input_shape,
         settings.code_length,
         hidden_dim=settings.hidden_dim,
         weights_path=settings.model_weights,
     )
+    return opacus_compatible(model) if settings.dp_sgd else model
 
 
 def build_run_discriminator(settings: RunSettings, num_classes: int) -> Discriminator:

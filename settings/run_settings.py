@@ -18,7 +18,7 @@ from settings import keys as K
 DATASETS = ("digits", "npz", "cifar10")
 PARTITIONINGS = ("iid", "dirichlet", "pathological")
 MODELS = ("auto", "mlp", "cnn", "resnet18")
-LOSSES = ("dpsh",)
+LOSSES = ("dpsh", "csq")
 DEVICES = ("auto", "cpu", "cuda")
 # full FedHAP, and the paper's ablations (Section 4.5): FedHAP-1 no global
 # prototypes at all, FedHAP-2 prototypes only in the discriminator, FedHAP-3
@@ -27,6 +27,7 @@ FEDHAP_VARIANTS = ("full", "fedhap-1", "fedhap-2", "fedhap-3")
 TRIPLET_DISTANCES = ("cosine", "euclidean")
 PROTOTYPE_WEIGHTINGS = ("mean", "count")
 FLIP_CALIBRATIONS = ("rr", "paper")
+INITIAL_PROTOTYPES = ("none", "centers")
 MIN_BITS, MAX_BITS = 8, 256
 
 
@@ -77,6 +78,12 @@ class RunSettings:
     code_flip_epsilon: float = 0.0
     prototype_flip_epsilon: float = 0.0
     flip_calibration: str = "rr"
+    fedhap_initial_prototypes: str = "none"
+    dp_sgd: bool = False
+    dp_noise_multiplier: float = 1.0
+    dp_target_epsilon: float = 0.0
+    dp_max_grad_norm: float = 1.0
+    dp_delta: float = 1e-5
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> RunSettings:
@@ -166,6 +173,62 @@ class RunSettings:
             )
         self.precision_ks()  # parses or raises
         self._validate_flipping()
+        _choice(
+            K.FEDHAP_INITIAL_PROTOTYPES,
+            self.fedhap_initial_prototypes,
+            INITIAL_PROTOTYPES,
+        )
+        self._validate_dp_sgd()
+
+    def _validate_dp_sgd(self) -> None:
+        if not self.dp_max_grad_norm > 0:
+            raise ConfigError(
+                f"{K.DP_MAX_GRAD_NORM}={self.dp_max_grad_norm}: must be > 0"
+            )
+        if not 0 < self.dp_delta < 1:
+            raise ConfigError(
+                f"{K.DP_DELTA}={self.dp_delta}: accepted is 0 < delta < 1"
+            )
+        if not self.dp_target_epsilon >= 0:
+            raise ConfigError(
+                f"{K.DP_TARGET_EPSILON}={self.dp_target_epsilon}: accepted is 0 "
+                "(use dp-noise-multiplier) or a per-round target epsilon > 0"
+            )
+        if not self.dp_noise_multiplier > 0:
+            raise ConfigError(
+                f"{K.DP_NOISE_MULTIPLIER}={self.dp_noise_multiplier}: must be > 0 "
+                "(0 adds no noise and gives no guarantee)"
+            )
+        if not self.dp_sgd:
+            return
+        if self.strategy == "fedhap":
+            if self.fedhap_variant != "fedhap-3":
+                raise ConfigError(
+                    f"{K.DP_SGD}=true with {K.FEDHAP_VARIANT}={self.fedhap_variant!r}: "
+                    "DP-SGD needs per-sample losses; the discriminator is trained on "
+                    "the client's codes without DP, so only 'fedhap-3' (no "
+                    "discriminator) is accepted"
+                )
+            if self.fedhap_initial_prototypes != "centers":
+                raise ConfigError(
+                    f"{K.DP_SGD}=true with fedhap needs "
+                    f"{K.FEDHAP_INITIAL_PROTOTYPES}='centers': under DP-SGD the "
+                    "local (in-batch) triplet loss is dropped, so round 1 needs "
+                    "prototypes to train against"
+                )
+            if not self.prototype_flip_epsilon > 0:
+                raise ConfigError(
+                    f"{K.DP_SGD}=true with fedhap needs {K.PROTOTYPE_FLIP_EPSILON} "
+                    "> 0: the uploaded prototypes are computed from the client's data "
+                    "and would otherwise be released without any guarantee"
+                )
+        elif self.loss != "csq":
+            raise ConfigError(
+                f"{K.DP_SGD}=true with {K.LOSS}={self.loss!r}: DP-SGD clips per-sample "
+                "gradients, which bounds one record's influence only for a loss that "
+                "is a sum of per-sample terms; DPSH's in-batch pairs couple samples. "
+                "Accepted: loss='csq' (per-sample)"
+            )
 
     def _validate_flipping(self) -> None:
         _choice(K.FLIP_CALIBRATION, self.flip_calibration, FLIP_CALIBRATIONS)

@@ -26,11 +26,13 @@ from collections.abc import Iterable
 from logging import INFO
 from typing import Any
 
+import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg
 
+from hashing.csq import hash_centers
 from hashing.prototypes import (
     ClassPrototypes,
     GlobalPrototypes,
@@ -54,6 +56,10 @@ class HashingFedHAP(PartitionOrderedMixin, FedAvg):
         Code length; uploads of another length are rejected.
     uses_prototypes : bool
         False for the FedHAP-1 ablation (no prototypes exchanged at all).
+    initial_centers : bool
+        Start from data-independent hash centres as round-1 prototypes.
+    centers_seed : int
+        Seed of the centres when they are not Hadamard rows.
     weighting : str
         ``mean`` (paper) or ``count``; see
         :func:`hashing.prototypes.aggregate_prototypes`.
@@ -67,20 +73,37 @@ class HashingFedHAP(PartitionOrderedMixin, FedAvg):
         bits: int,
         uses_prototypes: bool = True,
         weighting: str = "mean",
+        initial_centers: bool = False,
+        centers_seed: int = 0,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.bits = bits
         self.uses_prototypes = uses_prototypes
         self.weighting = weighting
+        self.initial_centers = initial_centers
+        self.centers_seed = centers_seed
         self.num_classes: int | None = None
         self.global_prototypes: GlobalPrototypes | None = None
         self.prototype_history: dict[int, dict[str, Any]] = {}
         self._uploads: dict[int, ClassPrototypes] = {}
 
     def set_label_space(self, num_classes: int) -> None:
-        """Size of the label space; class ids outside ``0..C-1`` are rejected."""
+        """Size of the label space; class ids outside ``0..C-1`` are rejected.
+
+        With ``initial_centers`` the round-1 prototypes (the paper's H^0) are
+        data-independent hash centres (``hashing.csq.hash_centers``), one per class.
+        """
         self.num_classes = int(num_classes)
+        if self.initial_centers and self.uses_prototypes:
+            centers = hash_centers(
+                self.num_classes, self.bits, seed=self.centers_seed
+            ).numpy()
+            self.global_prototypes = GlobalPrototypes(
+                classes=np.arange(self.num_classes, dtype=np.int64),
+                relaxed=centers,
+                codes=centers,
+            )
 
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
@@ -157,4 +180,6 @@ def fedhap(settings: RunSettings) -> HashingFedHAP:
         bits=settings.code_length,
         uses_prototypes=settings.uses_prototypes,
         weighting=settings.prototype_weighting,
+        initial_centers=settings.fedhap_initial_prototypes == "centers",
+        centers_seed=settings.seed,
     )

@@ -129,3 +129,44 @@ def test_random_flipping_end_to_end_with_ledger(tmp_path):
     )
     assert [r.get("prototype_classes") for r in rows] == [None, 10, 10]
     assert summary["final"]["map_all"] > summary["initial_map_all"] + 0.1
+
+
+@pytest.mark.parametrize("strategy", ["fedavg", "fedhap"])
+def test_dp_sgd_end_to_end_with_ledger(tmp_path, strategy):
+    dp = {
+        "dp-sgd": True,
+        "dp-noise-multiplier": 0.7,
+        "model": "mlp",
+        "learning-rate": 0.005,
+        "local-epochs": 3,
+    }
+    if strategy == "fedavg":
+        dp |= {"loss": "csq"}
+    else:
+        dp |= {
+            "strategy": "fedhap",
+            "fedhap-variant": "fedhap-3",
+            "fedhap-initial-prototypes": "centers",
+            "prototype-flip-epsilon": 3.0,
+        }
+    run_dir = simulate(
+        {**BASE, **dp, "results-dir": str(tmp_path / "results")}, num_clients=3
+    )
+    _, rows, summary = load_run(run_dir)
+    ledger = PrivacyLedger.read(run_dir / "privacy_ledger.json")
+    for client in range(3):
+        dp_charges = [
+            c
+            for c in ledger.charges
+            if c.client == client and c.mechanism == "dp-sgd/model"
+        ]
+        assert [c.round for c in dp_charges] == [1, 2]
+        assert all(c.unit == "per record" and 0 < c.epsilon < 100 for c in dp_charges)
+        assert all(c.delta == 1e-5 for c in dp_charges)
+        eps, delta = ledger.total(client, "per record")
+        assert eps == pytest.approx(sum(c.epsilon for c in dp_charges))
+        assert delta == pytest.approx(2e-5)
+    if strategy == "fedhap":
+        assert ledger.total(0, "per code")[0] == pytest.approx(2 * 16 * 3.0)
+    assert summary["privacy"]["per record"]["max_client_epsilon"] > 0
+    assert summary["final"]["map_all"] > summary["initial_map_all"] + 0.1
