@@ -47,15 +47,37 @@ def pairwise_distance(a: torch.Tensor, b: torch.Tensor, *, metric: str) -> torch
     raise ValueError(f"distance={metric!r}: accepted are {', '.join(DISTANCES)}")
 
 
-def _hinge_mean(
-    d_pos: torch.Tensor, d_neg: torch.Tensor, valid: torch.Tensor, margin: float
-) -> torch.Tensor:
-    """Mean of max(d_pos - d_neg + margin, 0) over valid (anchor, pos, neg)."""
-    hinge = (d_pos[:, :, None] - d_neg[:, None, :] + margin).clamp_min(0.0)
+def _triplet_hinges(d: torch.Tensor, margin: float) -> torch.Tensor:
+    """(n, p, q) max(d[a, p] - d[a, q] + margin, 0) for anchors a."""
+    return (d[:, :, None] - d[:, None, :] + margin).clamp_min(0.0)
+
+
+def _mean_over_valid(hinge: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """Mean of ``hinge`` over ``valid`` triplets; 0 (keeping the graph) if none."""
     count = valid.sum()
     if count == 0:
-        return hinge.sum() * 0.0  # keeps the graph; no valid triplet in this batch
+        return hinge.sum() * 0.0
     return (hinge * valid).sum() / count
+
+
+def _prototype_triplets(
+    b: torch.Tensor,
+    labels: torch.Tensor,
+    prototypes: torch.Tensor,
+    prototype_classes: torch.Tensor,
+    *,
+    num_classes: int,
+    margin: float,
+    metric: str,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Hinges and validity of (anchor, positive prototype, negative prototype)."""
+    multi_hot = (
+        F.one_hot(labels, num_classes).bool() if labels.dim() == 1 else labels.bool()
+    )
+    member = multi_hot[:, prototype_classes]  # (n, m): prototype is of j's class
+    d = pairwise_distance(b, prototypes.to(b.dtype), metric=metric)
+    valid = (member[:, :, None] & ~member[:, None, :]).float()
+    return _triplet_hinges(d, margin), valid
 
 
 def local_triplet_loss(
@@ -85,7 +107,7 @@ def local_triplet_loss(
     neg = ~sim
     d = pairwise_distance(b, b, metric=metric)
     valid = (pos[:, :, None] & neg[:, None, :]).float()
-    return _hinge_mean(d, d, valid, margin)
+    return _mean_over_valid(_triplet_hinges(d, margin), valid)
 
 
 def global_triplet_loss(
@@ -124,13 +146,16 @@ def global_triplet_loss(
         prototype) triplets; anchors whose classes have no prototype contribute
         nothing.
     """
-    multi_hot = (
-        F.one_hot(labels, num_classes).bool() if labels.dim() == 1 else labels.bool()
+    hinge, valid = _prototype_triplets(
+        b,
+        labels,
+        prototypes,
+        prototype_classes,
+        num_classes=num_classes,
+        margin=margin,
+        metric=metric,
     )
-    member = multi_hot[:, prototype_classes]  # (n, m): prototype is of j's class
-    d = pairwise_distance(b, prototypes.to(b.dtype), metric=metric)
-    valid = (member[:, :, None] & ~member[:, None, :]).float()
-    return _hinge_mean(d, d, valid, margin)
+    return _mean_over_valid(hinge, valid)
 
 
 def global_triplet_per_sample(
@@ -148,12 +173,13 @@ def global_triplet_per_sample(
     Each entry depends on one sample and the (fixed) prototypes only, as DP-SGD
     needs; an anchor without a valid triplet gets 0.
     """
-    multi_hot = (
-        F.one_hot(labels, num_classes).bool() if labels.dim() == 1 else labels.bool()
+    hinge, valid = _prototype_triplets(
+        b,
+        labels,
+        prototypes,
+        prototype_classes,
+        num_classes=num_classes,
+        margin=margin,
+        metric=metric,
     )
-    member = multi_hot[:, prototype_classes]
-    d = pairwise_distance(b, prototypes.to(b.dtype), metric=metric)
-    valid = (member[:, :, None] & ~member[:, None, :]).float()
-    hinge = (d[:, :, None] - d[:, None, :] + margin).clamp_min(0.0)
-    count = valid.sum((1, 2))
-    return (hinge * valid).sum((1, 2)) / count.clamp_min(1.0)
+    return (hinge * valid).sum((1, 2)) / valid.sum((1, 2)).clamp_min(1.0)
