@@ -4,8 +4,9 @@
 digits with 20 clients and 12/24/48 bits, DPSH (FedAvg), DPSH (FedProx), FedHAP-1/2/3
 and FedHAP under IID and pathological non-IID (3 classes per client) partitions, then
 the client-count sweep (20/40/60/100 clients, IID, 48 bits) for DPSH (FedAvg),
-DPSH (FedProx) and FedHAP. Each run is one Flower simulation in its own process;
-``--jobs`` runs that many at once. Every finished run is appended to
+DPSH (FedProx) and FedHAP, and FedHAP with the Euclidean triplet distance
+(non-IID, 48 bits; the paper's Table 7). Each run is one Flower simulation in its
+own process; ``--jobs`` runs that many at once. Every finished run is appended to
 ``<out>/rows.jsonl`` at once (``--resume`` skips those already there), so an
 interrupted sweep loses nothing; ``<out>/summary.json`` and ``<out>/table.md`` hold
 the aggregate (mean +- sample std over seeds).
@@ -30,7 +31,13 @@ METHODS: dict[str, dict[str, Any]] = {
     "FedHAP-2": {"strategy": "fedhap", "fedhap-variant": "fedhap-2"},
     "FedHAP-3": {"strategy": "fedhap", "fedhap-variant": "fedhap-3"},
     "FedHAP": {"strategy": "fedhap", "fedhap-variant": "full"},
+    "FedHAP (Euclidean)": {
+        "strategy": "fedhap",
+        "fedhap-variant": "full",
+        "triplet-distance": "euclidean",
+    },
 }
+MAIN_METHODS = tuple(m for m in METHODS if "Euclidean" not in m)
 CLIENT_SWEEP_METHODS = ("DPSH (FedAvg)", "DPSH (FedProx)", "FedHAP")
 
 
@@ -40,7 +47,7 @@ def jobs(args: argparse.Namespace) -> list[dict[str, Any]]:
     for seed in args.seeds:
         for bits in args.bits:
             for part_name, part in PARTITIONS.items():
-                for method in METHODS:
+                for method in MAIN_METHODS:
                     out.append(
                         {
                             "table": "main",
@@ -68,6 +75,21 @@ def jobs(args: argparse.Namespace) -> list[dict[str, Any]]:
                         "cfg": {"partitioning": "iid", "code-length": args.sweep_bits},
                     }
                 )
+    for seed in args.seeds:  # Table 7: distance metric, non-IID, 48 bits
+        out.append(
+            {
+                "table": "distance",
+                "method": "FedHAP (Euclidean)",
+                "partitioning": "non-iid (3 cls/client)",
+                "bits": args.sweep_bits,
+                "clients": args.clients,
+                "seed": seed,
+                "cfg": {
+                    **PARTITIONS["non-iid (3 cls/client)"],
+                    "code-length": args.sweep_bits,
+                },
+            }
+        )
     return out
 
 
@@ -161,7 +183,7 @@ def tables(agg: list[dict[str, Any]], args: argparse.Namespace) -> str:
             "| method | " + " | ".join(f"{b} bits" for b in args.bits) + " |",
             "|---|" + "---|" * len(args.bits),
         ]
-        for method in METHODS:
+        for method in MAIN_METHODS:
             cells = [
                 _cell(find.get((method, part_name, b, args.clients))) for b in args.bits
             ]
@@ -177,6 +199,18 @@ def tables(agg: list[dict[str, Any]], args: argparse.Namespace) -> str:
     for method in CLIENT_SWEEP_METHODS:
         cells = [_cell(find.get((method, "iid", args.sweep_bits, c))) for c in counts]
         lines.append(f"| {method} | " + " | ".join(cells) + " |")
+    non_iid = "non-iid (3 cls/client)"
+    lines += [
+        "",
+        f"**Distance metric (non-IID, {args.sweep_bits} bits, "
+        f"{args.clients} clients)**",
+        "",
+        "| triplet distance | mAP@ALL % |",
+        "|---|---|",
+    ]
+    for label, method in (("cosine", "FedHAP"), ("Euclidean", "FedHAP (Euclidean)")):
+        key = (method, non_iid, args.sweep_bits, args.clients)
+        lines.append(f"| {label} | {_cell(find.get(key))} |")
     lines += [
         "",
         f"**Cost per round ({args.clients} clients, means over runs)**",
@@ -184,7 +218,7 @@ def tables(agg: list[dict[str, Any]], args: argparse.Namespace) -> str:
         "| method | bits | train s/round | down KiB/client | up KiB/client |",
         "|---|---|---|---|---|",
     ]
-    for method in METHODS:
+    for method in MAIN_METHODS:
         for b in args.bits:
             rs = [
                 a
@@ -232,7 +266,7 @@ def main() -> None:
     parser.add_argument("--client-counts", default="20,40,60,100")
     parser.add_argument("--sweep-bits", type=int, default=48)
     parser.add_argument("--jobs", type=int, default=1)
-    parser.add_argument("--only", choices=["main", "clients"], default=None)
+    parser.add_argument("--only", choices=["main", "clients", "distance"], default=None)
     parser.add_argument("--resume", action="store_true")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
