@@ -22,10 +22,11 @@ import numpy as np
 from hashing.prototypes import ClassPrototypes
 from privacy.flipping import UNIT_CODE, epsilon_per_code, flip_beta, flip_codes
 from privacy.ledger import MechanismUse
+from settings import keys as K
 from settings.run_settings import RunSettings
 
-CODES_MECHANISM = "random-flipping/codes"
-PROTOTYPES_MECHANISM = "random-flipping/prototypes"
+CODES_MECHANISM = K.MECH_CODES_FLIP
+PROTOTYPES_MECHANISM = K.MECH_PROTOTYPES_FLIP
 
 
 def publish_codes(

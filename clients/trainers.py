@@ -132,7 +132,7 @@ def dpsh_trainer(content: RecordDict, ctx: TrainContext) -> RecordDict:
     return reply
 
 
-DP_SGD_MECHANISM = "dp-sgd/model"
+DP_SGD_MECHANISM = K.MECH_DP_SGD
 
 
 def dp_train(

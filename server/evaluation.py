@@ -25,7 +25,7 @@ from hashing.train import encode
 from privacy.ledger import MechanismUse
 from server.discovery import NodeInfo
 from settings import keys as K
-from settings.privacy_records import read_privacy
+from settings.privacy_records import missing_mechanisms, read_privacy
 
 
 @dataclass(frozen=True)
@@ -95,6 +95,7 @@ class RetrievalEvaluator:
         top_k: int,
         ks: tuple[int, ...],
         device: torch.device,
+        required_mechanisms: tuple[str, ...] = (),
         timeout_s: float = 3600.0,
     ) -> None:
         self.grid = grid
@@ -106,6 +107,7 @@ class RetrievalEvaluator:
         self.ks = ks
         self.device = device
         self.timeout_s = timeout_s
+        self.required_mechanisms = tuple(required_mechanisms)
 
     def evaluate(self, server_round: int, arrays: ArrayRecord) -> Evaluation:
         """Encode queries here and databases on the clients; compute the metrics."""
@@ -194,6 +196,10 @@ class RetrievalEvaluator:
             )
         except (KeyError, TypeError, ValueError) as exc:
             log(WARNING, "codes from %s rejected: malformed reply (%r)", who, exc)
+            return None
+        problem = missing_mechanisms(uses, self.required_mechanisms)
+        if problem:
+            log(WARNING, "codes from %s rejected: %s", who, problem)
             return None
         problem = _codes_problem(
             packed,

@@ -238,6 +238,8 @@ def run_experiment(grid: Grid, settings: RunSettings) -> RunResults:
         strategy.set_node_partitions({n: i.partition_id for n, i in nodes.items()})
     if hasattr(strategy, "set_label_space"):
         strategy.set_label_space(data.num_classes)
+    if hasattr(strategy, "set_required_mechanisms"):
+        strategy.set_required_mechanisms(settings.required_train_mechanisms)
 
     device = select_device(settings.device)
     results = RunResults(settings.results_dir, default_run_id(settings))
@@ -275,6 +277,7 @@ def run_experiment(grid: Grid, settings: RunSettings) -> RunResults:
             top_k=settings.map_top_k,
             ks=settings.precision_ks(),
             device=device,
+            required_mechanisms=settings.required_encode_mechanisms,
         )
         reporter = RoundReporter(settings, evaluator, strategy, results)
         started = time.perf_counter()

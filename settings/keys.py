@@ -83,5 +83,10 @@ PRIV_EPSILONS = "epsilons"  # list[float]
 PRIV_DELTAS = "deltas"  # list[float]
 PRIV_UNITS = "units"  # list[str]: the neighbouring relation of each epsilon
 
+# privacy mechanism names, as clients report them and the server requires them
+MECH_CODES_FLIP = "random-flipping/codes"
+MECH_PROTOTYPES_FLIP = "random-flipping/prototypes"
+MECH_DP_SGD = "dp-sgd/model"
+
 # prefix of the discriminator's parameters inside the global ArrayRecord (FedHAP)
 DISCRIMINATOR_PREFIX = "discriminator."

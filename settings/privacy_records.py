@@ -20,6 +20,19 @@ def privacy_record(uses: list[MechanismUse]) -> ConfigRecord:
     )
 
 
+def missing_mechanisms(
+    uses: list[MechanismUse], required: tuple[str, ...]
+) -> str | None:
+    """Why a reply's privacy report falls short of the run's, or ``None``."""
+    missing = [name for name in required if name not in {u.mechanism for u in uses}]
+    if missing:
+        return (
+            f"the reply does not report {', '.join(missing)}, which this run "
+            "requires; its content is not used"
+        )
+    return None
+
+
 def read_privacy(record: ConfigRecord) -> list[MechanismUse]:
     """Inverse of :func:`privacy_record` (ValueError if malformed)."""
     try:

@@ -267,6 +267,21 @@ class RunSettings:
         """Whether clients upload and the server broadcasts class prototypes."""
         return self.uses_discriminator or self.uses_global_triplet
 
+    @property
+    def required_train_mechanisms(self) -> tuple[str, ...]:
+        """Privacy mechanisms every train reply must report for this run."""
+        out = []
+        if self.dp_sgd:
+            out.append(K.MECH_DP_SGD)
+        if self.prototype_flip_epsilon > 0:
+            out.append(K.MECH_PROTOTYPES_FLIP)
+        return tuple(out)
+
+    @property
+    def required_encode_mechanisms(self) -> tuple[str, ...]:
+        """Privacy mechanisms every published-codes reply must report."""
+        return (K.MECH_CODES_FLIP,) if self.code_flip_epsilon > 0 else ()
+
     def precision_ks(self) -> tuple[int, ...]:
         """Parse ``precision-k`` ("10,50,100") into sorted positive integers."""
         try:

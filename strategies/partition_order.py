@@ -23,7 +23,7 @@ from flwr.serverapp import Grid
 
 from privacy.ledger import MechanismUse
 from settings import keys as K
-from settings.privacy_records import read_privacy
+from settings.privacy_records import missing_mechanisms, read_privacy
 from strategies.reply_checks import array_signature, train_reply_problem
 
 
@@ -64,8 +64,13 @@ class PartitionOrderedMixin:
         # records, for the privacy ledger
         self.privacy_history: dict[int, list[tuple[int, list[MechanismUse]]]] = {}
         self._privacy: dict[int, list[MechanismUse]] = {}
+        self.required_mechanisms: tuple[str, ...] = ()
         self._expected: dict[str, tuple[tuple[int, ...], str]] = {}
         self._sent: list[Message] = []
+
+    def set_required_mechanisms(self, names: tuple[str, ...]) -> None:
+        """Privacy mechanisms every train reply must report (else it is dropped)."""
+        self.required_mechanisms = tuple(names)
 
     def set_node_partitions(self, node_partitions: dict[int, int]) -> None:
         """Record ``{node_id: partition_id}`` learnt at discovery."""
@@ -146,20 +151,36 @@ class PartitionOrderedMixin:
         Subclasses whose replies carry extra records take them out of ``msg`` here
         (Flower's FedAvg wants exactly one ArrayRecord and one MetricRecord), check
         them, then call ``super()``. A ``privacy`` ConfigRecord (mechanisms the
-        client applied) is read here for the ledger; a malformed one drops the reply.
+        client applied) is read here for the ledger; a malformed one, or one that
+        lacks a mechanism the run requires, drops the reply.
         """
+        uses: list[MechanismUse] = []
         if K.PRIVACY in msg.content:
             try:
                 uses = read_privacy(msg.content[K.PRIVACY])
             except ValueError as exc:
                 return str(exc)
-            self._privacy[msg.metadata.src_node_id] = uses
+        problem = missing_mechanisms(uses, self.required_mechanisms)
+        if problem:
+            return problem
+        self._privacy[msg.metadata.src_node_id] = uses
         return train_reply_problem(msg, self._expected)
 
 
 def content_bytes(content: RecordDict) -> int:
-    """Payload bytes of a message's records (Flower's ``count_bytes``)."""
-    return sum(record.count_bytes() for record in content.values())
+    """Payload bytes of a message's records (Flower's ``count_bytes``).
+
+    Flower 1.42's ``ConfigRecord.count_bytes`` raises IndexError on an empty list
+    value; such a record (from a client) counts 0 bytes here instead of ending the
+    round, and the reply is then judged by the screening like any other.
+    """
+    total = 0
+    for record in content.values():
+        try:
+            total += record.count_bytes()
+        except (IndexError, TypeError):
+            continue
+    return total
 
 
 def _mean(values: Iterable[float]) -> float:

@@ -151,3 +151,85 @@ def test_strategy_collects_privacy_reports_of_kept_replies_only(caplog):
         "partition 2 (node 10)" in r.getMessage() and "malformed" in r.getMessage()
         for r in caplog.records
     )
+
+
+@pytest.mark.usefixtures("task_identity")
+def test_reply_without_a_required_mechanism_is_dropped(caplog):
+    s = strategy()
+    s.set_required_mechanisms((K.MECH_DP_SGD,))
+    s.configure_train(1, arrays(0.0), ConfigRecord(), FakeGrid([10, 20, 30]))
+    use = MechanismUse(K.MECH_DP_SGD, 1.0, 1e-5, "per record")
+
+    def reply(node, uses):
+        content = RecordDict(
+            {K.ARRAYS: arrays(1.0), K.METRICS: MetricRecord({K.NUM_EXAMPLES: 5})}
+        )
+        if uses is not None:
+            content[K.PRIVACY] = privacy_record(uses)
+        return reply_from(node, content)
+
+    with caplog.at_level(logging.WARNING):
+        s.aggregate_train(1, [reply(30, [use]), reply(20, None), reply(10, [])])
+    assert s.kept_nodes == [30]
+    dropped = [
+        r.getMessage() for r in caplog.records if "does not report" in r.getMessage()
+    ]
+    assert len(dropped) == 2 and all(K.MECH_DP_SGD in m for m in dropped)
+
+
+@pytest.mark.usefixtures("task_identity")
+def test_evaluator_rejects_codes_without_the_required_flipping(caplog):
+    import torch
+    from flwr.app import Array, ArrayRecord, MessageType
+
+    from hashing.codes import pack_bytes
+    from hashing.models import MLPHash
+    from server.discovery import NodeInfo
+    from server.evaluation import QuerySet, RetrievalEvaluator
+
+    rng = np.random.default_rng(0)
+
+    def codes_reply(node, uses):
+        codes = np.where(rng.random((6, 16)) < 0.5, 1, -1).astype(np.int8)
+        content = RecordDict(
+            {
+                K.CODES: ArrayRecord(
+                    {
+                        K.PACKED_CODES: Array(pack_bytes(codes)),
+                        K.CODE_LABELS: Array(np.arange(6) % 3),
+                    }
+                ),
+                K.CONFIG: ConfigRecord({K.CODE_BITS: 16}),
+            }
+        )
+        if uses:
+            content[K.PRIVACY] = privacy_record(uses)
+        return reply_from(node, content, message_type=MessageType.QUERY)
+
+    flip = MechanismUse(K.MECH_CODES_FLIP, 32.0, 0.0, "per code")
+
+    class Grid:
+        def send_and_receive(self, messages, timeout):
+            return [codes_reply(1, [flip]), codes_reply(2, [])]
+
+    nodes = {n: NodeInfo(n, n - 1, 2, 6, "cpu") for n in (1, 2)}
+    torch.manual_seed(0)
+    evaluator = RetrievalEvaluator(
+        Grid(),
+        nodes,
+        QuerySet(torch.randn(4, 8), np.array([0, 1, 2, 0]), 3),
+        lambda: MLPHash(8, 16, hidden_dim=8),
+        bits=16,
+        top_k=5,
+        ks=(5,),
+        device=torch.device("cpu"),
+        required_mechanisms=(K.MECH_CODES_FLIP,),
+    )
+    state = MLPHash(8, 16, hidden_dim=8).state_dict()
+    with caplog.at_level(logging.WARNING):
+        ev = evaluator.evaluate(0, ArrayRecord(state))
+    assert ev.clients == 1 and ev.disclosures == ((0, (flip,)),)
+    assert any(
+        "partition 1 (node 2)" in r.getMessage() and "does not report" in r.getMessage()
+        for r in caplog.records
+    )
