@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -115,8 +115,17 @@ def main() -> None:
     seeds = [int(s) for s in args.seeds.split(",")]
     noises: list[float | None] = [None] + [float(x) for x in args.noise.split(",")]
     cells = [(m, n, s) for s in seeds for m in METHODS for n in noises]
+    rows: list[dict[str, Any]] = []
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        rows = list(pool.map(lambda c: run_one(*c, args), cells))
+        futures = [pool.submit(run_one, *c, args) for c in cells]
+        for fut in as_completed(futures):
+            rows.append(fut.result())
+            print(json.dumps(rows[-1]), flush=True)
+            _write(rows, args)  # after every run: an interrupted sweep keeps its rows
+    print(_write(rows, args))
+
+
+def _write(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
     text = table(rows)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "summary.json").write_text(
@@ -131,7 +140,7 @@ def main() -> None:
         + "\n"
     )
     (args.out / "table.md").write_text(text + "\n")
-    print(text)
+    return text
 
 
 if __name__ == "__main__":
