@@ -163,6 +163,8 @@ class RoundReporter:
         row["elapsed_s"] = time.perf_counter() - self.start
         self.rows.append(row)
         self.results.append_round(row)
+        if len(self.ledger):  # rewritten atomically every round: a crash keeps it
+            self.ledger.write(self.results.path("privacy_ledger.json"))
         log(INFO, "%s", self.progress_line(row))
         self._since = time.perf_counter()
         return metrics
@@ -296,7 +298,6 @@ def run_experiment(grid: Grid, settings: RunSettings) -> RunResults:
         )
         log(INFO, "Final retrieval results:\n%s", final_table(reporter.rows, settings))
         if len(reporter.ledger):
-            reporter.ledger.write(results.path("privacy_ledger.json"))
             table = reporter.ledger.table()
             log(INFO, "Privacy ledger (basic composition):\n%s", table)
         final = results.finish()
