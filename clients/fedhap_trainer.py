@@ -18,12 +18,11 @@ import torch
 from flwr.app import ArrayRecord, MetricRecord, RecordDict
 
 from clients.publish import publish_prototypes
-from clients.trainers import DP_SGD_MECHANISM, TrainContext, dp_train, register_trainer
+from clients.trainers import TrainContext, dp_train, register_trainer
 from hashing.discriminator import Discriminator
 from hashing.fedhap_train import FedHAPTrainConfig, fedhap_dp_loss, train_fedhap
 from hashing.prototypes import class_prototypes
 from hashing.train import encode
-from privacy.dp_sgd import UNIT_RECORD
 from privacy.ledger import MechanismUse
 from settings import keys as K
 from settings.privacy_records import privacy_record
@@ -61,11 +60,8 @@ def fedhap_trainer(content: RecordDict, ctx: TrainContext) -> RecordDict:
     if s.dp_sgd:  # the settings guarantee fedhap-3, initial centres, flipped uploads
         if prototypes is None:
             raise ValueError("a DP-SGD FedHAP round needs global prototypes")
-        result = dp_train(model, dp_objective(s, num_classes, prototypes), ctx)
-        loss = result.loss
-        uses.append(
-            MechanismUse(DP_SGD_MECHANISM, result.epsilon, result.delta, UNIT_RECORD)
-        )
+        loss, use = dp_train(model, dp_objective(s, num_classes, prototypes), ctx)
+        uses.append(use)
     else:
         loss = _train(s, model, disc, prototypes, ctx)["loss"]
     state = dict(model.cpu().state_dict())

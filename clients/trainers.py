@@ -21,7 +21,6 @@ from hashing.train import LocalTrainConfig, train_local
 from privacy.dp_sgd import (
     UNIT_RECORD,
     DPSGDConfig,
-    DPTrainResult,
     noise_for_target,
     train_dp_sgd,
 )
@@ -96,11 +95,8 @@ def dpsh_trainer(content: RecordDict, ctx: TrainContext) -> RecordDict:
 
     uses: list[MechanismUse] = []
     if s.dp_sgd:
-        result = dp_train(model, loss_fn, ctx)
-        loss = result.loss
-        uses.append(
-            MechanismUse(DP_SGD_MECHANISM, result.epsilon, result.delta, UNIT_RECORD)
-        )
+        loss, use = dp_train(model, loss_fn, ctx)
+        uses.append(use)
     else:
         stats = train_local(
             model,
@@ -139,8 +135,11 @@ def dp_train(
     model: torch.nn.Module,
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
     ctx: TrainContext,
-) -> DPTrainResult:
-    """One DP-SGD local round with the run's noise (or per-round target epsilon)."""
+) -> tuple[float, MechanismUse]:
+    """One DP-SGD local round with the run's noise (or per-round target epsilon).
+
+    Returns the mean loss and the round's DP-SGD charge (epsilon per record).
+    """
     s = ctx.settings
     n = len(ctx.data.inputs)
     noise = s.dp_noise_multiplier
@@ -151,7 +150,7 @@ def dp_train(
             sample_rate=min(s.batch_size, n) / n,
             epochs=s.local_epochs,
         )
-    return train_dp_sgd(
+    result = train_dp_sgd(
         model,
         ctx.data.inputs,
         ctx.data.labels,
@@ -164,3 +163,5 @@ def dp_train(
         noise_seed=int(torch.randint(0, 2**62, (1,), generator=ctx.generator)),
         device=ctx.device,
     )
+    use = MechanismUse(DP_SGD_MECHANISM, result.epsilon, result.delta, UNIT_RECORD)
+    return result.loss, use
