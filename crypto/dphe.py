@@ -1,0 +1,572 @@
+"""DPHE parameters, the client-side encryption and the wire formats.
+
+Doubly-permuted homomorphic encryption (Yonetani et al., ICCV 2017, Section 2 and
+Algorithm 1), generalised to fixed-point packing:
+
+1. A user quantizes its update (:mod:`crypto.fixed_point`) into ``D + 1`` integers
+   (the last is its weight) and keeps the *support*: non-zero coordinates plus the
+   weight coordinate.
+2. The user-shared permutation phi (:mod:`crypto.permutation`, seed known to users and
+   the keyholder only) moves coordinate ``i`` to phi-space position ``j = phi[i]``.
+   Positions are grouped into blocks of ``P = packing`` consecutive positions: block
+   ``j // P``, slot ``j % P``. With ``P = 1`` blocks are coordinates, as in the paper.
+3. Each touched block (one holding a support position) is packed into one plaintext
+   (:mod:`crypto.packing`; every slot holds ``q + offset``, untouched slots the
+   offset alone, i.e. an encoded zero) and Paillier-encrypted with fresh randomness.
+4. Block ids go through the user's own user-aggregator permutation phi_n (seed known
+   to that user and the aggregator): the aggregator can undo phi_n, never phi.
+5. With a capacity ``M`` the touched blocks are split into shards of at most ``M``
+   blocks; with ``pad`` every shard has exactly ``M`` blocks, filled with dummy blocks
+   (random untouched blocks encrypting encoded zeros), so the aggregator learns only
+   ``ceil(touched / M)`` and not the number of touched blocks (paper, "Choosing
+   encryption capacity M").
+
+The aggregator (:mod:`crypto.aggregator`) multiplies ciphertexts per phi-space block;
+the keyholder (:mod:`crypto.keyholder`) decrypts the sum, removes offsets and undoes
+phi.
+
+No Flower imports.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from crypto.fixed_point import FixedPointParams, _exact_fields, max_packing, quantize
+from crypto.keys import ClientBundle
+from crypto.packing import pack
+
+KEY_ID_BYTES = 32
+SHARD_ORDER_LABEL = b"fedhash-dphe-shard-order"
+ARRAY_BLOCK_IDS = "block-ids"
+ARRAY_SHARD_SIZES = "shard-sizes"
+ARRAY_CIPHERTEXTS = "ciphertexts"
+ARRAY_KEY_ID = "key-id"
+ARRAY_KEYS = (ARRAY_BLOCK_IDS, ARRAY_SHARD_SIZES, ARRAY_CIPHERTEXTS, ARRAY_KEY_ID)
+"""Keys of :meth:`EncryptedUpdate.to_arrays`."""
+
+
+@dataclass(frozen=True)
+class DPHEParams:
+    """Public parameters of one DPHE aggregation, shared by all parties.
+
+    Parameters
+    ----------
+    dimension : int
+        Model size ``D`` (number of update coordinates), ``>= 1``. Internally there
+        are ``D + 1`` coordinates: the last carries the weight.
+    packing : int
+        Slots per Paillier plaintext ``P``, ``1 <= P <= max_packing(key_bits)``.
+    fixed_point : FixedPointParams
+        Scale, clipping and headroom of the encoding.
+    capacity : int
+        Encryption capacity ``M``: most blocks per shard (0 = one shard, no limit).
+    pad : bool
+        Pad every shard to exactly ``M`` blocks with dummy blocks; needs
+        ``capacity > 0`` dividing ``num_blocks``.
+
+    Raises
+    ------
+    ValueError
+        If a field is out of range (key-size checks are in :meth:`validate`).
+    """
+
+    dimension: int
+    packing: int = 1
+    fixed_point: FixedPointParams = FixedPointParams()
+    capacity: int = 0
+    pad: bool = False
+
+    def __post_init__(self) -> None:
+        self._check_fields()
+
+    def _check_fields(self) -> None:
+        _check_int("dimension", self.dimension, 1)
+        _check_int("packing", self.packing, 1)
+        _check_int("capacity", self.capacity, 0)
+        if not isinstance(self.fixed_point, FixedPointParams):
+            raise ValueError(
+                "fixed_point must be a FixedPointParams, got "
+                f"{type(self.fixed_point).__name__}"
+            )
+        self.fixed_point.validate()
+        if not isinstance(self.pad, bool):
+            raise ValueError(f"pad must be a bool, got {type(self.pad).__name__}")
+        if self.pad and self.capacity == 0:
+            raise ValueError("pad=True needs capacity > 0 (capacity=0 means one shard)")
+        if self.pad and self.num_blocks % self.capacity:
+            raise ValueError(
+                f"with pad=True, capacity must divide num_blocks = {self.num_blocks} "
+                f"(dimension {self.dimension} + 1 weight coordinate in blocks of "
+                f"{self.packing}) so that padded shards always fit; got capacity "
+                f"{self.capacity}. Divisors: {_divisors(self.num_blocks)}"
+            )
+
+    def validate(self, key_bits: int) -> None:
+        """Check every field, including the packing against the key size.
+
+        Parameters
+        ----------
+        key_bits : int
+            Bit length of the Paillier modulus.
+
+        Raises
+        ------
+        ValueError
+            Naming the field, its value and the accepted range.
+        """
+        self._check_fields()
+        limit = max_packing(key_bits, self.fixed_point)
+        if self.packing > limit:
+            raise ValueError(
+                f"packing must be in [1, {limit}] for {key_bits}-bit keys and "
+                f"slot_bits = {self.slot_bits}, got {self.packing}"
+            )
+
+    @property
+    def padded_dimension(self) -> int:
+        """Number of encoded coordinates ``D + 1`` (updates plus weight)."""
+        return self.dimension + 1
+
+    @property
+    def num_blocks(self) -> int:
+        """Number of blocks ``ceil((D + 1) / P)``."""
+        return math.ceil(self.padded_dimension / self.packing)
+
+    @property
+    def slot_bits(self) -> int:
+        """Bits per slot (from the fixed-point headroom)."""
+        return self.fixed_point.slot_bits
+
+    @property
+    def offset(self) -> int:
+        """Offset added to every encoded value (``B``)."""
+        return self.fixed_point.offset
+
+    @property
+    def bound(self) -> int:
+        """Per-summand bound ``B``."""
+        return self.fixed_point.bound
+
+    def max_packing(self, key_bits: int) -> int:
+        """Largest packing for ``key_bits`` (:func:`crypto.fixed_point.max_packing`)."""
+        return max_packing(key_bits, self.fixed_point)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the fields as a JSON-serialisable dict."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> DPHEParams:
+        """Build from :meth:`to_dict` output.
+
+        Raises
+        ------
+        ValueError
+            If a field is missing, unknown or out of range.
+        """
+        fields = _exact_fields(cls, data, "params")
+        fields["fixed_point"] = FixedPointParams.from_dict(fields["fixed_point"])
+        return cls(**fields)
+
+
+@dataclass(frozen=True, eq=False)
+class Shard:
+    """One shard of a user's encrypted update.
+
+    Parameters
+    ----------
+    block_ids : np.ndarray
+        ``(K,)`` int64 block ids after the user's permutation phi_n.
+    ciphertexts : list of int
+        ``K`` Paillier ciphertexts, in ``(0, n**2)``, one per block id.
+    """
+
+    block_ids: np.ndarray
+    ciphertexts: list[int]
+
+    def __len__(self) -> int:
+        return len(self.ciphertexts)
+
+
+@dataclass(frozen=True, eq=False)
+class EncryptedUpdate:
+    """A user's encrypted, doubly-permuted update: what it sends to the aggregator.
+
+    Parameters
+    ----------
+    key_id : bytes
+        32-byte identifier of the public key used (:func:`crypto.keys.key_id_of`).
+    shards : list of Shard
+        Shards of at most ``capacity`` blocks; block ids are disjoint across shards.
+    """
+
+    key_id: bytes
+    shards: list[Shard] = field(default_factory=list)
+
+    @property
+    def num_blocks(self) -> int:
+        """Total number of blocks (ciphertexts) over all shards."""
+        return sum(len(shard) for shard in self.shards)
+
+    @property
+    def shard_sizes(self) -> list[int]:
+        """Number of blocks of each shard."""
+        return [len(shard) for shard in self.shards]
+
+    def to_arrays(self, key_bits: int) -> dict[str, np.ndarray]:
+        """Serialize for transport (e.g. a Flower ``ArrayRecord``).
+
+        Parameters
+        ----------
+        key_bits : int
+            Bit length of ``n``; ciphertexts (``< n**2``) take ``2 * key_bits // 8``
+            bytes each.
+
+        Returns
+        -------
+        dict of str to np.ndarray
+            ``"block-ids"``: ``(T,)`` int64, all shards concatenated;
+            ``"shard-sizes"``: ``(F,)`` int64; ``"ciphertexts"``: ``(T, W)`` uint8,
+            big-endian, ``W = 2 * key_bits // 8``; ``"key-id"``: ``(32,)`` uint8.
+
+        Raises
+        ------
+        ValueError
+            If ``key_bits`` is not a positive multiple of 8, a shard's lengths
+            disagree or a ciphertext does not fit ``W`` bytes.
+        """
+        width = _ciphertext_width(key_bits)
+        _check_key_id(self.key_id)
+        ids = []
+        chunks = []
+        for index, shard in enumerate(self.shards):
+            block_ids = np.asarray(shard.block_ids)
+            if block_ids.ndim != 1 or len(block_ids) != len(shard.ciphertexts):
+                raise ValueError(
+                    f"shard {index}: {block_ids.shape} block ids for "
+                    f"{len(shard.ciphertexts)} ciphertexts"
+                )
+            ids.append(block_ids.astype(np.int64))
+            for ciphertext in shard.ciphertexts:
+                value = int(ciphertext)
+                if value < 0 or value.bit_length() > 8 * width:
+                    raise ValueError(
+                        f"shard {index}: ciphertext does not fit {width} bytes "
+                        f"({key_bits}-bit key)"
+                    )
+                chunks.append(value.to_bytes(width, "big"))
+        data = np.frombuffer(b"".join(chunks), dtype=np.uint8).reshape(-1, width)
+        return {
+            ARRAY_BLOCK_IDS: np.concatenate(ids) if ids else np.zeros(0, np.int64),
+            ARRAY_SHARD_SIZES: np.asarray(self.shard_sizes, dtype=np.int64),
+            ARRAY_CIPHERTEXTS: data.copy(),
+            ARRAY_KEY_ID: np.frombuffer(self.key_id, dtype=np.uint8).copy(),
+        }
+
+    @classmethod
+    def from_arrays(
+        cls, arrays: Mapping[str, np.ndarray], *, key_bits: int
+    ) -> EncryptedUpdate:
+        """Parse :meth:`to_arrays` output; other keys in ``arrays`` are ignored.
+
+        Parameters
+        ----------
+        arrays : mapping of str to np.ndarray
+            The four arrays of :meth:`to_arrays`.
+        key_bits : int
+            Bit length of ``n`` (fixes the ciphertext width).
+
+        Returns
+        -------
+        EncryptedUpdate
+            The update (ciphertext ranges are checked by the aggregator).
+
+        Raises
+        ------
+        ValueError
+            On a missing key, wrong dtype or shape, wrong ciphertext width, negative
+            shard sizes or sizes not summing to the number of blocks.
+        """
+        width = _ciphertext_width(key_bits)
+        if not isinstance(arrays, Mapping):
+            raise ValueError(f"arrays must be a mapping, got {type(arrays).__name__}")
+        missing = [key for key in ARRAY_KEYS if key not in arrays]
+        if missing:
+            raise ValueError(f"encrypted update lacks arrays {missing}")
+        block_ids = _array(arrays, ARRAY_BLOCK_IDS, np.int64, 1)
+        sizes = _array(arrays, ARRAY_SHARD_SIZES, np.int64, 1)
+        data = _array(arrays, ARRAY_CIPHERTEXTS, np.uint8, 2)
+        key_id = _array(arrays, ARRAY_KEY_ID, np.uint8, 1)
+        if key_id.shape != (KEY_ID_BYTES,):
+            raise ValueError(
+                f"{ARRAY_KEY_ID!r} must have shape ({KEY_ID_BYTES},), "
+                f"got {key_id.shape}"
+            )
+        if data.shape[1] != width:
+            raise ValueError(
+                f"{ARRAY_CIPHERTEXTS!r} rows must be {width} bytes for a "
+                f"{key_bits}-bit key, got {data.shape[1]}"
+            )
+        if data.shape[0] != block_ids.shape[0]:
+            raise ValueError(
+                f"{data.shape[0]} ciphertexts for {block_ids.shape[0]} block ids"
+            )
+        if np.any(sizes < 0):
+            raise ValueError(f"{ARRAY_SHARD_SIZES!r} has negative sizes: {sizes}")
+        if int(sizes.sum()) != block_ids.shape[0]:
+            raise ValueError(
+                f"shard sizes sum to {int(sizes.sum())}, but there are "
+                f"{block_ids.shape[0]} blocks"
+            )
+        raw = np.ascontiguousarray(data).tobytes()
+        ciphertexts = [
+            int.from_bytes(raw[row * width : (row + 1) * width], "big")
+            for row in range(data.shape[0])
+        ]
+        shards = []
+        start = 0
+        for size in sizes.tolist():
+            stop = start + size
+            shards.append(
+                Shard(
+                    block_ids=block_ids[start:stop].copy(),
+                    ciphertexts=ciphertexts[start:stop],
+                )
+            )
+            start = stop
+        return cls(key_id=key_id.tobytes(), shards=shards)
+
+
+@dataclass(frozen=True, eq=False)
+class EncryptedSum:
+    """The aggregator's encrypted, phi-permuted sum, sent to the keyholder.
+
+    Parameters
+    ----------
+    key_id : bytes
+        32-byte identifier of the public key.
+    block_ids : np.ndarray
+        ``(K,)`` int64 phi-space block ids, sorted, distinct.
+    ciphertexts : list of int
+        ``K`` ciphertexts; each encrypts the packed sum of ``summands`` encoded
+        blocks.
+    summands : int
+        Number of users ``S`` summed in every block.
+    params : DPHEParams
+        Parameters of the aggregation.
+    """
+
+    key_id: bytes
+    block_ids: np.ndarray
+    ciphertexts: list[int]
+    summands: int
+    params: DPHEParams
+
+    def to_json(self) -> dict[str, Any]:
+        """Return a JSON-serialisable dict (ciphertexts and key id as hex)."""
+        return {
+            "key_id": bytes(self.key_id).hex(),
+            "block_ids": [int(b) for b in np.asarray(self.block_ids).tolist()],
+            "ciphertexts": [format(int(c), "x") for c in self.ciphertexts],
+            "summands": int(self.summands),
+            "params": self.params.to_dict(),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> EncryptedSum:
+        """Parse :meth:`to_json` output.
+
+        Raises
+        ------
+        ValueError
+            If a field is missing or malformed.
+        """
+        if not isinstance(data, Mapping):
+            raise ValueError(
+                f"encrypted_sum must be an object, got {type(data).__name__}"
+            )
+        fields = _exact_fields(cls, data, "encrypted_sum")
+        try:
+            key_id = bytes.fromhex(fields["key_id"])
+        except (TypeError, ValueError):
+            raise ValueError("encrypted_sum.key_id must be a hex string") from None
+        _check_key_id(key_id)
+        block_ids = fields["block_ids"]
+        if not isinstance(block_ids, list) or not all(
+            isinstance(b, int) and not isinstance(b, bool) for b in block_ids
+        ):
+            raise ValueError("encrypted_sum.block_ids must be a list of integers")
+        raw = fields["ciphertexts"]
+        if not isinstance(raw, list) or len(raw) != len(block_ids):
+            raise ValueError(
+                "encrypted_sum.ciphertexts must be a list as long as block_ids"
+            )
+        try:
+            ciphertexts = [int(c, 16) for c in raw]
+        except (TypeError, ValueError):
+            raise ValueError("encrypted_sum.ciphertexts must be hex strings") from None
+        summands = fields["summands"]
+        if isinstance(summands, bool) or not isinstance(summands, int):
+            raise ValueError("encrypted_sum.summands must be an integer")
+        try:
+            ids = np.asarray(block_ids, dtype=np.int64).reshape(-1)
+        except OverflowError:
+            raise ValueError("encrypted_sum.block_ids out of int64 range") from None
+        return cls(
+            key_id=key_id,
+            block_ids=ids,
+            ciphertexts=ciphertexts,
+            summands=summands,
+            params=DPHEParams.from_dict(fields["params"]),
+        )
+
+
+def encrypt_update(
+    update: np.ndarray,
+    *,
+    weight: int,
+    bundle: ClientBundle,
+    params: DPHEParams,
+    rng: np.random.Generator,
+) -> EncryptedUpdate:
+    """Encrypt one user's update with DPHE (Algorithm 1, steps 3-4).
+
+    Parameters
+    ----------
+    update : np.ndarray
+        ``(D,)`` real update, finite, ``D == params.dimension`` (model units; clipped
+        to ``[-clip, clip]``).
+    weight : int
+        The user's weight, ``1 <= weight <= params.fixed_point.max_weight`` (e.g.
+        its number of examples, if ``max_weight`` allows; 1 for a plain average).
+    bundle : ClientBundle
+        The user's key bundle (public key, phi seed, own seed).
+    params : DPHEParams
+        Public parameters, valid for ``bundle.key_bits``.
+    rng : np.random.Generator
+        Source of the shard order and of the dummy blocks. 32 bytes drawn from it are
+        hashed with both of the user's secret seeds (phi seed and own seed) into the
+        generator actually used, so even a generator seeded from a public run seed
+        lets neither the aggregator (no phi seed) nor another user (no own seed)
+        predict which blocks are dummies; results stay reproducible for a seeded
+        ``rng``. Paillier randomness comes from the OS, not from ``rng``.
+
+    Returns
+    -------
+    EncryptedUpdate
+        Shards of ``(block id after phi_n, ciphertext)``.
+
+    Raises
+    ------
+    ValueError
+        If the update has the wrong length or is not finite, the weight is out of
+        range or the parameters are invalid for the key.
+    """
+    params.validate(bundle.key_bits)
+    values = np.asarray(update)
+    if values.ndim != 1 or values.shape[0] != params.dimension:
+        raise ValueError(
+            f"update must have shape ({params.dimension},), got {values.shape}"
+        )
+    q = quantize(values, weight=weight, params=params.fixed_point)
+    packing = params.packing
+    num_blocks = params.num_blocks
+    offset = params.offset
+    support = np.flatnonzero(q)  # always holds the weight coordinate D
+    positions = bundle.phi(params.padded_dimension)[support]
+    encoded = np.full(num_blocks * packing, offset, dtype=np.int64)
+    encoded[positions] = q[support] + offset
+    touched = np.unique(positions // packing)
+    blocks = _shard_blocks(touched, params, _private_generator(bundle, rng))
+    phi_n = bundle.phi_n(num_blocks)
+    public_key = bundle.public_key
+    slot_bits = params.slot_bits
+    shards = []
+    for shard_blocks in blocks:
+        ciphertexts = [
+            public_key.raw_encrypt(
+                pack(encoded[b * packing : (b + 1) * packing].tolist(), slot_bits)
+            )
+            for b in shard_blocks.tolist()
+        ]
+        shards.append(
+            Shard(block_ids=phi_n[shard_blocks].copy(), ciphertexts=ciphertexts)
+        )
+    return EncryptedUpdate(key_id=bundle.key_id, shards=shards)
+
+
+def _private_generator(
+    bundle: ClientBundle, rng: np.random.Generator
+) -> np.random.Generator:
+    """Mix ``rng`` with the user's two secret seeds (see :func:`encrypt_update`)."""
+    material = hashlib.shake_256(
+        SHARD_ORDER_LABEL + bundle.phi_seed + bundle.client_seed + rng.bytes(32)
+    ).digest(32)
+    return np.random.default_rng(int.from_bytes(material, "big"))
+
+
+def _shard_blocks(
+    touched: np.ndarray, params: DPHEParams, rng: np.random.Generator
+) -> list[np.ndarray]:
+    """Split phi-space blocks into shards, adding dummy blocks when padding."""
+    capacity = params.capacity
+    if capacity == 0:
+        return [rng.permutation(touched)]
+    count = math.ceil(len(touched) / capacity)
+    if params.pad:
+        untouched = np.setdiff1d(
+            np.arange(params.num_blocks, dtype=np.int64), touched, assume_unique=True
+        )
+        need = count * capacity - len(touched)
+        # capacity divides num_blocks (checked), so ``need <= len(untouched)``.
+        dummies = rng.choice(untouched, size=need, replace=False)
+        touched = np.concatenate([touched, dummies.astype(np.int64)])
+    order = rng.permutation(touched)
+    return [order[i : i + capacity] for i in range(0, len(order), capacity)]
+
+
+def _divisors(value: int) -> list[int]:
+    small = [d for d in range(1, math.isqrt(value) + 1) if value % d == 0]
+    return sorted({*small, *(value // d for d in small)})
+
+
+def _check_int(name: str, value: object, low: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise ValueError(f"{name} must be an integer, got {type(value).__name__}")
+    if value < low:
+        raise ValueError(f"{name} must be >= {low}, got {value}")
+
+
+def _ciphertext_width(key_bits: int) -> int:
+    if isinstance(key_bits, bool) or not isinstance(key_bits, int) or key_bits <= 0:
+        raise ValueError(f"key_bits must be a positive integer, got {key_bits!r}")
+    if key_bits % 8:
+        raise ValueError(f"key_bits must be a multiple of 8, got {key_bits}")
+    return 2 * key_bits // 8
+
+
+def _check_key_id(key_id: object) -> None:
+    if not isinstance(key_id, bytes) or len(key_id) != KEY_ID_BYTES:
+        raise ValueError(f"key_id must be {KEY_ID_BYTES} bytes")
+
+
+def _array(
+    arrays: Mapping[str, np.ndarray], key: str, dtype: type, ndim: int
+) -> np.ndarray:
+    value = arrays[key]
+    if not isinstance(value, np.ndarray):
+        raise ValueError(f"{key!r} must be a numpy array, got {type(value).__name__}")
+    if value.dtype != np.dtype(dtype):
+        raise ValueError(
+            f"{key!r} must have dtype {np.dtype(dtype)}, got {value.dtype}"
+        )
+    if value.ndim != ndim:
+        raise ValueError(f"{key!r} must be {ndim}-D, got shape {value.shape}")
+    return value

@@ -1,0 +1,253 @@
+"""Tests of the keyholder HTTP service and its stdlib client."""
+
+from __future__ import annotations
+
+import dataclasses
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+import uvicorn
+from fastapi.testclient import TestClient
+
+from crypto import (
+    AggregateRefused,
+    DPHEAggregator,
+    DPHEParams,
+    EncryptedSum,
+    Keyholder,
+    KeyholderBundle,
+    KeyholderLike,
+    RemoteKeyholder,
+    encrypt_update,
+    generate_keys,
+    keyholder_service,
+    load_aggregator_bundle,
+    load_client_bundle,
+    load_keyholder_bundle,
+)
+from crypto.keyholder_service import create_app
+
+DIM = 10
+
+
+@dataclasses.dataclass
+class Setup:
+    bundle: KeyholderBundle
+    keyholder: Keyholder
+    token: str
+    sums: dict[int, EncryptedSum]
+    expected: np.ndarray
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory) -> Setup:
+    paths = generate_keys(
+        tmp_path_factory.mktemp("svc") / "keys",
+        num_clients=3,
+        key_bits=512,
+        allow_test_keys=True,
+    )
+    bundle = load_keyholder_bundle(paths.keyholder)
+    aggregator_bundle = load_aggregator_bundle(paths.aggregator)
+    params = DPHEParams(dimension=DIM, packing=3)
+    rng = np.random.default_rng(0)
+    updates = [rng.normal(scale=0.2, size=DIM) for _ in range(3)]
+    encrypted = [
+        encrypt_update(
+            update,
+            weight=1,
+            bundle=load_client_bundle(path),
+            params=params,
+            rng=rng,
+        )
+        for update, path in zip(updates, paths.clients, strict=True)
+    ]
+    sums = {}
+    for count in (2, 3):
+        aggregator = DPHEAggregator(aggregator_bundle, params)
+        for client_id in range(count):
+            aggregator.add(client_id, encrypted[client_id])
+        sums[count] = aggregator.result()
+    keyholder = Keyholder(bundle)
+    return Setup(
+        bundle=bundle,
+        keyholder=keyholder,
+        token=aggregator_bundle.auth_token,
+        sums=sums,
+        expected=keyholder.decrypt_aggregate(sums[3], 3),
+    )
+
+
+@pytest.fixture(scope="module")
+def client(setup: Setup) -> TestClient:
+    return TestClient(create_app(setup.keyholder, setup.token))
+
+
+def body(encrypted_sum: EncryptedSum, contributors: int) -> dict:
+    return {"encrypted_sum": encrypted_sum.to_json(), "contributors": contributors}
+
+
+def test_health_needs_no_token(client: TestClient, setup: Setup) -> None:
+    answer = client.get("/v1/health")
+    assert answer.status_code == 200
+    assert answer.json() == {
+        "status": "ok",
+        "key_id": setup.bundle.key_id.hex(),
+        "key_bits": 512,
+        "min_contributors": 3,
+    }
+
+
+def test_decrypt_with_the_right_token(client: TestClient, setup: Setup) -> None:
+    answer = client.post(
+        "/v1/decrypt-aggregate",
+        json=body(setup.sums[3], 3),
+        headers={"Authorization": f"Bearer {setup.token}"},
+    )
+    assert answer.status_code == 200
+    sums = np.array([int(v) for v in answer.json()["sums"]], dtype=np.int64)
+    np.testing.assert_array_equal(sums, setup.expected)
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {},
+        {"Authorization": "Bearer wrong-token-wrong-token-wrong-token"},
+        {"Authorization": "Basic abc"},
+        {"Authorization": "Bearer"},
+    ],
+)
+def test_missing_or_wrong_token_is_401(
+    client: TestClient, setup: Setup, headers: dict
+) -> None:
+    answer = client.post(
+        "/v1/decrypt-aggregate", json=body(setup.sums[3], 3), headers=headers
+    )
+    assert answer.status_code == 401
+    assert answer.headers["www-authenticate"] == "Bearer"
+
+
+def test_token_is_checked_before_the_body(client: TestClient) -> None:
+    answer = client.post("/v1/decrypt-aggregate", content=b"{garbage")
+    assert answer.status_code == 401
+
+
+@pytest.mark.parametrize(
+    ("payload", "match"),
+    [
+        (None, "not valid JSON"),
+        ({"contributors": 3}, "body must be"),
+        ({"encrypted_sum": {"key_id": "00"}, "contributors": 3}, "malformed"),
+    ],
+)
+def test_malformed_requests_are_422(
+    client: TestClient, setup: Setup, payload: dict | None, match: str
+) -> None:
+    headers = {"Authorization": f"Bearer {setup.token}"}
+    if payload is None:
+        answer = client.post("/v1/decrypt-aggregate", content=b"{", headers=headers)
+    else:
+        answer = client.post("/v1/decrypt-aggregate", json=payload, headers=headers)
+    assert answer.status_code == 422
+    assert match in answer.json()["detail"]
+
+
+def test_fewer_than_three_contributors_is_422(client: TestClient, setup: Setup) -> None:
+    answer = client.post(
+        "/v1/decrypt-aggregate",
+        json=body(setup.sums[2], 2),
+        headers={"Authorization": f"Bearer {setup.token}"},
+    )
+    assert answer.status_code == 422
+    assert "min_contributors = 3" in answer.json()["detail"]
+
+
+def test_create_app_refuses_a_short_token(setup: Setup) -> None:
+    with pytest.raises(ValueError, match="32"):
+        create_app(setup.keyholder, "short")
+
+
+# --- real server on an ephemeral loopback port --------------------------------------
+
+
+@pytest.fixture(scope="module")
+def server_url(setup: Setup) -> Iterator[str]:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(
+        create_app(setup.keyholder, setup.token),
+        log_level="warning",
+        lifespan="off",
+        ws="none",
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(
+        target=server.run, kwargs={"sockets": [sock]}, daemon=True
+    )
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "server did not start"
+        time.sleep(0.02)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(timeout=10)
+    sock.close()
+    assert not thread.is_alive()
+
+
+def test_remote_keyholder_end_to_end(server_url: str, setup: Setup) -> None:
+    remote = RemoteKeyholder(server_url, setup.token, timeout=10)
+    assert isinstance(remote, KeyholderLike)
+    assert remote.health()["key_id"] == setup.bundle.key_id.hex()
+    np.testing.assert_array_equal(
+        remote.decrypt_aggregate(setup.sums[3], 3), setup.expected
+    )
+    assert setup.token not in repr(remote)
+
+
+def test_remote_keyholder_maps_refusals_and_auth_errors(
+    server_url: str, setup: Setup
+) -> None:
+    remote = RemoteKeyholder(server_url, setup.token, timeout=10)
+    with pytest.raises(AggregateRefused, match="min_contributors = 3"):
+        remote.decrypt_aggregate(setup.sums[2], 2)
+    wrong = RemoteKeyholder(server_url, "x" * 64, timeout=10)
+    with pytest.raises(RuntimeError, match="rejected the auth token"):
+        wrong.decrypt_aggregate(setup.sums[3], 3)
+
+
+def test_remote_keyholder_unreachable(setup: Setup) -> None:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()  # nothing listens there now
+    remote = RemoteKeyholder(f"http://127.0.0.1:{port}", setup.token, timeout=5)
+    with pytest.raises(RuntimeError, match="cannot reach keyholder"):
+        remote.decrypt_aggregate(setup.sums[3], 3)
+
+
+def test_remote_keyholder_refuses_unsafe_urls() -> None:
+    with pytest.raises(ValueError, match="plain http"):
+        RemoteKeyholder("http://keyholder.example:8765", "t" * 64)
+    RemoteKeyholder("http://keyholder.example:8765", "t" * 64, allow_plain_http=True)
+    with pytest.raises(ValueError, match="ca_file"):
+        RemoteKeyholder("http://127.0.0.1:1", "t" * 64, ca_file="ca.pem")
+    with pytest.raises(ValueError, match="http"):
+        RemoteKeyholder("ftp://127.0.0.1:1", "t" * 64)
+
+
+def test_service_main_refuses_plain_http_off_loopback(
+    capsys: pytest.CaptureFixture,
+) -> None:
+    code = keyholder_service.main(["--bundle", "unused.json", "--host", "0.0.0.0"])
+    assert code == 2
+    assert "allow-plain-http" in capsys.readouterr().err
+    assert keyholder_service.main(["--bundle", "missing.json"]) == 2
+    assert "not found" in capsys.readouterr().err
