@@ -1,0 +1,137 @@
+"""Sparse model updates: flatten/unflatten, elastic-net proximal step, top-k.
+
+A client's update is ``w_local - w_global`` over every array of the model, flattened
+in the order of the global model's arrays. DPHE (``crypto/``) encrypts only the
+non-zeros of that vector, so its cost falls with the update's sparsity; the same
+sparsification also runs without encryption, which is the plaintext baseline that
+DPHE must match.
+
+Two sparsifiers, applied in this order when both are on:
+
+* **elastic net** (the DPHE paper trains its classifiers with an elastic-net penalty
+  so that their updates are sparse): the proximal operator of
+  ``l1 * ||d||_1 + (l2 / 2) * ||d||_2^2`` applied to the update,
+  ``d <- sign(d) * max(|d| - l1, 0) / (1 + l2)``. Its sparsity depends on the data.
+* **top-k by magnitude**: zero all but the ``D - floor(sparsity * D)`` largest ``|d_i|``
+  (ties broken by index, stable), zero the rest. Its sparsity is fixed.
+
+Mass that is zeroed is dropped for that round (no error feedback).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class ArrayLayout:
+    """Names, shapes and dtypes of the arrays a flat vector was built from."""
+
+    names: tuple[str, ...]
+    shapes: tuple[tuple[int, ...], ...]
+    dtypes: tuple[str, ...]
+
+    @property
+    def size(self) -> int:
+        """Total number of values (D)."""
+        return int(sum(math.prod(s) for s in self.shapes))
+
+
+def flatten_arrays(arrays: Mapping[str, np.ndarray]) -> tuple[np.ndarray, ArrayLayout]:
+    """Concatenate ``arrays`` (in mapping order) into one float64 vector.
+
+    Returns
+    -------
+    vector : numpy.ndarray
+        ``(D,)`` float64.
+    layout : ArrayLayout
+        What :func:`unflatten_arrays` needs to rebuild the mapping.
+    """
+    names = tuple(arrays)
+    parts = [np.asarray(arrays[n], dtype=np.float64).ravel() for n in names]
+    layout = ArrayLayout(
+        names=names,
+        shapes=tuple(tuple(np.shape(arrays[n])) for n in names),
+        dtypes=tuple(str(np.asarray(arrays[n]).dtype) for n in names),
+    )
+    vector = np.concatenate(parts) if parts else np.zeros(0, dtype=np.float64)
+    return vector, layout
+
+
+def unflatten_arrays(vector: np.ndarray, layout: ArrayLayout) -> dict[str, np.ndarray]:
+    """Inverse of :func:`flatten_arrays`; integer arrays are rounded back.
+
+    Raises
+    ------
+    ValueError
+        If ``vector`` does not have ``layout.size`` values.
+    """
+    if vector.shape != (layout.size,):
+        raise ValueError(
+            f"flat vector has shape {vector.shape}, the layout needs ({layout.size},)"
+        )
+    out: dict[str, np.ndarray] = {}
+    start = 0
+    for name, shape, dtype in zip(
+        layout.names, layout.shapes, layout.dtypes, strict=True
+    ):
+        size = math.prod(shape)
+        chunk = vector[start : start + size].reshape(shape)
+        if np.issubdtype(np.dtype(dtype), np.integer):
+            chunk = np.rint(chunk)
+        out[name] = np.array(chunk, dtype=dtype, order="C")
+        start += size
+    return out
+
+
+def elastic_net_prox(update: np.ndarray, *, l1: float, l2: float) -> np.ndarray:
+    """Proximal step of ``l1*||d||_1 + (l2/2)*||d||^2``: soft-threshold, shrink.
+
+    Parameters
+    ----------
+    update : numpy.ndarray
+        ``(D,)`` float update.
+    l1, l2 : float
+        Non-negative penalty weights (0 and 0 return a copy).
+    """
+    if l1 < 0 or l2 < 0:
+        raise ValueError(f"elastic-net weights must be >= 0, got l1={l1}, l2={l2}")
+    shrunk = np.sign(update) * np.maximum(np.abs(update) - l1, 0.0)
+    return shrunk / (1.0 + l2)
+
+
+def top_k_sparsify(update: np.ndarray, *, sparsity: float) -> np.ndarray:
+    """Zero all but the ``D - floor(sparsity * D)`` largest-magnitude values.
+
+    Parameters
+    ----------
+    update : numpy.ndarray
+        ``(D,)`` float update.
+    sparsity : float
+        Fraction of values zeroed, in ``[0, 1)``; 0 returns a copy.
+    """
+    if not 0 <= sparsity < 1:
+        raise ValueError(f"sparsity={sparsity}: accepted is 0 <= sparsity < 1")
+    out = np.array(update, dtype=np.float64, copy=True)
+    # zero floor(sparsity * D) values (the epsilon absorbs float error: 0.7 * 10)
+    keep = out.size - math.floor(sparsity * out.size + 1e-9)
+    if keep >= out.size:
+        return out
+    # stable sort on -|d|: equal magnitudes keep the lower index
+    order = np.argsort(-np.abs(out), kind="stable")
+    out[order[keep:]] = 0.0
+    return out
+
+
+def sparsify_update(
+    update: np.ndarray, *, sparsity: float, l1: float = 0.0, l2: float = 0.0
+) -> np.ndarray:
+    """Elastic-net step (when ``l1`` or ``l2`` > 0), then top-k (``sparsity`` > 0)."""
+    out = np.asarray(update, dtype=np.float64)
+    if l1 > 0 or l2 > 0:
+        out = elastic_net_prox(out, l1=l1, l2=l2)
+    return top_k_sparsify(out, sparsity=sparsity)
