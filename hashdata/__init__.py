@@ -19,6 +19,11 @@ from hashdata.loaders import (
     HashDataset,
     load_dataset,
 )
+from hashdata.multiview import (
+    load_multiview_digits,
+    modality_dims,
+    require_multimodal,
+)
 from hashdata.partition import (
     DIRICHLET_MIN_PARTITION_SIZE,
     PARTITION_SCHEMES,
@@ -46,9 +51,12 @@ __all__ = [
     "ProtocolSplit",
     "dirichlet_min_partition_size",
     "load_dataset",
+    "load_multiview_digits",
     "load_split",
+    "modality_dims",
     "partition_indices",
     "primary_labels",
+    "require_multimodal",
     "split_query_database",
     "validate_partitioning",
     "validate_query_fraction",

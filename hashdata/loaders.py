@@ -1,10 +1,13 @@
 """Dataset loaders: every dataset becomes one in-memory :class:`HashDataset`.
 
-Three sources are supported (``DATASETS``), selected by the ``dataset`` config key:
+Four sources are supported (``DATASETS``), selected by the ``dataset`` config key:
 
 ``digits``
     scikit-learn's embedded ``load_digits()`` (offline): 1,797 grey 8x8 images of
     10 classes, scaled to ``[0, 1]``.
+``multiview-digits``
+    The same digits as two feature views, ``image`` (64 pixels) and ``hog``
+    (gradient-orientation histograms); see :mod:`hashdata.multiview`.
 ``npz``
     A ``.npz`` file (``data-path``) of pre-extracted features: one or more
     ``x_<modality>`` arrays of shape ``(n, d)`` and ``labels`` that are either
@@ -31,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-DATASETS: tuple[str, ...] = ("digits", "npz", "cifar10")
+DATASETS: tuple[str, ...] = ("digits", "npz", "cifar10", "multiview-digits")
 
 #: Per-channel mean / std of the CIFAR-10 training images (RGB, pixel values in
 #: ``[0, 1]``), the usual normalisation constants.
@@ -48,7 +51,7 @@ class HashDataset:
     Attributes
     ----------
     name : str
-        ``"digits"``, ``"npz:<file stem>"`` or ``"cifar10"``.
+        ``"digits"``, ``"npz:<file stem>"``, ``"cifar10"`` or ``"multiview-digits"``.
     inputs : dict[str, numpy.ndarray]
         Modality name -> ``(n, ...)`` float32 array. Images are ``(n, C, H, W)``
         (modality ``"image"``); feature vectors are ``(n, d)``.
@@ -133,7 +136,8 @@ def load_dataset(
     Parameters
     ----------
     name : str
-        One of ``DATASETS``: ``"digits"``, ``"npz"`` or ``"cifar10"``.
+        One of ``DATASETS``: ``"digits"``, ``"npz"``, ``"cifar10"`` or
+        ``"multiview-digits"``.
     data_path : str, optional
         ``npz``: path of the ``.npz`` file. ``cifar10``: the folder that holds (or,
         with ``download=True``, will receive) ``cifar-10-batches-py/``. Ignored for
@@ -165,6 +169,10 @@ def load_dataset(
         return _load_npz(data_path)
     if key == "cifar10":
         return _load_cifar10(data_path, download=download)
+    if key == "multiview-digits":
+        from hashdata.multiview import load_multiview_digits
+
+        return load_multiview_digits()
     raise ValueError(
         f"Unknown dataset {name!r} (config key `dataset`); accepted: "
         f"{', '.join(DATASETS)}"
