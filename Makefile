@@ -8,7 +8,8 @@ NUM_CLIENTS ?= 10
 RUN_CONFIG ?=
 export FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION := 1
 
-.PHONY: install run test lint bench-retrieval bench-round-time bench-fedhap-cost clean-superlink
+.PHONY: install run test lint bench-retrieval bench-round-time bench-fedhap-cost clean-superlink \
+	deploy-credentials deploy-constraints
 
 install: $(STAMP)
 
@@ -46,3 +47,15 @@ bench-round-time: install
 
 bench-fedhap-cost: install
 	$(PY) benchmarks/fedhap_cost.py
+
+# Deployment (README "Deploy"): CA, TLS certificates, SuperNode keys, SuperExec
+# secrets and DPHE bundles under deploy/credentials/ (DEPLOY_ARGS="--overwrite" etc.)
+deploy-credentials: install
+	$(PY) -m deploy.generate $(DEPLOY_ARGS)
+
+# Re-pin the image's dependencies to this venv's versions (deploy/constraints.txt);
+# the CUDA wheels and dev tools are left out.
+deploy-constraints: install
+	{ grep '^#' deploy/constraints.txt; $(VENV)/bin/pip freeze --exclude-editable \
+	  | grep -viE '^(nvidia-|triton==|cuda-|pytest==|iniconfig==|pluggy==|ruff==|faiss-cpu==)'; \
+	} > deploy/constraints.txt.new && mv deploy/constraints.txt.new deploy/constraints.txt

@@ -2,10 +2,14 @@
 
 Message types handled:
 
-* ``train``  -- local training with the strategy's registered trainer.
+* ``train``  -- local training with the strategy's registered trainer; the model
+  update is then sparsified and/or DPHE-encrypted as the run asks
+  (``clients/update_transport.py``).
 * ``query``  -- ``op=describe``: report partition id and local database size;
   ``op=encode``: encode the local database with the sent model and publish the
-  codes (never raw data) through :func:`clients.publish.publish_codes`.
+  codes (never raw data) through :func:`clients.publish.publish_codes`;
+  ``op=pfmh-eval`` (PFMH): per-client retrieval with the client's own model
+  (:func:`clients.pfmh_trainer.pfmh_eval_reply`).
 """
 
 from __future__ import annotations
@@ -21,8 +25,11 @@ from flwr.clientapp import ClientApp
 
 import clients.fedhap_trainer  # noqa: F401  (registers the "fedhap" trainer)
 from clients.data import load_local_data
+from clients.node_inputs import check_node_inputs, with_node_data_path
+from clients.pfmh_trainer import pfmh_eval_reply  # registers the "pfmh" trainer
 from clients.publish import publish_codes
 from clients.trainers import TrainContext, get_trainer
+from clients.update_transport import finish_train_reply
 from hashing.codes import pack_bytes, sign_codes
 from hashing.train import encode, select_device
 from settings import keys as K
@@ -66,7 +73,8 @@ def build_client_app(overrides: Mapping[str, Any] | None = None) -> ClientApp:
     extra = dict(overrides or {})
 
     def settings_of(context: Context) -> RunSettings:
-        return RunSettings.from_config({**dict(context.run_config), **extra})
+        config = {**dict(context.run_config), **extra}
+        return RunSettings.from_config(with_node_data_path(config, context.node_config))
 
     @app.train()
     def train(msg: Message, context: Context) -> Message:
@@ -84,16 +92,31 @@ def build_client_app(overrides: Mapping[str, Any] | None = None) -> ClientApp:
             partition_id=pid,
             server_round=server_round,
             generator=torch.Generator().manual_seed(seed),
+            state=context.state,
         )
+        global_arrays = msg.content[K.ARRAYS]
         reply = get_trainer(settings.strategy)(msg.content, ctx)
+        reply = finish_train_reply(
+            reply,
+            global_arrays=global_arrays,
+            settings=settings,
+            partition_id=pid,
+            rng=np.random.default_rng(derive_seed(settings.seed, server_round, pid, 2)),
+            node_bundle=str(context.node_config.get(K.DPHE_KEY_BUNDLE, "")),
+            num_classes=ctx.data.num_classes,
+        )
         return Message(reply, reply_to=msg)
 
     @app.query()
     def query(msg: Message, context: Context) -> Message:
         settings = settings_of(context)
         pid, num = node_partition(context)
-        data = load_local_data(settings, partition_id=pid, num_partitions=num)
         op = msg.content[K.CONFIG][K.QUERY_OP]
+        if op == K.OP_DESCRIBE:  # missing node-local inputs fail discovery
+            check_node_inputs(
+                settings, node_config=context.node_config, partition_id=pid
+            )
+        data = load_local_data(settings, partition_id=pid, num_partitions=num)
         if op == K.OP_DESCRIBE:
             reply = RecordDict(
                 {
@@ -101,22 +124,33 @@ def build_client_app(overrides: Mapping[str, Any] | None = None) -> ClientApp:
                         {
                             K.PARTITION_ID: pid,
                             K.NUM_PARTITIONS: num,
-                            K.NUM_DATABASE: len(data.inputs),
+                            K.NUM_DATABASE: data.num_samples,
                             K.NODE_DEVICE: str(select_device(settings.device)),
                         }
                     )
                 }
             )
             return Message(reply, reply_to=msg)
+        server_round = int(msg.content[K.CONFIG].get(K.SERVER_ROUND, 0))
+        rng = np.random.default_rng(derive_seed(settings.seed, server_round, pid, 1))
+        if op == K.OP_PFMH_EVAL:
+            reply = pfmh_eval_reply(
+                msg.content,
+                settings=settings,
+                data=data,
+                state=context.state,
+                partition_id=pid,
+                device=select_device(settings.device),
+                rng=rng,
+            )
+            return Message(reply, reply_to=msg)
         if op != K.OP_ENCODE:
             raise ValueError(f"unknown query op {op!r}")
-        server_round = int(msg.content[K.CONFIG].get(K.SERVER_ROUND, 0))
         model = build_run_model(settings, data.input_shape)
         model.load_state_dict(msg.content[K.ARRAYS].to_torch_state_dict())
         codes = sign_codes(
             encode(model, data.inputs, device=select_device(settings.device))
         )
-        rng = np.random.default_rng(derive_seed(settings.seed, server_round, pid, 1))
         published, uses = publish_codes(codes, settings=settings, rng=rng)
         labels = data.labels.numpy()
         reply = RecordDict(

@@ -4,6 +4,7 @@
   Flipping with ``code-flip-epsilon``).
 * :func:`publish_prototypes` -- FedHAP's class prototypes (private mode with
   ``prototype-flip-epsilon``: binarised prototypes, Random Flipping).
+* :func:`publish_pfmh_prototypes` -- PFMH's class prototypes (no mechanism).
 
 Each returns what is published together with the privacy mechanisms applied (with
 their epsilon and its unit), which the client reports to the server's ledger.
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from hashing.pfmh_prototypes import ClientPrototypes
 from hashing.prototypes import ClassPrototypes
 from privacy.flipping import UNIT_CODE, epsilon_per_code, flip_beta, flip_codes
 from privacy.ledger import MechanismUse
@@ -105,3 +107,15 @@ def publish_prototypes(
         counts=np.ones_like(protos.counts),
     )
     return published, [use]
+
+
+def publish_pfmh_prototypes(protos: ClientPrototypes) -> ClientPrototypes:
+    """Return the PFMH prototypes this client uploads: as computed (Eq. 5).
+
+    PFMH's uploads are the unit-norm class means of the fused representation H,
+    with the per-class counts and the ids of the classes the client holds. No
+    privacy mechanism is applied (the paper has none; ``prototype-flip-epsilon`` is
+    FedHAP's), so nothing is charged to the ledger: the server learns the client's
+    classes, their sizes and the class means. README "PFMH" says what this leaks.
+    """
+    return protos

@@ -41,6 +41,7 @@ class TrainContext:
     partition_id: int
     server_round: int
     generator: torch.Generator
+    state: RecordDict | None = None  # the node's context.state (personal models)
 
 
 Trainer = Callable[[RecordDict, TrainContext], RecordDict]

@@ -88,6 +88,16 @@ class DPHEAggregator:
             self._bundle.public_key.raw_encrypt(self._offsets_plaintext)
         )
 
+    def check(self, client_id: int, update: EncryptedUpdate) -> None:
+        """Run every check of :meth:`add` without adding (state unchanged).
+
+        Raises
+        ------
+        ValueError
+            As :meth:`add`.
+        """
+        self._validated(client_id, update)
+
     def add(self, client_id: int, update: EncryptedUpdate) -> None:
         """Add one user's encrypted update to the current aggregate.
 
@@ -107,6 +117,24 @@ class DPHEAggregator:
             out of ``[0, num_blocks)`` or repeated, or a ciphertext outside
             ``(0, n**2)`` or not coprime with ``n``.
         """
+        blocks, ciphertexts = self._validated(client_id, update)
+        client_id = int(client_id)
+        # Validated: from here on nothing raises.
+        nsquare = self._nsquare
+        products = self._products
+        counts = self._touch_counts
+        for block, ciphertext in zip(blocks.tolist(), ciphertexts, strict=True):
+            current = products.get(block)
+            products[block] = (
+                ciphertext if current is None else current * ciphertext % nsquare
+            )
+            counts[block] = counts.get(block, 0) + 1
+        self._contributors.append(client_id)
+
+    def _validated(
+        self, client_id: int, update: EncryptedUpdate
+    ) -> tuple[np.ndarray, list]:
+        """Check an update; return its phi-space blocks and ciphertexts."""
         params = self._params
         if isinstance(client_id, bool) or not isinstance(client_id, int | np.integer):
             raise ValueError(f"client id must be an integer, got {client_id!r}")
@@ -133,18 +161,7 @@ class DPHEAggregator:
                 f"{self._bundle.key_id.hex()[:16]}...)"
             )
         ids, ciphertexts = self._check_shards(client_id, update)
-        blocks = self._inverse(client_id)[ids]
-        # Validated: from here on nothing raises.
-        nsquare = self._nsquare
-        products = self._products
-        counts = self._touch_counts
-        for block, ciphertext in zip(blocks.tolist(), ciphertexts, strict=True):
-            current = products.get(block)
-            products[block] = (
-                ciphertext if current is None else current * ciphertext % nsquare
-            )
-            counts[block] = counts.get(block, 0) + 1
-        self._contributors.append(client_id)
+        return self._inverse(client_id)[ids], ciphertexts
 
     def result(self) -> EncryptedSum:
         """Return the encrypted sum over the current contributors.

@@ -84,8 +84,46 @@ def key_id_of(n: int) -> bytes:
     ).digest()
 
 
+class _PublicKeyHolder:
+    """The public-key part every bundle shares (needs an ``n`` attribute)."""
+
+    n: int
+
+    @functools.cached_property
+    def public_key(self) -> paillier.PaillierPublicKey:
+        """The Paillier public key."""
+        return paillier.PaillierPublicKey(self.n)
+
+    @property
+    def key_id(self) -> bytes:
+        """32-byte SHA-256 identifier of the public key (:func:`key_id_of`)."""
+        return key_id_of(self.n)
+
+
+class _PhiHolder(_PublicKeyHolder):
+    """Holders of the user-shared permutation's seed: clients and the keyholder."""
+
+    phi_seed: bytes
+    _permutations: dict[tuple[str, int], np.ndarray]
+
+    def phi(self, size: int) -> np.ndarray:
+        """User-shared permutation phi of ``size`` coordinates (cached).
+
+        Parameters
+        ----------
+        size : int
+            Number of coordinates ``D + 1``.
+
+        Returns
+        -------
+        np.ndarray
+            ``(size,)`` int64; coordinate ``i`` goes to phi-space position ``phi[i]``.
+        """
+        return _cached(self._permutations, self.phi_seed, size, PHI_LABEL)
+
+
 @dataclass(frozen=True)
-class ClientBundle:
+class ClientBundle(_PhiHolder):
     """What client (user) ``client_id`` holds: public key, phi seed, its own seed.
 
     Parameters
@@ -114,31 +152,6 @@ class ClientBundle:
         default_factory=dict, init=False, repr=False, compare=False
     )
 
-    @functools.cached_property
-    def public_key(self) -> paillier.PaillierPublicKey:
-        """The Paillier public key."""
-        return paillier.PaillierPublicKey(self.n)
-
-    @property
-    def key_id(self) -> bytes:
-        """32-byte SHA-256 identifier of the public key (:func:`key_id_of`)."""
-        return key_id_of(self.n)
-
-    def phi(self, size: int) -> np.ndarray:
-        """User-shared permutation phi of ``size`` coordinates (cached).
-
-        Parameters
-        ----------
-        size : int
-            Number of coordinates ``D + 1``.
-
-        Returns
-        -------
-        np.ndarray
-            ``(size,)`` int64; coordinate ``i`` goes to phi-space position ``phi[i]``.
-        """
-        return _cached(self._permutations, self.phi_seed, size, PHI_LABEL)
-
     def phi_n(self, num_blocks: int) -> np.ndarray:
         """Return this client's user-aggregator permutation phi_n (cached).
 
@@ -156,7 +169,7 @@ class ClientBundle:
 
 
 @dataclass(frozen=True)
-class AggregatorBundle:
+class AggregatorBundle(_PublicKeyHolder):
     """What the aggregator holds: public key, every client's seed, the auth token.
 
     Parameters
@@ -181,16 +194,6 @@ class AggregatorBundle:
     _permutations: dict[tuple[Any, ...], np.ndarray] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
-
-    @functools.cached_property
-    def public_key(self) -> paillier.PaillierPublicKey:
-        """The Paillier public key."""
-        return paillier.PaillierPublicKey(self.n)
-
-    @property
-    def key_id(self) -> bytes:
-        """32-byte SHA-256 identifier of the public key (:func:`key_id_of`)."""
-        return key_id_of(self.n)
 
     @property
     def num_clients(self) -> int:
@@ -227,7 +230,7 @@ class AggregatorBundle:
 
 
 @dataclass(frozen=True)
-class KeyholderBundle:
+class KeyholderBundle(_PhiHolder):
     """What the keyholder holds: the secret key, the phi seed, the auth token.
 
     Parameters
@@ -258,34 +261,9 @@ class KeyholderBundle:
     )
 
     @functools.cached_property
-    def public_key(self) -> paillier.PaillierPublicKey:
-        """The Paillier public key."""
-        return paillier.PaillierPublicKey(self.n)
-
-    @functools.cached_property
     def private_key(self) -> paillier.PaillierPrivateKey:
         """The Paillier private key (never leaves the keyholder)."""
         return paillier.PaillierPrivateKey(self.public_key, self.p, self.q)
-
-    @property
-    def key_id(self) -> bytes:
-        """32-byte SHA-256 identifier of the public key (:func:`key_id_of`)."""
-        return key_id_of(self.n)
-
-    def phi(self, size: int) -> np.ndarray:
-        """User-shared permutation phi of ``size`` coordinates (cached).
-
-        Parameters
-        ----------
-        size : int
-            Number of coordinates ``D + 1``.
-
-        Returns
-        -------
-        np.ndarray
-            ``(size,)`` int64; coordinate ``i`` goes to phi-space position ``phi[i]``.
-        """
-        return _cached(self._permutations, self.phi_seed, size, PHI_LABEL)
 
 
 @dataclass(frozen=True)

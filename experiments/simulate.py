@@ -12,8 +12,11 @@ from clients.client_app import build_client_app
 from server.server_app import build_server_app
 
 
-def simulate(overrides: dict[str, Any], *, num_clients: int) -> Path:
-    """Run one simulation; return the single finished results directory."""
+def simulate(overrides: dict[str, Any], *, num_clients: int, cpus: int = 2) -> Path:
+    """Run one simulation; return the single finished results directory.
+
+    ``cpus`` is the CPU count Ray may use (one client runs per CPU at a time).
+    """
     results_dir = Path(overrides["results-dir"])
     run_simulation(
         server_app=build_server_app(overrides),
@@ -21,7 +24,7 @@ def simulate(overrides: dict[str, Any], *, num_clients: int) -> Path:
         num_supernodes=num_clients,
         backend_config={
             "client_resources": {"num_cpus": 1, "num_gpus": 0.0},
-            "init_args": {"num_cpus": 2, "num_gpus": 0, "include_dashboard": False},
+            "init_args": {"num_cpus": cpus, "num_gpus": 0, "include_dashboard": False},
         },
     )
     runs = [p for p in results_dir.iterdir() if p.is_dir()]
@@ -48,12 +51,13 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description="one in-process simulation")
     parser.add_argument("--clients", type=int, default=10)
+    parser.add_argument("--cpus", type=int, default=2, help="CPUs Ray may use")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args()
     overrides = parse_overrides(args.set)
     resolved_settings(overrides)  # fail before starting Ray
     Path(overrides.get("results-dir", "results")).mkdir(parents=True, exist_ok=True)
-    print(simulate(overrides, num_clients=args.clients))
+    print(simulate(overrides, num_clients=args.clients, cpus=args.cpus))
 
 
 if __name__ == "__main__":

@@ -162,3 +162,52 @@ def aggregate_prototypes(
         relaxed=relaxed,
         codes=np.where(relaxed >= 0, 1.0, -1.0).astype(np.float32),
     )
+
+
+def prototype_sum_vector(
+    protos: ClassPrototypes, *, num_classes: int, bits: int
+) -> np.ndarray:
+    """Lay out a client's prototypes so that their sum over clients gives Eq. (6).
+
+    Row ``c`` of the ``(C, bits + 1)`` layout holds the class mean and a holder
+    indicator 1 for every class the client holds, zeros elsewhere. Summed over
+    clients (e.g. under DPHE), row ``c`` holds the sum of the holders' means and the
+    number of holders: :func:`prototypes_from_sums` divides them (the ``mean``
+    weighting: every holding client counts once).
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(C * (bits + 1),)`` float64.
+    """
+    out = np.zeros((num_classes, bits + 1), dtype=np.float64)
+    out[protos.classes, :bits] = protos.means
+    out[protos.classes, bits] = 1.0
+    return out.ravel()
+
+
+def prototypes_from_sums(
+    sums: np.ndarray, *, num_classes: int, bits: int
+) -> GlobalPrototypes:
+    """Eq. (6) from summed :func:`prototype_sum_vector` outputs, then sign.
+
+    Parameters
+    ----------
+    sums : numpy.ndarray
+        ``(C * (bits + 1),)`` sum over clients (holder counts are near integers: a
+        decrypted fixed-point sum may be off by its quantization error).
+
+    Returns
+    -------
+    GlobalPrototypes
+        Only the classes held by at least one client.
+    """
+    table = np.asarray(sums, dtype=np.float64).reshape(num_classes, bits + 1)
+    holders = table[:, bits]
+    present = np.nonzero(holders >= 0.5)[0]
+    relaxed = (table[present, :bits] / holders[present, None]).astype(np.float32)
+    return GlobalPrototypes(
+        classes=present.astype(np.int64),
+        relaxed=relaxed,
+        codes=np.where(relaxed >= 0, 1.0, -1.0).astype(np.float32),
+    )

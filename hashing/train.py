@@ -6,7 +6,7 @@ an explicit ``torch.Generator`` so a seed fixes the order.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -153,18 +153,30 @@ def train_local(
 @torch.no_grad()
 def encode(
     model: nn.Module,
-    inputs: torch.Tensor,
+    inputs: torch.Tensor | Mapping[str, torch.Tensor],
     *,
     device: torch.device,
     batch_size: int = 1024,
 ) -> np.ndarray:
     """Relaxed codes of ``inputs`` in eval mode.
 
+    ``inputs`` is an (n, ...) tensor, or for PFMH's multi-modal network a dict
+    modality name -> (n, ...) tensor (:func:`hashing.pfmh_train.encode_multimodal`).
+
     Returns
     -------
     np.ndarray
         (n, bits) float32; ``hashing.codes.sign_codes`` binarises them.
     """
+    if isinstance(inputs, Mapping):
+        from hashing.pfmh_train import encode_multimodal  # imports this module
+
+        return encode_multimodal(
+            model,  # type: ignore[arg-type]
+            inputs,
+            device=device,
+            batch_size=batch_size,
+        ).numpy()
     model.to(device).eval()
     outs = [
         model(inputs[i : i + batch_size].to(device)).float().cpu()

@@ -2,8 +2,9 @@
 
 Every node answers a ``query`` message with ``op=describe`` with its
 ``partition-id``, ``num-partitions`` and local database size. Nodes whose reply is an
-error (e.g. a SuperNode started without a partition id) or a duplicate partition are
-logged and left out; the run goes on if at least ``min_nodes`` remain.
+error (e.g. a SuperNode started without a partition id, or without the data or DPHE
+key bundle its node config names: ``clients/node_inputs.py``) or a duplicate partition
+are logged and left out; the run goes on if at least ``min_nodes`` remain.
 """
 
 from __future__ import annotations

@@ -4,13 +4,17 @@ The server encodes its held-out query set with the global model; every client
 encodes its database partition with the same model and publishes the codes (packed
 bits) and their labels -- never raw data. The server then ranks the whole database
 by Hamming distance for each query (``hashing.retrieval``).
+
+PFMH adds per-client protocols on top (``server/pfmh_evaluation.py``); they report
+through :attr:`Evaluation.per_client`, and in PFMH's personalized mode (no global
+model) :attr:`Evaluation.report` is ``None``.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from logging import WARNING
 
 import numpy as np
@@ -34,15 +38,16 @@ class QuerySet:
 
     Attributes
     ----------
-    inputs : torch.Tensor
-        (nq, ...) float32 samples.
+    inputs : torch.Tensor or dict of str to torch.Tensor
+        (nq, ...) float32 samples; for a multi-modal model (PFMH) a dict modality
+        name -> (nq, ...) samples.
     labels : np.ndarray
         (nq,) int64 or (nq, C) multi-hot.
     num_classes : int
         Size of the label space C.
     """
 
-    inputs: torch.Tensor
+    inputs: torch.Tensor | dict[str, torch.Tensor]
     labels: np.ndarray
     num_classes: int
 
@@ -51,14 +56,32 @@ class QuerySet:
 class Evaluation:
     """One evaluation of the global model.
 
-    Holds the report, how many clients contributed codes, and the privacy
-    mechanisms each contributing client (partition id) applied to its codes.
+    Holds the report (``None`` when there is no global model to rank the union
+    database with: personalized PFMH), how many clients contributed codes, the
+    privacy mechanisms each contributing client (partition id) applied to its codes,
+    and metrics averaged over clients (``per_client``, name -> value; PFMH).
     """
 
-    report: RetrievalReport
+    report: RetrievalReport | None
     clients: int
     seconds: float
     disclosures: tuple[tuple[int, tuple[MechanismUse, ...]], ...] = ()
+    per_client: dict[str, float | None] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CollectedCodes:
+    """Query codes and every contributing client's published database codes.
+
+    ``partitions[i]``, ``db_codes[i]`` and ``db_labels[i]`` belong together, in
+    partition-id order.
+    """
+
+    query_codes: np.ndarray
+    partitions: list[int]
+    db_codes: list[np.ndarray]
+    db_labels: list[np.ndarray]
+    disclosures: list[tuple[int, tuple[MechanismUse, ...]]]
 
 
 class RetrievalEvaluator:
@@ -112,6 +135,30 @@ class RetrievalEvaluator:
     def evaluate(self, server_round: int, arrays: ArrayRecord) -> Evaluation:
         """Encode queries here and databases on the clients; compute the metrics."""
         start = time.perf_counter()
+        got = self.collect(server_round, arrays)
+        report = evaluate_retrieval(
+            got.query_codes,
+            np.concatenate(got.db_codes),
+            self.queries.labels,
+            np.concatenate(got.db_labels),
+            top_k=self.top_k,
+            ks=self.ks,
+        )
+        return Evaluation(
+            report=report,
+            clients=len(got.db_codes),
+            seconds=time.perf_counter() - start,
+            disclosures=tuple(got.disclosures),
+        )
+
+    def collect(self, server_round: int, arrays: ArrayRecord) -> CollectedCodes:
+        """Encode the queries here and collect every client's published codes.
+
+        Raises
+        ------
+        RuntimeError
+            If no client published usable codes.
+        """
         # only the hashing network encodes; FedHAP's discriminator stays home
         arrays = ArrayRecord(
             {
@@ -123,27 +170,22 @@ class RetrievalEvaluator:
         model = self.model_factory()
         model.load_state_dict(arrays.to_torch_state_dict())
         query_codes = sign_codes(encode(model, self.queries.inputs, device=self.device))
-        db_codes, db_labels, disclosures = self._collect_codes(server_round, arrays)
+        partitions, db_codes, db_labels, disclosures = self._collect_codes(
+            server_round, arrays
+        )
         if not db_codes:
             raise RuntimeError(f"round {server_round}: no client published codes")
-        report = evaluate_retrieval(
-            query_codes,
-            np.concatenate(db_codes),
-            self.queries.labels,
-            np.concatenate(db_labels),
-            top_k=self.top_k,
-            ks=self.ks,
-        )
-        return Evaluation(
-            report=report,
-            clients=len(db_codes),
-            seconds=time.perf_counter() - start,
-            disclosures=tuple(disclosures),
+        return CollectedCodes(
+            query_codes=query_codes,
+            partitions=partitions,
+            db_codes=db_codes,
+            db_labels=db_labels,
+            disclosures=disclosures,
         )
 
     def _collect_codes(
         self, server_round: int, arrays: ArrayRecord
-    ) -> tuple[list[np.ndarray], list[np.ndarray], list]:
+    ) -> tuple[list[int], list[np.ndarray], list[np.ndarray], list]:
         config = ConfigRecord({K.QUERY_OP: K.OP_ENCODE, K.SERVER_ROUND: server_round})
         messages = [
             Message(
@@ -157,7 +199,7 @@ class RetrievalEvaluator:
             r.metadata.src_node_id: r
             for r in self.grid.send_and_receive(messages, timeout=self.timeout_s)
         }
-        codes, labels, disclosures = [], [], []
+        partitions, codes, labels, disclosures = [], [], [], []
         for node_id, info in self.nodes.items():  # partition order, reproducible
             reply = replies.get(node_id)
             got = self._read_codes(reply, info) if reply is not None else None
@@ -170,11 +212,12 @@ class RetrievalEvaluator:
                     node_id,
                 )
             if got is not None:
+                partitions.append(info.partition_id)
                 codes.append(got[0])
                 labels.append(got[1])
                 if got[2]:
                     disclosures.append((info.partition_id, tuple(got[2])))
-        return codes, labels, disclosures
+        return partitions, codes, labels, disclosures
 
     def _read_codes(
         self, reply: Message, info: NodeInfo
@@ -223,6 +266,7 @@ def _codes_problem(
     query_labels: np.ndarray,
     num_classes: int,
 ) -> str | None:
+    """Why a client's published codes (packed bytes + labels) are unusable, or None."""
     if bits != expected_bits:
         return f"{bits}-bit codes, expected {expected_bits}"
     if packed.dtype != np.uint8 or packed.ndim != 2:

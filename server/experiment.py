@@ -21,17 +21,24 @@ from flwr.app import ArrayRecord, MetricRecord
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
-from hashdata import load_split, validate_partitioning
+from hashdata import (
+    load_split,
+    modality_dims,
+    require_multimodal,
+    validate_partitioning,
+)
 from hashing.models import resolve_model_name
 from hashing.train import select_device
 from privacy.ledger import PrivacyLedger
 from server.discovery import describe_nodes
 from server.evaluation import Evaluation, QuerySet, RetrievalEvaluator
+from server.pfmh_evaluation import PFMHEvaluator
 from server.plots import plot_map_per_round, plot_pr_curve, plot_precision_at_k
 from server.results import RunResults
+from server.secure_setup import build_secure_components
 from settings import keys as K
 from settings.run_model import build_run_model, initial_global_state
-from settings.run_settings import RunSettings
+from settings.run_settings import ConfigError, RunSettings
 from strategies import build_strategy
 
 
@@ -42,32 +49,51 @@ class PreparedData:
     queries: QuerySet
     num_database: int
     database_labels: np.ndarray
-    input_shape: tuple[int, ...]
+    input_shape: tuple[int, ...] | dict[str, int]  # PFMH: modality -> size
     num_classes: int
     multi_label: bool
     description: str
 
 
 def prepare_data(settings: RunSettings) -> PreparedData:
-    """Load the dataset and split the server's query set off (seeded, stratified)."""
-    split = load_split(
-        settings.dataset,
-        data_path=settings.data_path,
-        download=settings.download,
-        query_fraction=settings.query_fraction,
-        seed=settings.seed,
-    )
+    """Load the dataset and split the server's query set off (seeded, stratified).
+
+    For PFMH every modality is kept (query inputs as a dict); a dataset with fewer
+    than two modalities, or modalities of different lengths, is a ConfigError
+    naming ``dataset`` before any work starts.
+    """
+    try:
+        split = load_split(
+            settings.dataset,
+            data_path=settings.data_path,
+            download=settings.download,
+            query_fraction=settings.query_fraction,
+            seed=settings.seed,
+        )
+    except ValueError as exc:  # e.g. modality arrays of different lengths
+        if settings.strategy != "pfmh":
+            raise
+        raise ConfigError(f"{K.DATASET}={settings.dataset!r}: {exc}") from None
     data, x = split.dataset, split.inputs
     q_idx, db_idx = split.query_index, split.database_index
+    inputs: torch.Tensor | dict[str, torch.Tensor] = torch.from_numpy(x[q_idx])
+    input_shape: tuple[int, ...] | dict[str, int] = tuple(x.shape[1:])
+    if settings.strategy == "pfmh":
+        try:
+            require_multimodal(data)
+        except ValueError as exc:
+            raise ConfigError(f"{K.DATASET}={settings.dataset!r}: {exc}") from None
+        inputs = {m: torch.from_numpy(data.inputs[m][q_idx]) for m in data.modalities}
+        input_shape = modality_dims(data)
     return PreparedData(
         queries=QuerySet(
-            inputs=torch.from_numpy(x[q_idx]),
+            inputs=inputs,
             labels=data.labels[q_idx],
             num_classes=data.num_classes,
         ),
         num_database=len(db_idx),
         database_labels=data.labels[db_idx],
-        input_shape=tuple(x.shape[1:]),
+        input_shape=input_shape,
         num_classes=data.num_classes,
         multi_label=data.multi_label,
         description=data.description,
@@ -81,7 +107,7 @@ def protocol_text(settings: RunSettings, data: PreparedData, clients: int) -> st
         if data.multi_label
         else "relevant = same class"
     )
-    return (
+    text = (
         f"query set: stratified {settings.query_fraction:.0%} of {settings.dataset} "
         f"(seed {settings.seed}), {len(data.queries.labels)} samples held by the "
         f"server; database: the other {data.num_database} samples, partitioned "
@@ -91,6 +117,24 @@ def protocol_text(settings: RunSettings, data: PreparedData, clients: int) -> st
         f"database order (partition id, then dataset order); {relevance}; "
         f"mAP@ALL and mAP@{settings.map_top_k}"
     )
+    if settings.strategy != "pfmh":
+        return text
+    per_client = (
+        f"PFMH per-client protocol (the paper's; local_map_*): each client splits "
+        f"its partition (seeded, stratified) into {settings.query_fraction:.0%} local "
+        "queries and a local database, trains on the local database only, ranks it "
+        "for its local queries with its own model; mAP@ALL and "
+        f"mAP@{settings.map_top_k} averaged over clients without weights. "
+        "server_queries_client_db_*: the server's queries ranked against each "
+        "client's own partition with that client's model, averaged over clients"
+    )
+    if settings.pfmh_mode == "personalized":
+        return (
+            f"{per_client} (the query inputs are sent to the clients). No union "
+            "ranking: personalized models encode into different Hamming spaces. "
+            f"Data: {text}"
+        )
+    return f"{text}. {per_client}"
 
 
 def default_run_id(settings: RunSettings) -> str:
@@ -141,25 +185,33 @@ class RoundReporter:
         row.update(getattr(self.strategy, "comm_history", {}).get(server_round, {}))
         train_uses = getattr(self.strategy, "privacy_history", {}).get(server_round)
         self._charge(server_round, train_uses or [])
+        secure = getattr(self.strategy, "secure_aggregation", None)
+        if secure is not None and server_round in secure.history:
+            row["dphe"] = secure.history[server_round]
         protos = getattr(self.strategy, "prototype_history", {}).get(server_round)
         if protos is not None:
             row["prototype_classes"] = len(protos["classes"])
+            if "filled_mean" in protos:  # PFMH: classes completed per client
+                row["prototype_filled_mean"] = protos["filled_mean"]
         metrics = None
         if self.due(server_round):
             ev = self.evaluator.evaluate(server_round, arrays)
             self.last, self.last_round = ev, server_round
             self._charge(server_round, ev.disclosures)
             rep = ev.report
-            row.update(
-                map_all=rep.map_all,
-                map_at_k=rep.map_at_k,
-                precision_at_k=dict(zip(rep.ks, rep.precision_at_k, strict=True)),
-                eval_clients=ev.clients,
-                eval_seconds=ev.seconds,
-            )
-            metrics = MetricRecord(
-                {"map-all": rep.map_all, f"map-at-{rep.top_k}": rep.map_at_k}
-            )
+            values = {k: v for k, v in ev.per_client.items() if v is not None}
+            if rep is not None:
+                row.update(
+                    map_all=rep.map_all,
+                    map_at_k=rep.map_at_k,
+                    precision_at_k=dict(zip(rep.ks, rep.precision_at_k, strict=True)),
+                )
+                values.update(
+                    {"map-all": rep.map_all, f"map-at-{rep.top_k}": rep.map_at_k}
+                )
+            row.update(ev.per_client)
+            row.update(eval_clients=ev.clients, eval_seconds=ev.seconds)
+            metrics = MetricRecord(values)
         row["elapsed_s"] = time.perf_counter() - self.start
         self.rows.append(row)
         self.results.append_round(row)
@@ -189,16 +241,23 @@ class RoundReporter:
         def fmt(v: float | None, spec: str) -> str:
             return "-" if v is None else format(v, spec)
 
+        local = (
+            f"local mAP@ALL {fmt(row.get('local_map_all'), '.4f')} | "
+            if "local_map_all" in row
+            else ""
+        )
         return (
             f"round {row['round']:>3}/{self.settings.rounds} | "
             f"mAP@ALL {fmt(row.get('map_all'), '.4f')} | "
-            f"mAP@{k} {fmt(row.get('map_at_k'), '.4f')} | "
+            f"mAP@{k} {fmt(row.get('map_at_k'), '.4f')} | {local}"
             f"loss {fmt(row['train_loss'], '.4f')} | {row['elapsed_s']:.1f} s"
         )
 
 
 def final_table(rows: list[dict[str, Any]], settings: RunSettings) -> str:
     """Fixed-width table of the evaluated rounds."""
+    if any("local_map_all" in r for r in rows):
+        return _pfmh_table(rows)
     k = settings.map_top_k
     ks = settings.precision_ks()
     head = f"{'round':>5} | {'mAP@ALL':>7} | {f'mAP@{k}':>7} | " + " | ".join(
@@ -216,11 +275,33 @@ def final_table(rows: list[dict[str, Any]], settings: RunSettings) -> str:
     return "\n".join(lines)
 
 
+def _pfmh_table(rows: list[dict[str, Any]]) -> str:
+    """PFMH: union mAP@ALL (fedavg mode), per-client, server queries vs client db."""
+
+    def fmt(v: float | None) -> str:
+        return "-" if v is None else f"{v:.4f}"
+
+    head = f"{'round':>5} | {'mAP@ALL':>7} | {'local mAP@ALL':>13} | sq/cdb mAP@ALL"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        if "local_map_all" in r:
+            lines.append(
+                f"{r['round']:>5} | {fmt(r.get('map_all')):>7} | "
+                f"{fmt(r.get('local_map_all')):>13} | "
+                f"{fmt(r.get('server_queries_client_db_map_all'))}"
+            )
+    return "\n".join(lines)
+
+
 def run_experiment(grid: Grid, settings: RunSettings) -> RunResults:
     """Validate, train, evaluate and write ``results/<run-id>/``; return the results."""
     strategy = build_strategy(settings)  # unknown strategy -> ConfigError
     data = prepare_data(settings)  # missing/bad files -> errors
-    model_name = resolve_model_name(settings.model, data.input_shape)
+    model_name = (
+        "pfmh-multimodal"
+        if settings.strategy == "pfmh"
+        else resolve_model_name(settings.model, data.input_shape)
+    )
 
     def model_factory() -> torch.nn.Module:
         return build_run_model(settings, data.input_shape)
@@ -242,6 +323,17 @@ def run_experiment(grid: Grid, settings: RunSettings) -> RunResults:
         strategy.set_label_space(data.num_classes)
     if hasattr(strategy, "set_required_mechanisms"):
         strategy.set_required_mechanisms(settings.required_train_mechanisms)
+    initial_state = initial_global_state(settings, initial, data.num_classes)
+    if settings.secure_aggregation == "dphe":
+        secure_model, secure_prototypes = build_secure_components(
+            settings,
+            dimension=sum(int(v.numel()) for v in initial_state.values()),
+            partition_ids=[i.partition_id for i in nodes.values()],
+            num_classes=data.num_classes,
+        )
+        strategy.set_secure_aggregation(secure_model)
+        if secure_prototypes is not None:
+            strategy.set_secure_prototypes(secure_prototypes)
 
     device = select_device(settings.device)
     results = RunResults(settings.results_dir, default_run_id(settings))
@@ -270,24 +362,37 @@ def run_experiment(grid: Grid, settings: RunSettings) -> RunResults:
     log(INFO, "Protocol: %s", protocol)
     log(INFO, "Results: %s", results.dir)
     try:
-        evaluator = RetrievalEvaluator(
-            grid,
-            nodes,
-            data.queries,
-            model_factory,
-            bits=settings.code_length,
-            top_k=settings.map_top_k,
-            ks=settings.precision_ks(),
-            device=device,
-            required_mechanisms=settings.required_encode_mechanisms,
-        )
+        evaluator: RetrievalEvaluator | PFMHEvaluator
+        if settings.strategy == "pfmh":
+            evaluator = PFMHEvaluator(
+                grid,
+                nodes,
+                data.queries,
+                model_factory,
+                personalized=settings.pfmh_personalized,
+                bits=settings.code_length,
+                top_k=settings.map_top_k,
+                ks=settings.precision_ks(),
+                device=device,
+                required_mechanisms=settings.required_encode_mechanisms,
+            )
+        else:
+            evaluator = RetrievalEvaluator(
+                grid,
+                nodes,
+                data.queries,
+                model_factory,
+                bits=settings.code_length,
+                top_k=settings.map_top_k,
+                ks=settings.precision_ks(),
+                device=device,
+                required_mechanisms=settings.required_encode_mechanisms,
+            )
         reporter = RoundReporter(settings, evaluator, strategy, results)
         started = time.perf_counter()
         result = strategy.start(
             grid=grid,
-            initial_arrays=ArrayRecord(
-                initial_global_state(settings, initial, data.num_classes)
-            ),
+            initial_arrays=ArrayRecord(initial_state),
             num_rounds=settings.rounds,
             evaluate_fn=reporter,
         )
@@ -347,9 +452,21 @@ def _write_summary(
     if last is None:
         raise RuntimeError("no evaluation happened; nothing to summarise")
     rep = last.report
-    evaluated = [r for r in reporter.rows if r.get("map_all") is not None]
-    best = max(evaluated, key=lambda r: r["map_all"])
-    initial = next((r for r in evaluated if r["round"] == 0), None)
+    # personalized PFMH has no union ranking: its headline is the per-client mAP
+    key = "map_all" if rep is not None else "local_map_all"
+    evaluated = [r for r in reporter.rows if r.get(key) is not None]
+    best = max(evaluated, key=lambda r: r[key]) if evaluated else None
+    initial = next(
+        (r for r in reporter.rows if r["round"] == 0 and "eval_seconds" in r), None
+    )
+    per_client = {}
+    if last.per_client:
+        per_client = {
+            "final_per_client": dict(last.per_client),
+            "initial_per_client": (
+                {k: initial.get(k) for k in last.per_client} if initial else None
+            ),
+        }
     results.write_json(
         "summary.json",
         {
@@ -358,10 +475,11 @@ def _write_summary(
             "code_length": settings.code_length,
             "rounds": settings.rounds,
             "final_round": reporter.last_round,
-            "final": rep.to_dict(),
-            "initial_map_all": initial["map_all"] if initial else None,
-            "best_round": best["round"],
-            "best_map_all": best["map_all"],
+            "final": rep.to_dict() if rep is not None else None,
+            "initial_map_all": initial.get("map_all") if initial else None,
+            **per_client,
+            "best_round": best["round"] if best else None,
+            f"best_{key}": best[key] if best else None,
             "train_seconds": seconds,
             "seconds_per_round": seconds / settings.rounds,
             **_round_costs(reporter.rows),
@@ -374,6 +492,8 @@ def _write_summary(
     plot_map_per_round(
         reporter.rows, settings.map_top_k, results.path("map_per_round.png")
     )
+    if rep is None:  # personalized PFMH: no union ranking, no PR / P@K plots
+        return
     plot_pr_curve(rep.to_dict()["pr"], title, results.path("pr_curve.png"))
     plot_precision_at_k(
         rep.ks, rep.precision_at_k, title, results.path("precision_at_k.png")

@@ -15,12 +15,20 @@ import matplotlib.pyplot as plt  # noqa: E402
 def plot_map_per_round(
     rounds: Sequence[dict[str, Any]], top_k: int, path: Path
 ) -> None:
-    """mAP@ALL and mAP@K of every evaluated round."""
+    """mAP@ALL and mAP@K of every evaluated round (+ PFMH's per-client mAP)."""
     evaluated = [r for r in rounds if r.get("map_all") is not None]
     fig, ax = plt.subplots(figsize=(5, 3.5))
     xs = [r["round"] for r in evaluated]
     ax.plot(xs, [r["map_all"] for r in evaluated], "o-", label="mAP@ALL")
     ax.plot(xs, [r["map_at_k"] for r in evaluated], "s--", label=f"mAP@{top_k}")
+    local = [r for r in rounds if r.get("local_map_all") is not None]  # PFMH
+    if local:
+        ax.plot(
+            [r["round"] for r in local],
+            [r["local_map_all"] for r in local],
+            "^-.",
+            label="per-client mAP@ALL (local queries)",
+        )
     ax.set_xlabel("round")
     ax.set_ylabel("mAP")
     ax.set_ylim(0, 1)

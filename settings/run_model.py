@@ -2,7 +2,9 @@
 
 The global ArrayRecord holds the hashing network's parameters under their own names
 and, for FedHAP with a discriminator, the discriminator's parameters under
-``discriminator.``; both are FedAvg'd together by Flower.
+``discriminator.``; both are FedAvg'd together by Flower. For PFMH the network is
+:class:`hashing.multimodal.MultiModalHash`; in its personalized mode the global
+ArrayRecord is empty (the models stay on the clients).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from torch import nn
 
 from hashing.discriminator import Discriminator
 from hashing.models import build_model
+from hashing.multimodal import build_multimodal_model
+from hashing.pfmh_losses import PFMHLossConfig, ablation_config
 from privacy.dp_sgd import opacus_compatible
 from settings import keys as K
 from settings.run_settings import RunSettings
@@ -21,13 +25,39 @@ from settings.run_settings import RunSettings
 V = TypeVar("V")
 
 
-def build_run_model(settings: RunSettings, input_shape: tuple[int, ...]) -> nn.Module:
+def build_run_model(
+    settings: RunSettings, input_shape: tuple[int, ...] | Mapping[str, int]
+) -> nn.Module:
     """Build the configured hashing network for samples of ``input_shape``.
 
     Reads ``model``, ``code-length``, ``hidden-dim`` and ``model-weights``. With
     ``dp-sgd`` the model is made Opacus-compatible (BatchNorm -> GroupNorm), on the
     server and the clients alike, so the global arrays match.
+
+    For ``strategy = "pfmh"``, ``input_shape`` is the mapping modality name ->
+    flattened per-sample size (``hashdata.modality_dims``) and the network is PFMH's
+    multi-modal one (``code-length``, ``pfmh-k``, ``pfmh-dropout``; FeaExtractor
+    hidden width = k, ``model`` and ``hidden-dim`` are not used), with initial
+    weights drawn from the run ``seed``: server and clients build the same model.
     """
+    if settings.strategy == "pfmh":
+        if not isinstance(input_shape, Mapping):
+            raise ValueError(
+                "strategy 'pfmh' needs a multi-modal dataset: input_shape must map "
+                f"modality name -> size, got {input_shape!r}"
+            )
+        return build_multimodal_model(
+            input_shape,
+            bits=settings.code_length,
+            k=settings.pfmh_k,
+            dropout=settings.pfmh_dropout,
+            seed=settings.seed,
+        )
+    if isinstance(input_shape, Mapping):
+        raise ValueError(
+            f"strategy {settings.strategy!r} trains a single-modal network; got the "
+            f"modality sizes {dict(input_shape)}"
+        )
     model = build_model(
         settings.model,
         input_shape,
@@ -47,10 +77,25 @@ def build_run_discriminator(settings: RunSettings, num_classes: int) -> Discrimi
     )
 
 
+def pfmh_loss_config(settings: RunSettings) -> PFMHLossConfig:
+    """PFMH's loss weights and Table 2 switches from ``pfmh-*`` keys."""
+    return ablation_config(
+        settings.pfmh_ablation,
+        tau=settings.pfmh_tau,
+        alpha=settings.pfmh_alpha,
+        beta=settings.pfmh_beta,
+    )
+
+
 def initial_global_state(
     settings: RunSettings, model: nn.Module, num_classes: int
 ) -> dict:
-    """State dict of the round-0 global arrays: model (+ discriminator if used)."""
+    """State dict of the round-0 global arrays: model (+ discriminator if used).
+
+    Empty for personalized PFMH: no model leaves the server or the clients.
+    """
+    if settings.pfmh_personalized:
+        return {}
     state = dict(model.state_dict())
     if settings.uses_discriminator:
         disc = build_run_discriminator(settings, num_classes)

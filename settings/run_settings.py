@@ -15,7 +15,9 @@ from typing import Any
 from privacy.flipping import flip_beta
 from settings import keys as K
 
-DATASETS = ("digits", "npz", "cifar10")
+DATASETS = ("digits", "npz", "cifar10", "multiview-digits")
+# datasets with a single modality: PFMH (which fuses >= 2) refuses them up front
+SINGLE_MODAL_DATASETS = ("digits", "cifar10")
 PARTITIONINGS = ("iid", "dirichlet", "pathological")
 MODELS = ("auto", "mlp", "cnn", "resnet18")
 LOSSES = ("dpsh", "csq")
@@ -29,6 +31,24 @@ PROTOTYPE_WEIGHTINGS = ("mean", "count")
 FLIP_CALIBRATIONS = ("rr", "paper")
 INITIAL_PROTOTYPES = ("none", "centers")
 MIN_BITS, MAX_BITS = 8, 256
+SECURE_AGGREGATIONS = ("none", "dphe")
+DPHE_STRATEGIES = ("fedavg", "fedprox", "fedhap")
+DPHE_WEIGHTINGS = ("num-examples", "uniform")
+# the DPHE paper's condition (Section 2.5): an aggregate of fewer than 3 users
+# would let one user (or the server) recover another's update
+DPHE_MIN_CONTRIBUTORS = 3
+MAX_SCALE_BITS = 40
+# PFMH (README "PFMH"): personalized = only prototypes travel, the model stays on
+# the client; fedavg = the model is also FedAvg'd
+PFMH_MODES = ("personalized", "fedavg")
+# pfmh-variant -> the Table 2 ablation name of hashing.pfmh_losses.ABLATIONS
+PFMH_VARIANTS = {
+    "full": "full",
+    "wo-p": "w/o-P",
+    "wo-pe": "w/o-PE",
+    "wo-ls": "w/o-Ls",
+    "wo-ll": "w/o-Ll",
+}
 
 
 class ConfigError(ValueError):
@@ -84,6 +104,29 @@ class RunSettings:
     dp_target_epsilon: float = 0.0
     dp_max_grad_norm: float = 1.0
     dp_delta: float = 1e-5
+    update_sparsity: float = 0.0
+    elastic_net_l1: float = 0.0
+    elastic_net_l2: float = 0.0
+    secure_aggregation: str = "none"
+    dphe_key_dir: str = ""
+    dphe_keyholder_url: str = ""
+    dphe_keyholder_ca: str = ""
+    dphe_packing: int = 0
+    dphe_scale_bits: int = 20
+    dphe_clip: float = 1.0
+    dphe_weighting: str = "num-examples"
+    dphe_max_weight: int = 4096
+    dphe_max_contributors: int = 128
+    dphe_capacity: int = 0
+    dphe_pad: bool = False
+    dphe_prototypes: bool = False
+    pfmh_mode: str = "personalized"
+    pfmh_variant: str = "full"
+    pfmh_tau: float = 0.07
+    pfmh_alpha: float = 0.01
+    pfmh_beta: float = 0.001
+    pfmh_k: int = 512
+    pfmh_dropout: float = 0.1
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> RunSettings:
@@ -179,6 +222,156 @@ class RunSettings:
             INITIAL_PROTOTYPES,
         )
         self._validate_dp_sgd()
+        self._validate_secure_aggregation()
+        self._validate_pfmh()
+
+    def _validate_pfmh(self) -> None:
+        _choice(K.PFMH_MODE, self.pfmh_mode, PFMH_MODES)
+        _choice(K.PFMH_VARIANT, self.pfmh_variant, tuple(PFMH_VARIANTS))
+        if not (_finite(self.pfmh_tau) and self.pfmh_tau > 0):
+            raise ConfigError(
+                f"{K.PFMH_TAU}={self.pfmh_tau}: the temperature must be a finite "
+                "number > 0 (paper: 0.07)"
+            )
+        for key, value in (
+            (K.PFMH_ALPHA, self.pfmh_alpha),
+            (K.PFMH_BETA, self.pfmh_beta),
+        ):
+            if not (_finite(value) and value >= 0):
+                raise ConfigError(f"{key}={value}: must be a finite number >= 0")
+        if self.pfmh_k < 1:
+            raise ConfigError(f"{K.PFMH_K}={self.pfmh_k}: must be a positive integer")
+        if not 0 <= self.pfmh_dropout < 1:
+            raise ConfigError(
+                f"{K.PFMH_DROPOUT}={self.pfmh_dropout}: accepted is 0 <= p < 1"
+            )
+        if self.strategy != "pfmh":
+            return
+        if self.dataset in SINGLE_MODAL_DATASETS:
+            raise ConfigError(
+                f"{K.DATASET}={self.dataset!r} has a single modality; strategy "
+                '"pfmh" fuses at least two: use dataset="multiview-digits" or an '
+                ".npz with two or more x_<modality> arrays"
+            )
+        if self.batch_size < 2:
+            raise ConfigError(
+                f'{K.BATCH_SIZE}={self.batch_size} with {K.STRATEGY}="pfmh": must be '
+                ">= 2 (similarity matching compares pairs within a mini-batch)"
+            )
+        if self.dp_sgd:
+            raise ConfigError(
+                f'{K.DP_SGD}=true with {K.STRATEGY}="pfmh": not implemented (the '
+                "PFMH objective has in-batch pairs, so per-sample clipping would not "
+                "bound one record's influence)"
+            )
+        if self.pfmh_mode == "personalized" and (
+            self.update_sparsity > 0
+            or self.elastic_net_l1 > 0
+            or self.elastic_net_l2 > 0
+        ):
+            raise ConfigError(
+                f"{K.UPDATE_SPARSITY}/{K.ELASTIC_NET_L1}/{K.ELASTIC_NET_L2} with "
+                f'{K.PFMH_MODE}="personalized": no model update is sent in that mode; '
+                f'use {K.PFMH_MODE}="fedavg" or leave them at 0'
+            )
+
+    @property
+    def pfmh_ablation(self) -> str:
+        """The Table 2 variant name (``hashing.pfmh_losses.ABLATIONS``)."""
+        return PFMH_VARIANTS[self.pfmh_variant]
+
+    @property
+    def pfmh_personalized(self) -> bool:
+        """PFMH with models kept on the clients (only prototypes travel)."""
+        return self.strategy == "pfmh" and self.pfmh_mode == "personalized"
+
+    def _validate_secure_aggregation(self) -> None:
+        if not 0 <= self.update_sparsity < 1:
+            raise ConfigError(
+                f"{K.UPDATE_SPARSITY}={self.update_sparsity}: accepted is 0 <= s < 1 "
+                "(the fraction of update values zeroed; 0 = dense)"
+            )
+        for key, value in (
+            (K.ELASTIC_NET_L1, self.elastic_net_l1),
+            (K.ELASTIC_NET_L2, self.elastic_net_l2),
+        ):
+            if not value >= 0 or value == float("inf"):
+                raise ConfigError(f"{key}={value}: must be a finite number >= 0")
+        _choice(K.SECURE_AGGREGATION, self.secure_aggregation, SECURE_AGGREGATIONS)
+        _choice(K.DPHE_WEIGHTING, self.dphe_weighting, DPHE_WEIGHTINGS)
+        if self.dphe_packing < 0:
+            raise ConfigError(
+                f"{K.DPHE_PACKING}={self.dphe_packing}: accepted is 0 (as many values "
+                "per plaintext as the key allows), 1 (the paper) or more"
+            )
+        if not 1 <= self.dphe_scale_bits <= MAX_SCALE_BITS:
+            raise ConfigError(
+                f"{K.DPHE_SCALE_BITS}={self.dphe_scale_bits}: accepted are integers "
+                f"in 1..{MAX_SCALE_BITS}"
+            )
+        if not (0 < self.dphe_clip < float("inf")):
+            raise ConfigError(f"{K.DPHE_CLIP}={self.dphe_clip}: must be finite and > 0")
+        if self.dphe_max_weight < 1:
+            raise ConfigError(
+                f"{K.DPHE_MAX_WEIGHT}={self.dphe_max_weight}: must be >= 1"
+            )
+        if self.dphe_max_contributors < DPHE_MIN_CONTRIBUTORS:
+            raise ConfigError(
+                f"{K.DPHE_MAX_CONTRIBUTORS}={self.dphe_max_contributors}: must be >= "
+                f"{DPHE_MIN_CONTRIBUTORS}"
+            )
+        if self.dphe_capacity < 0:
+            raise ConfigError(
+                f"{K.DPHE_CAPACITY}={self.dphe_capacity}: accepted is 0 (no limit) or "
+                "the number of encrypted blocks per shard"
+            )
+        if self.dphe_pad and self.dphe_capacity == 0:
+            raise ConfigError(
+                f"{K.DPHE_PAD}=true needs {K.DPHE_CAPACITY} > 0: shards are padded to "
+                "exactly that many blocks"
+            )
+        if self.dphe_keyholder_ca and not self.dphe_keyholder_url.startswith(
+            "https://"
+        ):
+            raise ConfigError(
+                f"{K.DPHE_KEYHOLDER_CA}={self.dphe_keyholder_ca!r} needs an https "
+                f"{K.DPHE_KEYHOLDER_URL} (got {self.dphe_keyholder_url!r}): the CA "
+                "verifies the keyholder's TLS certificate"
+            )
+        if self.dphe_prototypes:
+            if self.secure_aggregation != "dphe" or not self.uses_prototypes:
+                raise ConfigError(
+                    f"{K.DPHE_PROTOTYPES}=true needs {K.SECURE_AGGREGATION}="
+                    f'"dphe" and {K.STRATEGY}="fedhap" with a variant that uses '
+                    "prototypes (full, fedhap-2, fedhap-3)"
+                )
+            if self.prototype_weighting != "mean":
+                raise ConfigError(
+                    f"{K.DPHE_PROTOTYPES}=true needs {K.PROTOTYPE_WEIGHTING}='mean': "
+                    "the encrypted sums carry one holder count per class, not the "
+                    "clients' sample counts"
+                )
+        if self.secure_aggregation != "dphe":
+            return
+        if self.strategy not in DPHE_STRATEGIES:
+            raise ConfigError(
+                f'{K.SECURE_AGGREGATION}="dphe" with {K.STRATEGY}={self.strategy!r}: '
+                f"accepted strategies are {', '.join(DPHE_STRATEGIES)}"
+            )
+        if self.min_train_nodes < DPHE_MIN_CONTRIBUTORS:
+            raise ConfigError(
+                f"{K.MIN_TRAIN_NODES}={self.min_train_nodes} with "
+                f'{K.SECURE_AGGREGATION}="dphe": DPHE needs at least '
+                f"{DPHE_MIN_CONTRIBUTORS} contributors per aggregate (with 2, each "
+                "learns the other's update from the average); set "
+                f"{K.MIN_TRAIN_NODES} >= {DPHE_MIN_CONTRIBUTORS}"
+            )
+        if not self.dphe_key_dir:
+            raise ConfigError(
+                f'{K.DPHE_KEY_DIR} is empty: {K.SECURE_AGGREGATION}="dphe" needs the '
+                "folder of key bundles written by `python -m crypto.keygen --out DIR "
+                "--clients N`"
+            )
 
     def _validate_dp_sgd(self) -> None:
         if not self.dp_max_grad_norm > 0:
@@ -301,6 +494,10 @@ class RunSettings:
             f.name.replace("_", "-"): getattr(self, f.name)
             for f in dataclasses.fields(self)
         }
+
+
+def _finite(value: float) -> bool:
+    return value == value and value not in (float("inf"), float("-inf"))
 
 
 def _choice(key: str, value: str, accepted: tuple[str, ...]) -> None:

@@ -3,6 +3,6 @@
 from strategies.registry import build_strategy, registered_strategies
 
 # Importing the modules registers their strategies.
-from strategies import fedavg_hashing, fedhap  # noqa: F401,E402  isort: skip
+from strategies import fedavg_hashing, fedhap, pfmh  # noqa: F401,E402  isort: skip
 
 __all__ = ["build_strategy", "registered_strategies"]

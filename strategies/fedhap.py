@@ -32,12 +32,14 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg
 
+from crypto import EncryptedUpdate
 from hashing.csq import hash_centers
 from hashing.prototypes import (
     ClassPrototypes,
     GlobalPrototypes,
     aggregate_prototypes,
     prototype_problem,
+    prototypes_from_sums,
 )
 from settings import keys as K
 from settings.prototype_records import broadcast_record, read_upload
@@ -45,6 +47,7 @@ from settings.run_settings import RunSettings
 from strategies.fedavg_hashing import common_kwargs
 from strategies.partition_order import PartitionOrderedMixin
 from strategies.registry import register
+from strategies.secure_aggregation import SecureSum
 
 
 class HashingFedHAP(PartitionOrderedMixin, FedAvg):
@@ -87,6 +90,16 @@ class HashingFedHAP(PartitionOrderedMixin, FedAvg):
         self.global_prototypes: GlobalPrototypes | None = None
         self.prototype_history: dict[int, dict[str, Any]] = {}
         self._uploads: dict[int, ClassPrototypes] = {}
+        self.secure_prototypes: SecureSum | None = None
+        self._secure_uploads: dict[int, EncryptedUpdate] = {}
+
+    def set_secure_prototypes(self, secure: SecureSum | None) -> None:
+        """Receive prototypes as DPHE-encrypted per-class sums (``dphe-prototypes``).
+
+        The server then learns only, per class, the sum of the holders' means and
+        the number of holders -- not any client's prototypes or classes.
+        """
+        self.secure_prototypes = secure
 
     def set_label_space(self, num_classes: int) -> None:
         """Size of the label space; class ids outside ``0..C-1`` are rejected.
@@ -110,6 +123,9 @@ class HashingFedHAP(PartitionOrderedMixin, FedAvg):
     ) -> Iterable[Message]:
         """FedAvg's train messages, plus the global prototypes once they exist."""
         messages = list(super().configure_train(server_round, arrays, config, grid))
+        if self.secure_prototypes is not None:
+            assert self.num_classes is not None
+            self.secure_prototypes.begin(self.num_classes * (self.bits + 1))
         if self.uses_prototypes and self.global_prototypes is not None:
             record = broadcast_record(self.global_prototypes)
             for msg in messages:
@@ -122,6 +138,8 @@ class HashingFedHAP(PartitionOrderedMixin, FedAvg):
             return super().screen_train_reply(msg)
         if self.num_classes is None:
             raise RuntimeError("set_label_space() must be called before training")
+        if self.secure_prototypes is not None:
+            return self._screen_secure(msg)
         record = msg.content.pop(K.PROTOTYPES, None)
         if record is None:
             return f"no '{K.PROTOTYPES}' record"
@@ -139,17 +157,65 @@ class HashingFedHAP(PartitionOrderedMixin, FedAvg):
             self._uploads[msg.metadata.src_node_id] = upload
         return problem
 
+    def _screen_secure(self, msg: Message) -> str | None:
+        """Parse and check the encrypted prototype sums, then the rest of the reply.
+
+        The sums are added only in :meth:`aggregate_train`, for the kept replies, so
+        the prototype aggregate and the model aggregate have the same clients.
+        """
+        assert self.secure_prototypes is not None
+        record = msg.content.pop(K.DPHE_PROTOS, None)
+        if record is None:
+            return f"no '{K.DPHE_PROTOS}' record (encrypted prototypes are on)"
+        node = msg.metadata.src_node_id
+        try:
+            update = self.secure_prototypes.parse(
+                record, self.node_partitions.get(node)
+            )
+        except ValueError as exc:
+            return f"encrypted prototypes refused: {exc}"
+        problem = super().screen_train_reply(msg)
+        if problem is None:
+            self._secure_uploads[node] = update
+        return problem
+
+    def _secure_global_prototypes(self, server_round: int) -> GlobalPrototypes | None:
+        """Add the kept clients' encrypted sums; decrypt the per-class totals."""
+        assert self.secure_prototypes is not None and self.num_classes is not None
+        for node in self.kept_nodes:
+            if node in self._secure_uploads:
+                self.secure_prototypes.add(
+                    self.node_partitions[node], self._secure_uploads[node]
+                )
+        result = self.secure_prototypes.decrypt_average(server_round)
+        if result is None:
+            return None
+        average, total_weight, _ = result
+        return prototypes_from_sums(
+            average * total_weight, num_classes=self.num_classes, bits=self.bits
+        )
+
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """FedAvg of the models; Eq. (6) over the kept clients' prototypes."""
         self._uploads = {}
+        self._secure_uploads = {}
         arrays, metrics = super().aggregate_train(server_round, replies)
         if not self.uses_prototypes or arrays is None:
             return arrays, metrics
+        assert self.num_classes is not None
+        if self.secure_prototypes is not None:
+            secure = self._secure_global_prototypes(server_round)
+            if secure is not None:
+                self.global_prototypes = secure
+                self.prototype_history[server_round] = {
+                    "classes": secure.classes.tolist(),
+                    "clients": self.secure_prototypes.contributors,
+                }
+            return arrays, metrics
         uploads = [self._uploads[n] for n in self.kept_nodes if n in self._uploads]
         if uploads:
-            assert self.num_classes is not None
             self.global_prototypes = aggregate_prototypes(
                 uploads,
                 num_classes=self.num_classes,

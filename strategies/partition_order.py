@@ -25,6 +25,7 @@ from privacy.ledger import MechanismUse
 from settings import keys as K
 from settings.privacy_records import missing_mechanisms, read_privacy
 from strategies.reply_checks import array_signature, train_reply_problem
+from strategies.secure_aggregation import SecureAggregation
 
 
 class _PartitionOrderedGrid:
@@ -67,6 +68,11 @@ class PartitionOrderedMixin:
         self.required_mechanisms: tuple[str, ...] = ()
         self._expected: dict[str, tuple[tuple[int, ...], str]] = {}
         self._sent: list[Message] = []
+        self.secure_aggregation: SecureAggregation | None = None
+
+    def set_secure_aggregation(self, secure: SecureAggregation | None) -> None:
+        """Aggregate encrypted updates (DPHE) instead of plaintext models."""
+        self.secure_aggregation = secure
 
     def set_required_mechanisms(self, names: tuple[str, ...]) -> None:
         """Privacy mechanisms every train reply must report (else it is dropped)."""
@@ -91,6 +97,8 @@ class PartitionOrderedMixin:
     ) -> Iterable[Message]:
         """Flower's configure_train on a partition-sorted grid with seeded sampling."""
         self._expected = array_signature(arrays)
+        if self.secure_aggregation is not None:
+            self.secure_aggregation.begin_round(arrays)
         state = random.getstate()
         random.seed(self.sampling_seed * 1_000_003 + server_round)
         try:
@@ -140,7 +148,10 @@ class PartitionOrderedMixin:
             "down_bytes_per_client": _mean(content_bytes(m.content) for m in sent),
             "up_bytes_per_client": _mean(up_bytes),
         }
-        arrays, metrics = super().aggregate_train(server_round, kept)  # type: ignore[misc]
+        if self.secure_aggregation is not None:
+            arrays, metrics = self.secure_aggregation.aggregate(server_round, kept)
+        else:
+            arrays, metrics = super().aggregate_train(server_round, kept)  # type: ignore[misc]
         if metrics is not None:
             self.train_history[server_round] = metrics
         return arrays, metrics
@@ -163,8 +174,15 @@ class PartitionOrderedMixin:
         problem = missing_mechanisms(uses, self.required_mechanisms)
         if problem:
             return problem
-        self._privacy[msg.metadata.src_node_id] = uses
-        return train_reply_problem(msg, self._expected)
+        if self.secure_aggregation is not None:
+            problem = self.secure_aggregation.screen(
+                msg, self.node_partitions.get(msg.metadata.src_node_id)
+            )
+        else:
+            problem = train_reply_problem(msg, self._expected)
+        if problem is None:
+            self._privacy[msg.metadata.src_node_id] = uses
+        return problem
 
 
 def content_bytes(content: RecordDict) -> int:

@@ -61,7 +61,7 @@ def all_parts(labels: np.ndarray, scheme: str, k: int, **kw: object) -> list:
 # loaders
 # --------------------------------------------------------------------------------
 def test_public_api() -> None:
-    assert DATASETS == ("digits", "npz", "cifar10")
+    assert DATASETS == ("digits", "npz", "cifar10", "multiview-digits")
     assert PARTITION_SCHEMES == ("iid", "dirichlet", "pathological")
     for name in hashdata.__all__:
         assert hasattr(hashdata, name)

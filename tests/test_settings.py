@@ -26,7 +26,7 @@ def test_presets_use_known_keys_and_validate(preset):
     overrides = tomllib.loads(preset.read_text())
     assert set(overrides) <= set(app_config()), "preset names a key Flower rejects"
     config = {**app_config(), **overrides}
-    if config["dataset"] != "digits":
+    if config["dataset"] in ("npz", "cifar10"):  # the others are embedded
         assert config["data-path"], preset.name
     RunSettings.from_config(config)
 
@@ -91,3 +91,182 @@ def test_integral_float_is_accepted_and_ks_parse():
 def test_unknown_key_is_refused():
     with pytest.raises(ConfigError, match="unknown config key 'code-lenght'"):
         RunSettings.from_config({**app_config(), "code-lenght": 16})
+
+
+@pytest.mark.parametrize(
+    ("overrides", "fragment"),
+    [
+        ({"update-sparsity": 1.0}, "update-sparsity=1.0"),
+        ({"elastic-net-l1": -0.1}, "elastic-net-l1"),
+        ({"secure-aggregation": "mpc"}, "secure-aggregation='mpc'"),
+        ({"dphe-packing": -1}, "dphe-packing=-1"),
+        ({"dphe-scale-bits": 0}, "dphe-scale-bits=0"),
+        ({"dphe-clip": 0.0}, "dphe-clip"),
+        ({"dphe-weighting": "size"}, "dphe-weighting"),
+        ({"dphe-max-weight": 0}, "dphe-max-weight"),
+        ({"dphe-max-contributors": 2}, "dphe-max-contributors"),
+        ({"dphe-pad": True}, "dphe-capacity > 0"),
+        ({"dphe-prototypes": True}, "dphe-prototypes=true needs"),
+        (
+            {
+                "strategy": "fedhap",
+                "secure-aggregation": "dphe",
+                "min-train-nodes": 3,
+                "dphe-key-dir": "k",
+                "dphe-prototypes": True,
+                "prototype-weighting": "count",
+            },
+            "prototype-weighting='mean'",
+        ),
+        (
+            {"secure-aggregation": "dphe", "min-train-nodes": 2, "dphe-key-dir": "k"},
+            "min-train-nodes=2",
+        ),
+        ({"secure-aggregation": "dphe", "min-train-nodes": 3}, "dphe-key-dir is empty"),
+    ],
+)
+def test_secure_aggregation_bad_values_name_the_key(overrides, fragment):
+    with pytest.raises(ConfigError, match=fragment.replace("(", r"\(")):
+        RunSettings.from_config(overrides)
+
+
+def test_dphe_accepts_three_nodes_with_a_key_folder():
+    s = RunSettings.from_config(
+        {"secure-aggregation": "dphe", "min-train-nodes": 3, "dphe-key-dir": "keys"}
+    )
+    assert s.secure_aggregation == "dphe"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "fragment"),
+    [
+        ({"pfmh-tau": 0.0}, "pfmh-tau=0.0"),
+        ({"pfmh-tau": -0.07}, "pfmh-tau=-0.07"),
+        ({"pfmh-tau": float("nan")}, "pfmh-tau=nan"),
+        ({"pfmh-alpha": -0.01}, "pfmh-alpha=-0.01"),
+        ({"pfmh-beta": -0.001}, "pfmh-beta=-0.001"),
+        ({"pfmh-beta": float("inf")}, "pfmh-beta=inf"),
+        ({"pfmh-k": 0}, "pfmh-k=0"),
+        ({"pfmh-dropout": 1.0}, "pfmh-dropout=1.0"),
+        ({"pfmh-mode": "local"}, "pfmh-mode='local'"),
+        ({"pfmh-variant": "w/o-P"}, "pfmh-variant='w/o-P'"),
+        ({"strategy": "pfmh"}, "dataset='digits' has a single modality"),
+        (
+            {"strategy": "pfmh", "dataset": "cifar10", "data-path": "d"},
+            "dataset='cifar10' has a single modality",
+        ),
+        (
+            {"strategy": "pfmh", "dataset": "multiview-digits", "batch-size": 1},
+            "batch-size=1",
+        ),
+        (
+            {"strategy": "pfmh", "dataset": "multiview-digits", "dp-sgd": True},
+            "dp-sgd=true",
+        ),
+        (
+            {"strategy": "pfmh", "dataset": "multiview-digits", "update-sparsity": 0.5},
+            'pfmh-mode="personalized"',
+        ),
+    ],
+)
+def test_pfmh_bad_values_name_the_key(overrides, fragment):
+    with pytest.raises(ConfigError) as err:
+        RunSettings.from_config({**app_config(), **overrides})
+    assert fragment in str(err.value)
+
+
+def test_pfmh_settings_and_loss_config():
+    from settings.run_model import initial_global_state, pfmh_loss_config
+
+    s = RunSettings.from_config(
+        {
+            **app_config(),
+            "strategy": "pfmh",
+            "dataset": "multiview-digits",
+            "pfmh-variant": "wo-pe",
+            "pfmh-tau": 0.1,
+        }
+    )
+    assert s.pfmh_personalized and s.pfmh_ablation == "w/o-PE"
+    cfg = pfmh_loss_config(s)
+    assert (cfg.tau, cfg.alpha, cfg.beta) == (0.1, 0.01, 0.001)
+    assert not cfg.use_completion and cfg.uses_prototypes
+    assert initial_global_state(s, model=None, num_classes=10) == {}  # no model
+    fed = RunSettings.from_config(
+        {
+            **app_config(),
+            "strategy": "pfmh",
+            "dataset": "multiview-digits",
+            "pfmh-mode": "fedavg",
+            "update-sparsity": 0.5,
+        }
+    )
+    assert not fed.pfmh_personalized
+    # the pfmh-* keys are validated but unused by other strategies
+    assert not RunSettings.from_config(app_config()).pfmh_personalized
+
+
+def test_pfmh_run_model_is_multimodal_and_seeded():
+    import torch
+
+    from hashing.multimodal import MultiModalHash
+    from settings.run_model import build_run_model
+
+    s = RunSettings.from_config(
+        {
+            **app_config(),
+            "strategy": "pfmh",
+            "dataset": "multiview-digits",
+            "pfmh-k": 8,
+            "code-length": 16,
+        }
+    )
+    a = build_run_model(s, {"image": 64, "hog": 32})
+    b = build_run_model(s, {"hog": 32, "image": 64})
+    assert isinstance(a, MultiModalHash) and a.k == 8 and a.bits == 16
+    for (ka, va), (kb, vb) in zip(
+        a.state_dict().items(), b.state_dict().items(), strict=True
+    ):
+        assert ka == kb and torch.equal(va, vb)  # server and clients agree
+    with pytest.raises(ValueError, match="multi-modal"):
+        build_run_model(s, (64,))
+    with pytest.raises(ValueError, match="single-modal"):
+        build_run_model(RunSettings(), {"image": 64, "hog": 32})
+
+
+@pytest.mark.parametrize(
+    ("arrays", "fragment"),
+    [
+        ({"x_image": 3}, "has 1 modality"),
+        ({"x_image": 3, "x_text": -1}, "x_text. has 39 rows"),  # -1: one row short
+        ({}, None),
+    ],
+)
+def test_pfmh_npz_needs_two_modalities_before_any_work(tmp_path, arrays, fragment):
+    import numpy as np
+
+    from server.experiment import prepare_data
+    from tests.fixtures import write_npz
+
+    rng = np.random.default_rng(0)
+    labels = np.repeat(np.arange(4), 10)
+    data = {
+        k: rng.normal(size=(40 - (d < 0), abs(d))).astype("float32")
+        for k, d in arrays.items()
+    }
+    if not arrays:  # two modalities: accepted, the query inputs are a dict
+        data = {
+            "x_image": rng.normal(size=(40, 3)).astype("float32"),
+            "x_text": rng.normal(size=(40, 5)).astype("float32"),
+        }
+    path = write_npz(tmp_path / "f.npz", labels=labels, **data)
+    s = RunSettings.from_config(
+        {**app_config(), "strategy": "pfmh", "dataset": "npz", "data-path": str(path)}
+    )
+    if fragment is None:
+        prepared = prepare_data(s)
+        assert set(prepared.queries.inputs) == {"image", "text"}
+        assert prepared.input_shape == {"image": 3, "text": 5}
+        return
+    with pytest.raises(ConfigError, match=f"dataset='npz'.*{fragment}"):
+        prepare_data(s)

@@ -1,0 +1,188 @@
+"""PFMH's client side: the trainer (``strategy = "pfmh"``) and its evaluation op.
+
+Train (Algorithm 1, lines 13-19): build the client's multi-modal network -- in
+personalized mode the one kept in ``context.state`` under ``pfmh-model`` (built
+from the run seed on first use, so every client starts from the same weights), in
+fedavg mode the received global arrays --, read the received personal set
+(``pfmh-personal``) and centralized set (``pfmh-centralized``) if any (none in round
+1: only L_hash is trained then), train with :func:`hashing.pfmh_train.train_pfmh` on
+the local database (the partition minus its local queries, ``clients/data.py``),
+then upload the Eq. 5 prototypes computed in eval mode over the same samples
+(:func:`hashing.pfmh_train.local_prototypes`) through
+:func:`clients.publish.publish_pfmh_prototypes`. In personalized mode the trained
+weights go back into ``context.state`` and the reply's ``arrays`` record is empty.
+
+Evaluate (query ``op = "pfmh-eval"``): the per-client protocol (local queries
+against the local database, with the client's own model; only the two mAPs leave
+the node) and, when the server sends its query inputs (personalized mode), the codes
+of those queries and of the whole partition (published through
+:func:`clients.publish.publish_codes`, like ``op = "encode"``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from flwr.app import (
+    Array,
+    ArrayRecord,
+    ConfigRecord,
+    MetricRecord,
+    RecordDict,
+)
+
+from clients.data import LocalData
+from clients.publish import publish_codes, publish_pfmh_prototypes
+from clients.trainers import TrainContext, register_trainer
+from hashing.codes import pack_bytes, sign_codes
+from hashing.pfmh_eval import local_retrieval
+from hashing.pfmh_losses import LOSS_PARTS
+from hashing.pfmh_train import local_prototypes, train_pfmh
+from hashing.train import encode
+from settings import keys as K
+from settings.privacy_records import privacy_record
+from settings.prototype_records import pfmh_upload_record, read_pfmh_set
+from settings.run_model import build_run_model, pfmh_loss_config
+from settings.run_settings import RunSettings
+
+
+def client_model(
+    settings: RunSettings,
+    data: LocalData,
+    arrays: ArrayRecord | None,
+    state: RecordDict | None,
+) -> torch.nn.Module:
+    """Build the model this client trains and encodes with.
+
+    Personalized mode: its own, from ``state`` (``context.state``), or a fresh one
+    from the run seed when it has none yet. Fedavg mode: the received global arrays.
+    """
+    model = build_run_model(settings, data.input_shape)
+    if settings.pfmh_personalized:
+        if state is not None and K.PFMH_MODEL_STATE in state:
+            model.load_state_dict(state[K.PFMH_MODEL_STATE].to_torch_state_dict())
+        return model
+    if arrays is None or not len(arrays):
+        raise ValueError(
+            f'{K.PFMH_MODE}="fedavg": the message carries no model arrays to start from'
+        )
+    model.load_state_dict(arrays.to_torch_state_dict())
+    return model
+
+
+@register_trainer("pfmh")
+def pfmh_trainer(content: RecordDict, ctx: TrainContext) -> RecordDict:
+    """One PFMH round on this client."""
+    s = ctx.settings
+    data = ctx.data
+    if s.pfmh_personalized and ctx.state is None:
+        raise ValueError("personalized PFMH needs the node's context.state")
+    model = client_model(s, data, content.get(K.ARRAYS), ctx.state)
+    personal = (
+        read_pfmh_set(content[K.PFMH_PERSONAL]) if K.PFMH_PERSONAL in content else None
+    )
+    central = (
+        read_pfmh_set(content[K.PFMH_CENTRALIZED])
+        if K.PFMH_CENTRALIZED in content
+        else None
+    )
+    train_positions = data.local_database()
+    inputs, labels = data.take(train_positions)
+    loss_config = pfmh_loss_config(s)
+    stats = train_pfmh(
+        model,
+        inputs,
+        labels,
+        personal_prototypes=personal,
+        global_prototypes=central,
+        config=loss_config,
+        num_classes=data.num_classes,
+        epochs=s.local_epochs,
+        batch_size=s.batch_size,
+        learning_rate=s.learning_rate,
+        weight_decay=s.weight_decay,
+        device=ctx.device,
+        generator=ctx.generator,
+    )
+    metrics = {
+        K.NUM_EXAMPLES: len(train_positions),
+        K.TRAIN_LOSS: stats["loss"],
+        **{
+            K.PFMH_LOSS_PREFIX + part.replace("_", "-"): stats[part]
+            for part in LOSS_PARTS
+        },
+    }
+    reply = RecordDict({K.METRICS: MetricRecord(metrics)})
+    if loss_config.uses_prototypes:
+        protos = local_prototypes(
+            model, inputs, labels, num_classes=data.num_classes, device=ctx.device
+        )
+        reply[K.PFMH_UPLOAD] = pfmh_upload_record(publish_pfmh_prototypes(protos))
+    trained = ArrayRecord(model.cpu().state_dict())
+    if s.pfmh_personalized:
+        assert ctx.state is not None
+        ctx.state[K.PFMH_MODEL_STATE] = trained
+        reply[K.ARRAYS] = ArrayRecord()  # only prototypes travel
+    else:
+        reply[K.ARRAYS] = trained
+    return reply
+
+
+def pfmh_eval_reply(
+    content: RecordDict,
+    *,
+    settings: RunSettings,
+    data: LocalData,
+    state: RecordDict | None,
+    partition_id: int,
+    device: torch.device,
+    rng: np.random.Generator,
+) -> RecordDict:
+    """Answer a ``pfmh-eval`` query: per-client mAPs (+ global-query codes)."""
+    if data.local_queries is None or not isinstance(data.inputs, dict):
+        raise ValueError("pfmh-eval needs the multi-modal PFMH data of this client")
+    model = client_model(settings, data, content.get(K.ARRAYS), state)
+    database = data.local_database()
+    report = local_retrieval(
+        model,
+        data.inputs,
+        data.labels,
+        queries=data.local_queries,
+        database=database,
+        top_k=settings.map_top_k,
+        ks=settings.precision_ks(),
+        device=device,
+    )
+    metrics: dict[str, float | int] = {
+        K.LOCAL_QUERIES: len(data.local_queries),
+        K.LOCAL_DATABASE: len(database),
+    }
+    if report is not None:
+        metrics[K.LOCAL_MAP_ALL] = report.map_all
+        metrics[K.LOCAL_MAP_AT_K] = report.map_at_k
+    reply = RecordDict(
+        {
+            K.METRICS: MetricRecord(metrics),
+            K.CONFIG: ConfigRecord(
+                {K.PARTITION_ID: partition_id, K.CODE_BITS: settings.code_length}
+            ),
+        }
+    )
+    if K.PFMH_QUERIES in content:
+        queries = {
+            m: torch.from_numpy(arr.numpy())
+            for m, arr in content[K.PFMH_QUERIES].items()
+        }
+        query_codes = sign_codes(encode(model, queries, device=device))
+        db_codes = sign_codes(encode(model, data.inputs, device=device))
+        published, uses = publish_codes(db_codes, settings=settings, rng=rng)
+        reply[K.CODES] = ArrayRecord(
+            {
+                K.PACKED_CODES: Array(pack_bytes(published)),
+                K.CODE_LABELS: Array(np.ascontiguousarray(data.labels.numpy())),
+                K.QUERY_CODES: Array(pack_bytes(query_codes)),
+            }
+        )
+        if uses:
+            reply[K.PRIVACY] = privacy_record(uses)
+    return reply

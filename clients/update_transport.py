@@ -1,0 +1,141 @@
+"""How a trained model leaves the client: dense, sparse, or DPHE-encrypted.
+
+Every trainer returns its full local model in the ``arrays`` record. Before the
+reply is sent, :func:`finish_train_reply` turns it into what the run asks for:
+
+* ``update-sparsity`` / ``elastic-net-*`` (plaintext): the update
+  ``w_local - w_global`` is sparsified and the reply carries ``w_global + sparse``
+  (so Flower's FedAvg aggregates it unchanged);
+* ``secure-aggregation = "dphe"``: the (sparsified) update and the client's weight
+  are encrypted with the client's DPHE bundle (``crypto.encrypt_update``) into a
+  ``dphe`` record that replaces ``arrays``; ``num-examples`` is taken out of the
+  metrics, since the weight now travels encrypted.
+* ``dphe-prototypes`` (FedHAP): the ``prototypes`` upload is replaced by an encrypted
+  ``dphe-prototypes`` record of :func:`hashing.prototypes.prototype_sum_vector`
+  (weight 1), so the server learns only the per-class totals.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, MetricRecord, RecordDict
+
+from crypto import encrypt_update
+from hashing.prototypes import prototype_sum_vector
+from hashing.update_sparsity import flatten_arrays, sparsify_update, unflatten_arrays
+from settings import keys as K
+from settings.dphe_setup import (
+    ClientBundle,
+    cached_client_bundle,
+    client_bundle_path,
+    dphe_params,
+    dphe_record,
+    update_weight,
+)
+from settings.prototype_records import read_upload
+from settings.run_settings import RunSettings
+
+
+def transforms_update(settings: RunSettings) -> bool:
+    """Whether the reply's model must be sparsified or encrypted."""
+    return (
+        settings.secure_aggregation == "dphe"
+        or settings.update_sparsity > 0
+        or settings.elastic_net_l1 > 0
+        or settings.elastic_net_l2 > 0
+    )
+
+
+def finish_train_reply(
+    reply: RecordDict,
+    *,
+    global_arrays: ArrayRecord,
+    settings: RunSettings,
+    partition_id: int,
+    rng: np.random.Generator,
+    node_bundle: str = "",
+    num_classes: int = 0,
+) -> RecordDict:
+    """Sparsify and/or encrypt the reply's model update, in place; return ``reply``.
+
+    Parameters
+    ----------
+    reply : RecordDict
+        The trainer's reply, with the local model in ``arrays`` and
+        ``num-examples`` in ``metrics``.
+    global_arrays : ArrayRecord
+        The model the server sent this round (the update's reference).
+    settings : RunSettings
+        The run's settings.
+    partition_id : int
+        This client's id (selects its DPHE bundle).
+    rng : numpy.random.Generator
+        Shard order and padding blocks (not the Paillier randomness, which is the
+        library's own CSPRNG).
+    node_bundle : str
+        The node config's ``dphe-key-bundle`` path, if any.
+    num_classes : int
+        Size of the label space (the layout of encrypted prototype sums).
+    """
+    if not transforms_update(settings):
+        return reply
+    local, layout = flatten_arrays(_numpy(reply[K.ARRAYS]))
+    reference, ref_layout = flatten_arrays(_numpy(global_arrays))
+    if layout != ref_layout:
+        raise ValueError("the trained model's arrays differ from the global model's")
+    update = sparsify_update(
+        local - reference,
+        sparsity=settings.update_sparsity,
+        l1=settings.elastic_net_l1,
+        l2=settings.elastic_net_l2,
+    )
+    if settings.secure_aggregation != "dphe":
+        reply[K.ARRAYS] = ArrayRecord(
+            {
+                name: Array(np.ascontiguousarray(value))
+                for name, value in unflatten_arrays(reference + update, layout).items()
+            }
+        )
+        return reply
+    metrics = reply[K.METRICS]
+    weight = update_weight(settings, int(metrics[K.NUM_EXAMPLES]))
+    path = client_bundle_path(settings, partition_id, node_bundle)
+    bundle = cached_client_bundle(str(path), partition_id)
+    del reply[K.ARRAYS]
+    reply[K.DPHE] = _encrypted(update, weight, bundle, settings, rng, uniform=False)
+    reply[K.METRICS] = MetricRecord(
+        {k: v for k, v in metrics.items() if k != K.NUM_EXAMPLES}
+    )
+    if settings.dphe_prototypes and K.PROTOTYPES in reply:
+        upload = read_upload(reply.pop(K.PROTOTYPES))
+        vector = prototype_sum_vector(
+            upload,
+            num_classes=num_classes,
+            bits=settings.code_length,
+        )
+        reply[K.DPHE_PROTOS] = _encrypted(
+            vector, 1, bundle, settings, rng, uniform=True
+        )
+    return reply
+
+
+def _encrypted(
+    vector: np.ndarray,
+    weight: int,
+    bundle: ClientBundle,
+    settings: RunSettings,
+    rng: np.random.Generator,
+    *,
+    uniform: bool,
+) -> ArrayRecord:
+    params = dphe_params(
+        settings, dimension=vector.size, key_bits=bundle.key_bits, uniform=uniform
+    )
+    encrypted = encrypt_update(
+        vector, weight=weight, bundle=bundle, params=params, rng=rng
+    )
+    return dphe_record(encrypted, key_bits=bundle.key_bits)
+
+
+def _numpy(record: ArrayRecord) -> dict[str, np.ndarray]:
+    return {name: arr.numpy() for name, arr in record.items()}

@@ -1,0 +1,1 @@
+"""Deployment helpers: credentials for the SuperLink/SuperNode/keyholder services."""

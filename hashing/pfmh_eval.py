@@ -1,0 +1,66 @@
+"""PFMH's per-client retrieval protocol (the paper's evaluation), no Flower.
+
+Each client ranks its own *local database* for its own *local queries* (a seeded,
+stratified split of its partition, ``clients.data.local_query_split``) with its own
+model -- its personal one in personalized mode, the global one otherwise -- and the
+mAPs are averaged over clients without weights (:func:`mean_over_clients`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import torch
+
+from hashing.codes import sign_codes
+from hashing.retrieval import RetrievalReport, evaluate_retrieval
+from hashing.train import encode
+
+
+def local_retrieval(
+    model: torch.nn.Module,
+    inputs: Mapping[str, torch.Tensor],
+    labels: torch.Tensor,
+    *,
+    queries: torch.Tensor,
+    database: torch.Tensor,
+    top_k: int,
+    ks: Sequence[int],
+    device: torch.device,
+) -> RetrievalReport | None:
+    """Rank one client's local database for its local queries (Hamming).
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        The client's multi-modal hashing network.
+    inputs : mapping of str to torch.Tensor
+        Modality -> (n, ...) samples of the client's partition.
+    labels : torch.Tensor
+        (n,) class ids or (n, C) multi-hot.
+    queries, database : torch.Tensor
+        int64 positions into the partition (disjoint).
+    top_k : int
+        K of mAP@K (clipped to the database size).
+    ks : sequence of int
+        Cut-offs of precision@K.
+    device : torch.device
+        Where to encode.
+
+    Returns
+    -------
+    RetrievalReport or None
+        ``None`` when there is no query or no database item.
+    """
+    if len(queries) == 0 or len(database) == 0:
+        return None
+    codes = sign_codes(encode(model, dict(inputs), device=device))
+    y = labels.numpy()
+    q, db = queries.numpy(), database.numpy()
+    return evaluate_retrieval(codes[q], codes[db], y[q], y[db], top_k=top_k, ks=ks)
+
+
+def mean_over_clients(values: Sequence[float]) -> float | None:
+    """Unweighted mean over clients (the paper's protocol); ``None`` if empty."""
+    return float(np.mean(values)) if len(values) else None

@@ -1,0 +1,319 @@
+"""Static checks of docker-compose*.yml, deploy/Dockerfile and their agreement.
+
+No Docker here: the compose files are checked against the installed Flower CLIs
+(every flag must appear in their ``--help``), against the credentials
+``deploy.generate`` writes (every mounted path a command names must exist) and
+against each other (ports, node configs, networks). tests/test_deployment.py runs
+the same commands as processes.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import tomllib
+from concurrent.futures import ThreadPoolExecutor
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+import yaml
+from flwr.cli.utils import filter_paths_for_publish
+from packaging.requirements import Requirement
+from packaging.version import Version
+
+from crypto.keyholder_service import build_parser as keyholder_parser
+from deploy.generate import COMPOSE_SUPERLINK_PORT, generate
+from deploy.register import build_parser as register_parser
+from tests.compose_local import (
+    ROOT,
+    container_to_host,
+    executor_of,
+    flags,
+    load_compose,
+    mounts,
+    node_config,
+)
+
+BIN = Path(sys.executable).parent
+FLOWER_CLIS = ("flower-superlink", "flower-supernode", "flower-superexec")
+OVERRIDES = ("docker-compose.cuda.yml", "docker-compose.insecure.yml")
+NUM_NODES = 3
+SUPERNODES = [f"supernode-{i}" for i in range(NUM_NODES)]
+CLIENTAPPS = [f"clientapp-{i}" for i in range(NUM_NODES)]
+_FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict:
+    return load_compose()
+
+
+@pytest.fixture(scope="module")
+def creds(tmp_path_factory: pytest.TempPathFactory):
+    return generate(
+        tmp_path_factory.mktemp("compose") / "credentials",
+        num_supernodes=NUM_NODES,
+        key_bits=512,
+        allow_test_keys=True,
+    )
+
+
+@lru_cache(maxsize=1)
+def flower_help() -> dict[str, set[str]]:
+    """Flags each installed Flower CLI lists in ``--help`` (run concurrently)."""
+
+    def run(cli: str) -> set[str]:
+        proc = subprocess.run(
+            [str(BIN / cli), "--help"], capture_output=True, text=True, timeout=120
+        )
+        assert proc.returncode == 0, proc.stderr
+        return set(_FLAG.findall(proc.stdout))
+
+    with ThreadPoolExecutor(len(FLOWER_CLIS)) as pool:
+        return dict(zip(FLOWER_CLIS, pool.map(run, FLOWER_CLIS), strict=True))
+
+
+def known_flags(command: list[str]) -> set[str] | None:
+    """Flags the program of ``command`` accepts; None for inline Python."""
+    if command[0] in FLOWER_CLIS:
+        return flower_help()[command[0]]
+    if command[:3] == ["python", "-m", "crypto.keyholder_service"]:
+        parser = keyholder_parser()
+    elif command[:3] == ["python", "-m", "deploy.register"]:
+        parser = register_parser()
+    elif command[:2] == ["python", "-c"]:
+        return None
+    else:
+        raise AssertionError(f"unknown program in compose: {command[:3]}")
+    return {s for a in parser._actions for s in a.option_strings if s.startswith("--")}
+
+
+def all_files() -> list[str]:
+    return ["docker-compose.yml", *OVERRIDES]
+
+
+@pytest.mark.parametrize("name", all_files())
+def test_compose_files_are_yaml_with_known_services(name: str, compose: dict):
+    data = yaml.safe_load((ROOT / name).read_text())
+    assert isinstance(data, dict) and isinstance(data["services"], dict)
+    base = set(compose["services"])
+    if name == "docker-compose.yml":
+        assert base == {
+            "superlink",
+            "register-supernodes",
+            "serverapp",
+            "keyholder",
+            *SUPERNODES,
+            *CLIENTAPPS,
+        }
+    else:  # an override only changes services of the base file
+        assert set(data["services"]) <= base
+
+
+@pytest.mark.parametrize("name", all_files())
+def test_every_command_flag_exists_in_the_installed_clis(name: str):
+    services = load_compose(ROOT / name)["services"]
+    checked = 0
+    for service_name, service in services.items():
+        command = service.get("command")
+        if not command:
+            continue
+        accepted = known_flags(command)
+        if accepted is None:
+            continue
+        used = {arg.split("=")[0] for arg in command if arg.startswith("--")}
+        unknown = used - accepted
+        assert not unknown, f"{name}: {service_name} uses unknown flags {unknown}"
+        checked += 1
+    if name != "docker-compose.cuda.yml":  # the CUDA override changes no command
+        assert checked >= len(services) - 1  # all but an inline `python -c`
+
+
+def test_ports_agree(compose: dict):
+    services = compose["services"]
+    link = flags(services["superlink"]["command"])
+    port = int(link["--port"])
+    assert port == COMPOSE_SUPERLINK_PORT  # what deploy.generate's configs use
+    # published on the host's loopback only: the Control API has no user auth
+    assert services["superlink"]["ports"] == [f"127.0.0.1:{port}:{port}"]
+    for name, service in services.items():
+        command = service.get("command", [])
+        for flag in ("--superlink", "--runtime-api-address"):
+            address = flags(command).get(flag)
+            if address is None:
+                continue
+            host, _, target_port = address.rpartition(":")
+            target = flags(services[host]["command"])
+            assert int(target_port) == int(target["--port"]), (name, flag)
+    keyholder_port = int(flags(services["keyholder"]["command"])["--port"])
+    preset = tomllib.loads((ROOT / "conf/deploy-fedhap-dphe.toml").read_text())
+    assert preset["dphe-keyholder-url"] == f"https://keyholder:{keyholder_port}"
+
+
+def test_mounted_paths_exist_in_the_generated_credentials(compose: dict, creds):
+    def rebase(source: str) -> Path:
+        assert source.startswith("./deploy/credentials/"), source
+        return creds.root / source[len("./deploy/credentials/") :]
+
+    for name, service in compose["services"].items():
+        for mount in mounts(service):
+            if mount.source.startswith("./deploy/credentials/"):
+                assert mount.read_only, (name, mount)
+                assert rebase(mount.source).exists(), (name, mount)
+        for arg in service["command"]:
+            if not arg.startswith("/credentials") and not arg.startswith("/public"):
+                continue
+            host = container_to_host(service, arg, rebase)
+            assert host is not None, f"{name}: {arg} is not mounted"
+            assert host.exists(), f"{name}: {arg} -> {host} was not generated"
+
+
+def test_node_configs_match_partitions_bundles_and_mounts(compose: dict, creds):
+    def rebase(source: str) -> Path:
+        if source.startswith("./deploy/credentials/"):
+            return creds.root / source[len("./deploy/credentials/") :]
+        return Path("/nonexistent") / source
+
+    seen = []
+    for i, name in enumerate(SUPERNODES):
+        config = node_config(compose["services"][name]["command"])
+        assert set(config) == {
+            "partition-id",
+            "num-partitions",
+            "data-path",
+            "dphe-key-bundle",
+        }
+        assert config["num-partitions"] == NUM_NODES
+        seen.append(config["partition-id"])
+        executor = executor_of(compose, name)
+        assert executor == CLIENTAPPS[i]
+        # node-config paths are read by the ClientApp, in the executor's container
+        bundle = container_to_host(
+            compose["services"][executor], config["dphe-key-bundle"], rebase
+        )
+        assert bundle == creds.clientapp(i) / f"client-{config['partition-id']}.json"
+        assert bundle.is_file()
+        data = [m for m in mounts(compose["services"][executor]) if m.target == "/data"]
+        assert data and data[0].read_only
+        assert config["data-path"].startswith("/data/")
+        assert data[0].source == f"./deploy/data/{name}"
+    assert sorted(seen) == list(range(NUM_NODES))
+
+
+def test_secure_by_default(compose: dict):
+    services = compose["services"]
+    for name, service in services.items():
+        assert "--insecure" not in service.get("command", []), name
+    link = flags(services["superlink"]["command"])
+    for flag in (
+        "--ssl-ca-certfile",
+        "--ssl-certfile",
+        "--ssl-keyfile",
+        "--enable-supernode-auth",
+        "--superexec-auth-secret-file",
+    ):
+        assert flag in link
+    assert link["--isolation"] == "process"
+    keys = set()
+    for name in SUPERNODES:
+        node = flags(services[name]["command"])
+        assert "--root-certificates" in node and "--ssl-certfile" in node
+        keys.add(services[name]["volumes"][0])
+        assert node["--auth-supernode-private-key"] == "/credentials/auth.key"
+    assert len(keys) == NUM_NODES  # one key folder per SuperNode
+    for name in ("serverapp", *CLIENTAPPS):
+        executor = flags(services[name]["command"])
+        assert "--root-certificates" in executor
+        assert "--superexec-auth-secret-file" in executor
+    keyholder = flags(services["keyholder"]["command"])
+    assert "--ssl-certfile" in keyholder and "--allow-plain-http" not in keyholder
+    assert int(keyholder["--min-contributors"]) >= 3
+
+
+def test_networks_isolate_keyholder_and_clientapps(compose: dict):
+    services, networks = compose["services"], compose["networks"]
+
+    def members(network: str) -> set[str]:
+        return {n for n, s in services.items() if network in s.get("networks", [])}
+
+    for network in services["keyholder"]["networks"]:
+        assert members(network) == {"keyholder", "serverapp"}
+        assert networks[network]["internal"] is True
+    assert "ports" not in services["keyholder"]
+    for node, app in zip(SUPERNODES, CLIENTAPPS, strict=True):
+        for network in services[app]["networks"]:
+            assert members(network) == {node, app}
+            assert networks[network]["internal"] is True
+
+
+def test_insecure_mode_only_behind_its_own_file():
+    insecure = load_compose(ROOT / "docker-compose.insecure.yml")["services"]
+    text = (ROOT / "docker-compose.insecure.yml").read_text()
+    assert text.startswith("# INSECURE")
+    for name in ("superlink", "serverapp", *SUPERNODES, *CLIENTAPPS):
+        assert "--insecure" in insecure[name]["command"], name
+    for name in SUPERNODES:  # Flower refuses node authentication without TLS
+        assert "--auth-supernode-private-key" not in insecure[name]["command"]
+    assert "keyholder" not in insecure  # the keyholder keeps TLS and its token
+
+
+def test_cuda_override_reserves_a_gpu_per_clientapp_executor():
+    cuda = load_compose(ROOT / "docker-compose.cuda.yml")["services"]
+    assert set(cuda) == set(CLIENTAPPS)
+    for service in cuda.values():
+        assert service["image"] == "fedhash:cuda"
+        devices = service["deploy"]["resources"]["reservations"]["devices"]
+        assert devices[0]["driver"] == "nvidia" and "gpu" in devices[0]["capabilities"]
+        assert service["build"]["args"]["TORCH_INDEX_URL"] == "https://pypi.org/simple"
+
+
+def test_dockerfile_pins_user_and_offline_runtime():
+    text = (ROOT / "deploy/Dockerfile").read_text()
+    makefile = (ROOT / "Makefile").read_text()
+    for pin in re.findall(r"torch(?:vision)?==[\d.]+", makefile):
+        assert pin in text
+    assert "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1" in text
+    assert "FLWR_HOME=/home/app/.flwr" in text
+    users = re.findall(r"^USER (\S+)", text, flags=re.M)
+    assert users and users[-1] not in ("root", "0")
+    # every package `pip install .` builds is copied into the image
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    packages = pyproject["tool"]["hatch"]["build"]["targets"]["wheel"]["packages"]
+    for package in packages:
+        assert re.search(rf"^COPY {package} {package}$", text, flags=re.M), package
+    dockerignore = (ROOT / ".dockerignore").read_text().split()
+    assert "deploy/credentials/" in dockerignore and ".venv/" in dockerignore
+
+
+def test_constraints_pin_every_dependency_within_pyproject():
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    pins = {}
+    for line in (ROOT / "deploy/constraints.txt").read_text().splitlines():
+        if line and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            pins[_norm(name)] = Version(version)
+    for raw in pyproject["project"]["dependencies"]:
+        req = Requirement(raw)
+        assert _norm(req.name) in pins, f"{req.name} is not pinned"
+        assert pins[_norm(req.name)] in req.specifier, (req, pins[_norm(req.name)])
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def test_credentials_data_and_results_never_enter_a_fab():
+    files = {
+        ".gitignore": (ROOT / ".gitignore").read_bytes(),
+        "pyproject.toml": b"",
+        "deploy/generate.py": b"",
+        "deploy/credentials/serverapp/aggregator.json": b"{}",
+        "deploy/credentials/keyholder/keyholder.json": b"{}",
+        "deploy/credentials/flwr-home/config.toml": b"",
+        "deploy/data/supernode-0/x.json": b"{}",
+        "deploy/results/run/summary.json": b"{}",
+    }
+    kept = set(filter_paths_for_publish(files))
+    assert kept == {".gitignore", "pyproject.toml", "deploy/generate.py"}

@@ -1,0 +1,434 @@
+"""A real deployment on loopback: the processes docker-compose.yml's containers run.
+
+SuperLink (TLS, SuperNode authentication, process isolation, SuperExec secret), the
+DPHE keyholder (TLS, bearer token), the ServerApp executor, and SuperNodes each with
+their own authentication key, partition and ClientApp executor. Every command is
+the compose service's command (``tests/compose_local.py`` maps container paths to
+the generated credentials, service names to 127.0.0.1 and ports to free ones).
+
+A fourth SuperNode is registered but its DPHE key bundle is missing: it must fail
+discovery with an error naming ``dphe-key-bundle`` while the run goes on with the
+other three. Every process is started in its own session and stopped by its
+process group id.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import ssl
+import subprocess
+import sys
+import time
+import tomllib
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from crypto import (
+    AggregateRefused,
+    DPHEAggregator,
+    DPHEParams,
+    RemoteKeyholder,
+    encrypt_update,
+    load_aggregator_bundle,
+    load_client_bundle,
+)
+from deploy.generate import Credentials, generate, make_auth_key_pair
+from tests.compose_local import (
+    ROOT,
+    LocalPlan,
+    clone_node,
+    container_to_host,
+    free_port,
+    load_compose,
+)
+
+pytestmark = pytest.mark.e2e
+
+GOOD_NODES = 3  # docker-compose.yml's SuperNodes
+BAD_NODE = 3  # a fourth, registered, whose DPHE bundle is missing
+BIN = Path(sys.executable).parent
+PRESET = ROOT / "conf" / "deploy-fedhap-dphe.toml"
+FAST = {  # small enough for CI; the ServerApp still runs FedHAP + DPHE for real
+    "rounds": 2,
+    "eval-every": 2,
+    "local-epochs": 1,
+    "code-length": 16,
+    "model": "mlp",
+    "hidden-dim": 32,
+    "discriminator-hidden-dim": 16,
+    "map-top-k": 50,
+    "precision-k": "10,50",
+    "dphe-weighting": "uniform",
+}
+
+
+@dataclass
+class Deployment:
+    """Processes of one loopback deployment, and where their files are."""
+
+    tmp: Path
+    creds: Credentials
+    plan: LocalPlan
+    env: dict[str, str]
+    procs: dict[str, subprocess.Popen] = field(default_factory=dict)
+
+    def log(self, name: str) -> str:
+        return (self.tmp / "logs" / f"{name}.log").read_text(errors="replace")
+
+    def service_env(self, name: str) -> dict[str, str]:
+        home = self.tmp / "homes" / name
+        home.mkdir(parents=True, exist_ok=True)
+        return {**self.env, "FLWR_HOME": str(home)}
+
+    def workdir(self, name: str) -> Path:
+        service = self.plan.compose["services"][name]
+        if service.get("working_dir") == "/opt/fedhash":
+            return ROOT
+        work = self.tmp / "work" / name
+        work.mkdir(parents=True, exist_ok=True)
+        return work
+
+    def start(
+        self, name: str, *, env: dict[str, str] | None = None, **kw
+    ) -> subprocess.Popen:
+        """Start a service in its own session (its pid is its process group id)."""
+        log = (self.tmp / "logs" / f"{name}.log").open("wb")
+        self.procs[name] = subprocess.Popen(
+            self.plan.command(name, **kw),
+            cwd=self.workdir(name),
+            env=env or self.service_env(name),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        log.close()
+        return self.procs[name]
+
+    def stop_all(self) -> None:
+        """SIGTERM every process group we started, SIGKILL what is left after 15 s."""
+        for proc in self.procs.values():
+            _signal_group(proc, signal.SIGTERM)
+        deadline = time.monotonic() + 15
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        for name, proc in self.procs.items():
+            if proc.poll() is None:
+                print(f"{name} (pid {proc.pid}) ignored SIGTERM", file=sys.stderr)
+            _signal_group(proc, signal.SIGKILL)
+            proc.wait()
+
+
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)  # start_new_session: pgid == pid
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _wait_https(url: str, ca: Path, proc: subprocess.Popen, timeout: float) -> None:
+    context = ssl.create_default_context(cafile=str(ca))
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{url}: the server exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(url, timeout=2, context=context):
+                return
+        except (urllib.error.URLError, OSError):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.3)
+
+
+def _wait_for(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(what)
+        time.sleep(0.3)
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory: pytest.TempPathFactory):
+    tmp = tmp_path_factory.mktemp("deployment")
+    (tmp / "logs").mkdir()
+    link_port = free_port()
+    creds = generate(
+        tmp / "credentials",
+        num_supernodes=GOOD_NODES + 1,
+        key_bits=512,
+        allow_test_keys=True,
+        host_port=link_port,
+    )
+    (creds.clientapp(BAD_NODE) / f"client-{BAD_NODE}.json").unlink()
+    compose = clone_node(load_compose(), GOOD_NODES - 1, BAD_NODE)
+
+    def rebase(source: str) -> Path:
+        for prefix, base in (
+            ("./deploy/credentials/", creds.root),
+            ("./deploy/", tmp),
+        ):
+            if source.startswith(prefix):
+                path = base / source[len(prefix) :]
+                break
+        else:  # a named volume
+            path = tmp / "volumes" / source
+        if not source.startswith("./deploy/credentials/"):
+            path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    plan = LocalPlan(compose, rebase, {("superlink", 8000): link_port}, BIN)
+    env = {
+        **os.environ,
+        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
+    }
+    dep = Deployment(tmp=tmp, creds=creds, plan=plan, env=env)
+    nodes = range(GOOD_NODES + 1)
+
+    def four_partitions(config: dict) -> dict:
+        return {**config, "num-partitions": GOOD_NODES + 1}
+
+    try:
+        # what needs no registration starts at once (executors retry connecting)
+        for name in ("superlink", "keyholder", "serverapp"):
+            dep.start(name)
+        for i in nodes:
+            dep.start(f"clientapp-{i}")
+        _wait_https(
+            f"https://127.0.0.1:{link_port}/health",
+            creds.ca_cert,
+            dep.procs["superlink"],
+            60,
+        )
+        # the one-shot registration service, with the host's Flower home
+        config_toml = (creds.flwr_home / "config.toml").read_bytes()
+        register = dep.start(
+            "register-supernodes", env={**env, "FLWR_HOME": str(creds.flwr_home)}
+        )
+        assert register.wait(timeout=180) == 0, dep.log("register-supernodes")
+        assert dep.log("register-supernodes").count("registered as node") == len(nodes)
+        # compose mounts the registrar's config.toml read-only: nothing is written
+        assert [p.name for p in creds.flwr_home.iterdir()] == ["config.toml"]
+        assert (creds.flwr_home / "config.toml").read_bytes() == config_toml
+        for i in nodes:
+            dep.start(f"supernode-{i}", node_config_edit=four_partitions)
+        _wait_https(
+            f"https://127.0.0.1:{plan.port('keyholder', 8765)}/v1/health",
+            creds.ca_cert,
+            dep.procs["keyholder"],
+            60,
+        )
+        _wait_for(
+            lambda: (
+                dep.log("superlink").count("[Fleet.ActivateNode] Activated")
+                >= len(nodes)
+            ),
+            120,
+            "SuperNodes to activate",
+        )
+        yield dep
+    finally:
+        dep.stop_all()
+    assert all(p.poll() is not None for p in dep.procs.values())
+
+
+def _run_config(dep: Deployment, path: Path) -> Path:
+    """conf/deploy-fedhap-dphe.toml with the serverapp's paths mapped, plus FAST."""
+    serverapp = dep.plan.compose["services"]["serverapp"]
+    config = tomllib.loads(PRESET.read_text())
+    for key, value in config.items():
+        if isinstance(value, str) and value.startswith("/"):
+            config[key] = str(container_to_host(serverapp, value, dep.plan.rebase))
+    keyholder = f"127.0.0.1:{dep.plan.port('keyholder', 8765)}"
+    config["dphe-keyholder-url"] = config["dphe-keyholder-url"].replace(
+        "keyholder:8765", keyholder
+    )
+    config.update(FAST)
+    path.write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in config.items()))
+    return path
+
+
+def test_fedhap_with_dphe_runs_on_the_deployment(deployment: Deployment):
+    dep = deployment
+    run_config = _run_config(dep, dep.tmp / "run.toml")
+    results = dep.tmp / "results"  # deploy/results, mounted at /app/results
+    cmd = [str(BIN / "flwr"), "run", str(ROOT), "fedhash", "--stream"]
+    cmd += ["--run-config", str(run_config)]
+    proc = subprocess.run(
+        cmd,
+        cwd=dep.tmp,
+        env={**dep.env, "FLWR_HOME": str(dep.creds.flwr_home)},
+        capture_output=True,
+        text=True,
+        timeout=420,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    runs = [p for p in results.iterdir() if p.is_dir()]
+    assert len(runs) == 1 and not runs[0].name.endswith(".incomplete"), out[-4000:]
+    config = json.loads((runs[0] / "config.json").read_text())
+    summary = json.loads((runs[0] / "summary.json").read_text())
+    rows = [json.loads(x) for x in (runs[0] / "rounds.jsonl").read_text().splitlines()]
+    assert config["config"]["strategy"] == "fedhap"
+    assert config["config"]["secure-aggregation"] == "dphe"
+    # the bad node failed discovery with a clear error; the run went on without it
+    assert [n["partition_id"] for n in config["nodes"]] == [0, 1, 2]
+    assert "failed discovery" in out and "dphe-key-bundle" in out
+    assert f"client-{BAD_NODE}.json" in out
+    trained = [r for r in rows if r["round"] > 0]
+    assert [r["dphe"]["contributors"] for r in trained] == [GOOD_NODES] * 2
+    # prototypes went as encrypted per-class sums (conf: dphe-prototypes = true)
+    assert config["config"]["dphe-prototypes"] is True
+    assert all(r.get("prototype_classes") == 10 for r in trained)
+    assert summary["final_round"] == 2
+    assert summary["final"]["map_all"] > summary["initial_map_all"]
+    # the ServerApp used the keyholder service (over TLS), per round once for the
+    # model and once for the prototype sums
+    assert "keyholder service https://127.0.0.1:" in out
+    assert dep.log("keyholder").count('"POST /v1/decrypt-aggregate HTTP/1.1" 200') == 4
+
+
+def _rogue_supernode(dep: Deployment, name: str, edit) -> subprocess.CompletedProcess:
+    """SuperNode 0's command, edited; run until it exits (it must not connect)."""
+    cmd = dep.plan.command("supernode-0")
+    port = cmd.index("--port")
+    cmd[port + 1] = str(free_port())
+    cmd = edit(cmd)
+    log = dep.tmp / "logs" / f"{name}.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            cmd,
+            cwd=dep.tmp,
+            env=dep.service_env(name),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            proc.wait(timeout=60)
+        finally:
+            _signal_group(proc, signal.SIGKILL)
+            proc.wait()
+    return subprocess.CompletedProcess(cmd, proc.returncode, log.read_text(), "")
+
+
+def _without(cmd: list[str], flag: str) -> list[str]:
+    i = cmd.index(flag)
+    return cmd[:i] + cmd[i + 2 :]
+
+
+def test_supernode_with_an_unknown_key_is_refused(deployment: Deployment):
+    key = deployment.tmp / "rogue.key"
+    key.write_bytes(make_auth_key_pair("rogue")[0])
+    key.chmod(0o600)
+
+    def edit(cmd):
+        cmd[cmd.index("--auth-supernode-private-key") + 1] = str(key)
+        return cmd
+
+    proc = _rogue_supernode(deployment, "rogue-key", edit)
+    assert proc.returncode != 0
+    assert "Failed to activate SuperNode" in proc.stdout, proc.stdout[-2000:]
+    assert "No SuperNode found with the given public key" in deployment.log("superlink")
+
+
+@pytest.mark.parametrize(
+    "how",
+    ["no-ca-certificate", "plain-http"],
+)
+def test_supernode_without_the_ca_certificate_cannot_connect(
+    deployment: Deployment, how: str
+):
+    def edit(cmd):
+        cmd = _without(cmd, "--root-certificates") + ["--max-retries", "0"]
+        if how == "plain-http":  # Flower refuses node auth without TLS itself
+            cmd = _without(cmd, "--auth-supernode-private-key") + ["--insecure"]
+        return cmd
+
+    proc = _rogue_supernode(deployment, how, edit)
+    assert proc.returncode != 0
+    assert "Failed to initialize the connection" in proc.stdout, proc.stdout[-2000:]
+    if how == "no-ca-certificate":
+        assert "CERTIFICATE_VERIFY_FAILED" in proc.stdout
+
+
+def test_runtime_api_refuses_an_executor_without_the_shared_secret(
+    deployment: Deployment,
+):
+    dep = deployment
+    cmd = _without(dep.plan.command("serverapp"), "--superexec-auth-secret-file")
+    before = dep.log("superlink").count("SuperExec authentication failed")
+    proc = subprocess.Popen(
+        cmd,
+        cwd=dep.tmp,
+        env=dep.service_env("rogue-executor"),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        _wait_for(
+            lambda: (
+                dep.log("superlink").count("SuperExec authentication failed") > before
+            ),
+            60,
+            "the SuperLink to refuse the executor",
+        )
+    finally:
+        _signal_group(proc, signal.SIGKILL)
+        proc.wait()
+
+
+def test_keyholder_serves_only_the_serverapp(deployment: Deployment):
+    dep = deployment
+    url = f"https://127.0.0.1:{dep.plan.port('keyholder', 8765)}"
+    ca = str(dep.creds.serverapp / "ca.crt")
+    aggregator = load_aggregator_bundle(dep.creds.serverapp / "aggregator.json")
+    params = DPHEParams(dimension=6, packing=2)
+    rng = np.random.default_rng(0)
+
+    def encrypted_sum(count: int):
+        agg = DPHEAggregator(aggregator, params)
+        for i in range(count):
+            bundle = load_client_bundle(dep.creds.clientapp(i) / f"client-{i}.json")
+            update = rng.normal(scale=0.1, size=params.dimension)
+            agg.add(
+                i,
+                encrypt_update(update, weight=1, bundle=bundle, params=params, rng=rng),
+            )
+        return agg.result()
+
+    serverapp = RemoteKeyholder(url, aggregator.auth_token, ca_file=ca)
+    assert serverapp.health()["min_contributors"] == 3
+    assert len(serverapp.decrypt_aggregate(encrypted_sum(3), 3)) == 7  # D + 1
+    # fewer than 3 contributors: refused
+    with pytest.raises(AggregateRefused):
+        serverapp.decrypt_aggregate(encrypted_sum(2), 2)
+    # anyone without the ServerApp's token: refused before the body is read
+    real = aggregator.auth_token
+    near = real[:-1] + ("0" if real[-1] != "0" else "1")  # one character off
+    for token in ("x" * 64, near):
+        with pytest.raises(RuntimeError, match="rejected the auth token"):
+            RemoteKeyholder(url, token, ca_file=ca).decrypt_aggregate(
+                encrypted_sum(3), 3
+            )
+    request = urllib.request.Request(url + "/v1/decrypt-aggregate", data=b"{}")
+    context = ssl.create_default_context(cafile=ca)
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(request, timeout=10, context=context)
+    assert err.value.code == 401
+    err.value.close()  # else uvicorn's graceful shutdown waits for this connection
+    # a client without the CA certificate cannot even connect
+    with pytest.raises(urllib.error.URLError, match="CERTIFICATE_VERIFY_FAILED"):
+        urllib.request.urlopen(url + "/v1/health", timeout=10)
