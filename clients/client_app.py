@@ -27,6 +27,7 @@ import clients.fedhap_trainer  # noqa: F401  (registers the "fedhap" trainer)
 from clients.data import load_local_data
 from clients.node_inputs import check_node_inputs, with_node_data_path
 from clients.pfmh_trainer import pfmh_eval_reply  # registers the "pfmh" trainer
+from clients.privacy_noise import PURPOSE_PUBLISH, PURPOSE_TRAIN, node_noise
 from clients.publish import publish_codes
 from clients.trainers import TrainContext, get_trainer
 from clients.update_transport import finish_train_reply
@@ -92,6 +93,12 @@ def build_client_app(overrides: Mapping[str, Any] | None = None) -> ClientApp:
             partition_id=pid,
             server_round=server_round,
             generator=torch.Generator().manual_seed(seed),
+            noise=node_noise(
+                settings,
+                server_round=server_round,
+                partition_id=pid,
+                purpose=PURPOSE_TRAIN,
+            ),
             state=context.state,
         )
         global_arrays = msg.content[K.ARRAYS]
@@ -132,7 +139,12 @@ def build_client_app(overrides: Mapping[str, Any] | None = None) -> ClientApp:
             )
             return Message(reply, reply_to=msg)
         server_round = int(msg.content[K.CONFIG].get(K.SERVER_ROUND, 0))
-        rng = np.random.default_rng(derive_seed(settings.seed, server_round, pid, 1))
+        noise = node_noise(
+            settings,
+            server_round=server_round,
+            partition_id=pid,
+            purpose=PURPOSE_PUBLISH,
+        )
         if op == K.OP_PFMH_EVAL:
             reply = pfmh_eval_reply(
                 msg.content,
@@ -141,7 +153,7 @@ def build_client_app(overrides: Mapping[str, Any] | None = None) -> ClientApp:
                 state=context.state,
                 partition_id=pid,
                 device=select_device(settings.device),
-                rng=rng,
+                noise=noise,
             )
             return Message(reply, reply_to=msg)
         if op != K.OP_ENCODE:
@@ -151,7 +163,7 @@ def build_client_app(overrides: Mapping[str, Any] | None = None) -> ClientApp:
         codes = sign_codes(
             encode(model, data.inputs, device=select_device(settings.device))
         )
-        published, uses = publish_codes(codes, settings=settings, rng=rng)
+        published, uses = publish_codes(codes, settings=settings, noise=noise)
         labels = data.labels.numpy()
         reply = RecordDict(
             {

@@ -13,11 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import numpy as np
 import torch
 from flwr.app import ArrayRecord, MetricRecord, RecordDict
 
-from clients.publish import publish_prototypes
+from clients.publish import labels_per_record, publish_prototypes
 from clients.trainers import TrainContext, dp_train, register_trainer
 from hashing.discriminator import Discriminator
 from hashing.fedhap_train import FedHAPTrainConfig, fedhap_dp_loss, train_fedhap
@@ -78,10 +77,12 @@ def fedhap_trainer(content: RecordDict, ctx: TrainContext) -> RecordDict:
     if s.uses_prototypes:
         relaxed = torch.from_numpy(encode(model, ctx.data.inputs, device=ctx.device))
         protos = class_prototypes(relaxed, ctx.data.labels, num_classes=num_classes)
-        rng = np.random.default_rng(
-            int(torch.randint(0, 2**62, (1,), generator=ctx.generator))
+        published, flip_uses = publish_prototypes(
+            protos,
+            settings=s,
+            noise=ctx.noise,
+            labels_per_record=labels_per_record(ctx.data.labels),
         )
-        published, flip_uses = publish_prototypes(protos, settings=s, rng=rng)
         reply[K.PROTOTYPES] = upload_record(published)
         uses += flip_uses
     if uses:

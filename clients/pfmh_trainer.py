@@ -39,6 +39,7 @@ from hashing.pfmh_eval import local_retrieval
 from hashing.pfmh_losses import LOSS_PARTS
 from hashing.pfmh_train import local_prototypes, train_pfmh
 from hashing.train import encode
+from privacy.noise import NoiseSource
 from settings import keys as K
 from settings.privacy_records import privacy_record
 from settings.prototype_records import pfmh_upload_record, read_pfmh_set
@@ -136,7 +137,7 @@ def pfmh_eval_reply(
     state: RecordDict | None,
     partition_id: int,
     device: torch.device,
-    rng: np.random.Generator,
+    noise: NoiseSource,
 ) -> RecordDict:
     """Answer a ``pfmh-eval`` query: per-client mAPs (+ global-query codes)."""
     if data.local_queries is None or not isinstance(data.inputs, dict):
@@ -175,7 +176,7 @@ def pfmh_eval_reply(
         }
         query_codes = sign_codes(encode(model, queries, device=device))
         db_codes = sign_codes(encode(model, data.inputs, device=device))
-        published, uses = publish_codes(db_codes, settings=settings, rng=rng)
+        published, uses = publish_codes(db_codes, settings=settings, noise=noise)
         reply[K.CODES] = ArrayRecord(
             {
                 K.PACKED_CODES: Array(pack_bytes(published)),

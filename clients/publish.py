@@ -19,11 +19,13 @@ with DP-SGD, so these are guarantees for the released codes with the model fixed
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 from hashing.pfmh_prototypes import ClientPrototypes
 from hashing.prototypes import ClassPrototypes
 from privacy.flipping import UNIT_CODE, epsilon_per_code, flip_beta, flip_codes
-from privacy.ledger import MechanismUse
+from privacy.ledger import UNIT_RECORD, MechanismUse
+from privacy.noise import NoiseSource
 from settings import keys as K
 from settings.run_settings import RunSettings
 
@@ -32,7 +34,7 @@ PROTOTYPES_MECHANISM = K.MECH_PROTOTYPES_FLIP
 
 
 def publish_codes(
-    codes: np.ndarray, *, settings: RunSettings, rng: np.random.Generator
+    codes: np.ndarray, *, settings: RunSettings, noise: NoiseSource
 ) -> tuple[np.ndarray, list[MechanismUse]]:
     """Return the database codes this client publishes, and the mechanisms applied.
 
@@ -42,8 +44,8 @@ def publish_codes(
         (n, bits) int8 in {-1, +1}: sign of the global model's outputs.
     settings : RunSettings
         ``code-flip-epsilon`` (0 = publish as is) and ``flip-calibration``.
-    rng : np.random.Generator
-        Seeded generator for the flips.
+    noise : NoiseSource
+        The node's privacy noise (:func:`clients.privacy_noise.node_noise`).
 
     Returns
     -------
@@ -58,11 +60,15 @@ def publish_codes(
     use = MechanismUse(
         CODES_MECHANISM, epsilon_per_code(beta, codes.shape[1]), 0.0, UNIT_CODE
     )
-    return flip_codes(codes, beta, rng), [use]
+    return flip_codes(codes, beta, noise), [use]
 
 
 def publish_prototypes(
-    protos: ClassPrototypes, *, settings: RunSettings, rng: np.random.Generator
+    protos: ClassPrototypes,
+    *,
+    settings: RunSettings,
+    noise: NoiseSource,
+    labels_per_record: int = 1,
 ) -> tuple[ClassPrototypes, list[MechanismUse]]:
     """Return the class prototypes this client uploads, and the mechanisms applied.
 
@@ -79,27 +85,41 @@ def publish_prototypes(
         Relaxed per-class means of the classes this client holds.
     settings : RunSettings
         ``prototype-flip-epsilon`` (0 = off) and ``flip-calibration``.
-    rng : np.random.Generator
-        Seeded generator for the flips.
+    noise : NoiseSource
+        The node's privacy noise (:func:`clients.privacy_noise.node_noise`).
+    labels_per_record : int
+        Most labels any one record of this client has (1 for single-label data).
+        Adding or removing one record moves the class mean of each of its labels,
+        so it can change that many published prototypes.
 
     Returns
     -------
     tuple
         The prototypes to upload, and ``[]`` or one :class:`MechanismUse` with the
-        true epsilon per prototype code (one record changes at most one prototype
-        when labels are single; a multi-label record changes one per label).
+        true epsilon **per record** (add/remove one record, network fixed):
+        ``labels_per_record * bits * L(beta)``, basic composition over the
+        prototypes one record can change (each flipped independently).
+
+    Raises
+    ------
+    ValueError
+        If ``labels_per_record < 1``.
     """
     eps = settings.prototype_flip_epsilon
     if eps <= 0:
         return protos, []
+    if isinstance(labels_per_record, bool) or labels_per_record < 1:
+        raise ValueError(
+            f"labels_per_record={labels_per_record!r}: must be an integer >= 1"
+        )
     beta = flip_beta(eps, settings.flip_calibration)
     signs = np.where(protos.means >= 0, 1, -1).astype(np.int8)
-    flipped = flip_codes(signs, beta, rng).astype(np.float32)
+    flipped = flip_codes(signs, beta, noise).astype(np.float32)
     use = MechanismUse(
         PROTOTYPES_MECHANISM,
-        epsilon_per_code(beta, signs.shape[1]),
+        int(labels_per_record) * epsilon_per_code(beta, signs.shape[1]),
         0.0,
-        UNIT_CODE,
+        UNIT_RECORD,
     )
     published = ClassPrototypes(
         classes=protos.classes,
@@ -107,6 +127,21 @@ def publish_prototypes(
         counts=np.ones_like(protos.counts),
     )
     return published, [use]
+
+
+def labels_per_record(labels: np.ndarray | torch.Tensor) -> int:
+    """Most labels any one record has: 1 for ``(n,)`` class ids, else max row sum.
+
+    ``labels`` is ``(n,)`` integer class ids or ``(n, C)`` multi-hot {0, 1}.
+    """
+    values = np.asarray(labels)
+    if values.ndim == 1:
+        return 1
+    if values.ndim != 2:
+        raise ValueError(f"labels must be (n,) or (n, C), got shape {values.shape}")
+    if values.shape[0] == 0:
+        return 1
+    return max(1, int((values != 0).sum(axis=1).max()))
 
 
 def publish_pfmh_prototypes(protos: ClientPrototypes) -> ClientPrototypes:

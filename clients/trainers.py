@@ -9,7 +9,7 @@ later register their own trainer here without touching the ClientApp.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from flwr.app import ArrayRecord, MetricRecord, RecordDict
@@ -18,13 +18,9 @@ from clients.data import LocalData
 from hashing.csq import csq_loss, hash_centers
 from hashing.losses import dpsh_loss
 from hashing.train import LocalTrainConfig, train_local
-from privacy.dp_sgd import (
-    UNIT_RECORD,
-    DPSGDConfig,
-    noise_for_target,
-    train_dp_sgd,
-)
-from privacy.ledger import MechanismUse
+from privacy.dp_sgd import DPSGDConfig, noise_for_target, train_dp_sgd
+from privacy.ledger import UNIT_RECORD, MechanismUse
+from privacy.noise import NoiseSource
 from settings import keys as K
 from settings.privacy_records import privacy_record
 from settings.run_model import build_run_model
@@ -40,7 +36,8 @@ class TrainContext:
     device: torch.device
     partition_id: int
     server_round: int
-    generator: torch.Generator
+    generator: torch.Generator  # experiment randomness (batch order): run seed
+    noise: NoiseSource = field(default_factory=NoiseSource.secure)  # privacy draws
     state: RecordDict | None = None  # the node's context.state (personal models)
 
 
@@ -160,8 +157,7 @@ def dp_train(
         batch_size=s.batch_size,
         learning_rate=s.learning_rate,
         config=DPSGDConfig(noise, s.dp_max_grad_norm, s.dp_delta),
-        generator=ctx.generator,
-        noise_seed=int(torch.randint(0, 2**62, (1,), generator=ctx.generator)),
+        noise=ctx.noise,
         device=ctx.device,
     )
     use = MechanismUse(DP_SGD_MECHANISM, result.epsilon, result.delta, UNIT_RECORD)

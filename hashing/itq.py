@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from privacy.flipping import _flip_unchecked, check_epsilon
+from privacy.flipping import UniformSource, _flip_unchecked, check_epsilon
+from privacy.noise import NoiseSource
 
 
 def _sign(z: NDArray[np.floating]) -> NDArray[np.int8]:
@@ -232,6 +233,7 @@ def _fit(
     iterations: int,
     rng: np.random.Generator,
     beta: float | None,
+    noise: UniformSource | None = None,
 ) -> ITQModel:
     mean, w = pca_projection(x, bits)
     v = (_check_features(x) - mean) @ w
@@ -240,7 +242,7 @@ def _fit(
     for _ in range(iterations):
         b = _sign(v @ rotation)
         if beta is not None:
-            b = _flip_unchecked(b, beta, rng)
+            b = _flip_unchecked(b, beta, noise if noise is not None else rng)
         rotation = procrustes_rotation(b, v)
         losses.append(quantization_loss(v, rotation))
     return ITQModel(mean, w, rotation, np.asarray(losses))
@@ -284,6 +286,7 @@ def fit_pitq(
     eps: float,
     iterations: int = 50,
     rng: np.random.Generator,
+    noise: UniformSource | None = None,
 ) -> ITQModel:
     """Fit PITQ as in Algorithm 3 of the paper (not differentially private).
 
@@ -305,7 +308,12 @@ def fit_pitq(
     iterations : int
         E, >= 1.
     rng : numpy.random.Generator
-        Draws the initial rotation, then the flips; same seed, same model.
+        Draws the initial rotation (experiment randomness).
+    noise : NoiseSource or numpy.random.Generator, optional
+        Draws the flips (privacy noise). Default: a fresh
+        :meth:`privacy.noise.NoiseSource.secure` (OS CSPRNG), so the flips are
+        unpredictable even to whoever knows ``rng``'s seed. Pass a seeded source
+        (or ``rng`` itself) only to reproduce a paper table, and say so.
 
     Returns
     -------
@@ -316,4 +324,5 @@ def fit_pitq(
     """
     e = check_epsilon(eps)
     n_iter = _check_args(iterations, rng, least=1)
-    return _fit(x, bits, n_iter, rng, beta=math.exp(-e / n_iter))
+    flips = NoiseSource.secure() if noise is None else noise
+    return _fit(x, bits, n_iter, rng, beta=math.exp(-e / n_iter), noise=flips)

@@ -27,7 +27,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-UNIT_RECORD = "per record"
+from privacy.noise import NoiseSource
 
 
 @dataclass(frozen=True)
@@ -118,8 +118,7 @@ def train_dp_sgd(
     batch_size: int,
     learning_rate: float,
     config: DPSGDConfig,
-    generator: torch.Generator,
-    noise_seed: int,
+    noise: NoiseSource,
     device: torch.device,
 ) -> DPTrainResult:
     """Train ``model`` in place with DP-SGD (Adam on the privatised gradients).
@@ -140,10 +139,14 @@ def train_dp_sgd(
         Adam step size.
     config : DPSGDConfig
         Noise, clipping, delta.
-    generator : torch.Generator
-        CPU generator for the Poisson sampling.
-    noise_seed : int
-        Seed of the generator for the Gaussian noise.
+    noise : NoiseSource
+        The node's privacy noise: seeds the Poisson sampler's CPU generator and the
+        Gaussian noise generator, fresh for this call (OS entropy unless the run is
+        in the simulation-only seeded mode). Opacus' floating-point hardening of
+        the Gaussian (the noise path of its ``secure_mode``: a sum of four draws,
+        arXiv:2107.10138) is on; ``torchcsprng``, which Opacus' full
+        ``secure_mode`` also needs, is not installable for torch 2.14, so the
+        generators are torch's (seeded per call from the CSPRNG), not a CSPRNG.
     device : torch.device
         Where to train.
 
@@ -159,7 +162,7 @@ def train_dp_sgd(
         TensorDataset(inputs, labels),
         batch_size=min(batch_size, n),
         shuffle=False,
-        generator=generator,
+        generator=torch.Generator().manual_seed(noise.seed()),
     )
     model.to(device).train()
     optimizer = torch.optim.Adam(model.parameters(), lr=learning_rate)
@@ -175,8 +178,12 @@ def train_dp_sgd(
             noise_multiplier=config.noise_multiplier,
             max_grad_norm=config.max_grad_norm,
             poisson_sampling=True,
-            noise_generator=torch.Generator(device=device).manual_seed(noise_seed),
+            noise_generator=torch.Generator(device=device).manual_seed(noise.seed()),
         )
+    # Opacus' floating-point-attack-resistant Gaussian (its secure_mode noise path;
+    # same distribution); PrivacyEngine(secure_mode=True) would also demand
+    # torchcsprng, which is not available for this torch.
+    dp_optimizer.secure_mode = True
     total, steps = 0.0, 0
     try:
         for _ in range(epochs):

@@ -80,6 +80,11 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from privacy.noise import NoiseSource
+
+UniformSource = NoiseSource | np.random.Generator
+"""Anything with ``random(size)``: the privacy noise source or a seeded generator."""
+
 PAPER = "paper"
 """Calibration ``beta = e^-eps`` of Theorems 4 and 6 (claimed eps per record)."""
 RANDOMIZED_RESPONSE = "rr"
@@ -154,7 +159,7 @@ def _check_codes(codes: ArrayLike) -> NDArray[np.int8]:
 
 
 def _flip_unchecked(
-    codes: NDArray[np.int8], beta: float, rng: np.random.Generator
+    codes: NDArray[np.int8], beta: float, rng: UniformSource
 ) -> NDArray[np.int8]:
     """Flip each bit with probability ``beta`` in [0, 1]; no validation.
 
@@ -166,7 +171,7 @@ def _flip_unchecked(
 
 
 def flip_codes(
-    codes: ArrayLike, beta: float, rng: np.random.Generator
+    codes: ArrayLike, beta: float, rng: UniformSource
 ) -> NDArray[np.int8]:
     """Random Flipping (Algorithm 1): flip each bit independently with ``beta``.
 
@@ -177,8 +182,11 @@ def flip_codes(
     beta : float
         Flip probability, ``0 < beta < 0.5``. Privacy: ``epsilon_per_bit(beta)`` per
         bit, ``epsilon_per_code(beta, bits)`` per code (see the module docstring).
-    rng : numpy.random.Generator
-        Source of randomness; one ``rng.random(codes.shape)`` draw is consumed.
+    rng : privacy.noise.NoiseSource or numpy.random.Generator
+        Source of randomness; one ``rng.random(codes.shape)`` draw is consumed. A
+        client passes a :class:`~privacy.noise.NoiseSource` (OS CSPRNG unless the
+        run is in the simulation-only seeded mode); a ``numpy.random.Generator`` is
+        seeded noise, for experiments that reproduce paper tables and say so.
 
     Returns
     -------
@@ -191,13 +199,15 @@ def flip_codes(
         If ``codes`` holds values other than -1 and +1 or ``beta`` is outside
         (0, 0.5).
     TypeError
-        If ``rng`` is not a ``numpy.random.Generator``.
+        If ``rng`` is neither a ``NoiseSource`` nor a ``numpy.random.Generator``.
 
     """
     checked = _check_codes(codes)
     value = _check_beta(beta)
-    if not isinstance(rng, np.random.Generator):
-        raise TypeError(f"rng must be a numpy.random.Generator, got {type(rng)}")
+    if not isinstance(rng, NoiseSource | np.random.Generator):
+        raise TypeError(
+            f"rng must be a NoiseSource or numpy.random.Generator, got {type(rng)}"
+        )
     return _flip_unchecked(checked, value, rng)
 
 

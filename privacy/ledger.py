@@ -32,6 +32,9 @@ from typing import Any
 
 import numpy as np
 
+UNIT_RECORD = "per record"
+"""One training record added or removed (DP-SGD's unit; prototype flips' too)."""
+
 _FIELDS = ("client", "round", "mechanism", "epsilon", "delta", "unit", "note")
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from logging import INFO
+from logging import INFO, WARNING
 from typing import Any
 
 import numpy as np
@@ -30,6 +30,7 @@ from hashdata import (
 from hashing.models import resolve_model_name
 from hashing.train import select_device
 from privacy.ledger import PrivacyLedger
+from privacy.noise import SEEDED_WARNING
 from server.discovery import describe_nodes
 from server.evaluation import Evaluation, QuerySet, RetrievalEvaluator
 from server.pfmh_evaluation import PFMHEvaluator
@@ -232,6 +233,7 @@ class RoundReporter:
                     epsilon=u.epsilon,
                     delta=u.delta,
                     unit=u.unit,
+                    note=SEEDED_WARNING if self.settings.seeded_noise else "",
                 )
 
     def progress_line(self, row: dict[str, Any]) -> str:
@@ -405,6 +407,8 @@ def run_experiment(grid: Grid, settings: RunSettings) -> RunResults:
         if len(reporter.ledger):
             table = reporter.ledger.table()
             log(INFO, "Privacy ledger (basic composition):\n%s", table)
+            if settings.seeded_noise:
+                log(WARNING, "Privacy ledger: %s", SEEDED_WARNING)
         final = results.finish()
         log(INFO, "Results written to %s", final)
         return results
@@ -484,6 +488,11 @@ def _write_summary(
             "seconds_per_round": seconds / settings.rounds,
             **_round_costs(reporter.rows),
             "privacy": _privacy_summary(reporter.ledger),
+            "privacy_noise": {
+                "mode": settings.privacy_noise,
+                "holds_against_server": not settings.seeded_noise,
+                **({"warning": SEEDED_WARNING} if settings.seeded_noise else {}),
+            },
         },
     )
     title = (

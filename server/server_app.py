@@ -9,7 +9,9 @@ from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
 from server.experiment import run_experiment
-from settings.run_settings import RunSettings
+from settings import keys as K
+from settings.run_settings import ConfigError, RunSettings
+from settings.runtime import server_in_simulation
 
 
 def build_server_app(overrides: Mapping[str, Any] | None = None) -> ServerApp:
@@ -24,6 +26,12 @@ def build_server_app(overrides: Mapping[str, Any] | None = None) -> ServerApp:
     @app.main()
     def main(grid: Grid, context: Context) -> None:
         settings = RunSettings.from_config({**dict(context.run_config), **extra})
+        if settings.seeded_noise and not server_in_simulation(grid):
+            raise ConfigError(
+                f"{K.PRIVACY_NOISE}={settings.privacy_noise!r}: seeded privacy noise "
+                "is for Flower's simulation engine only (the server could rebuild "
+                "every flip and DP-SGD draw); accepted in a deployment: 'secure'"
+            )
         run_experiment(grid, settings)
 
     return app

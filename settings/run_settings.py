@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from privacy.flipping import flip_beta
+from privacy.noise import NOISE_MODES, SEEDED
 from settings import keys as K
 
 DATASETS = ("digits", "npz", "cifar10", "multiview-digits")
@@ -98,6 +99,7 @@ class RunSettings:
     code_flip_epsilon: float = 0.0
     prototype_flip_epsilon: float = 0.0
     flip_calibration: str = "rr"
+    privacy_noise: str = "secure"
     fedhap_initial_prototypes: str = "none"
     dp_sgd: bool = False
     dp_noise_multiplier: float = 1.0
@@ -148,6 +150,11 @@ class RunSettings:
         settings = cls(**values)
         settings.validate()
         return settings
+
+    @property
+    def seeded_noise(self) -> bool:
+        """``privacy-noise = "seeded"``: the server can rebuild the privacy noise."""
+        return self.privacy_noise == SEEDED
 
     def validate(self) -> None:
         """Raise :class:`ConfigError` naming the first invalid key."""
@@ -425,6 +432,7 @@ class RunSettings:
 
     def _validate_flipping(self) -> None:
         _choice(K.FLIP_CALIBRATION, self.flip_calibration, FLIP_CALIBRATIONS)
+        _choice(K.PRIVACY_NOISE, self.privacy_noise, NOISE_MODES)
         for key, eps in (
             (K.CODE_FLIP_EPSILON, self.code_flip_epsilon),
             (K.PROTOTYPE_FLIP_EPSILON, self.prototype_flip_epsilon),

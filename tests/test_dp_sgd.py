@@ -17,6 +17,7 @@ from privacy.dp_sgd import (
     opacus_compatible,
     train_dp_sgd,
 )
+from privacy.noise import NoiseSource
 from settings.run_settings import ConfigError, RunSettings
 
 T = torch.tensor
@@ -97,8 +98,7 @@ def test_opacus_training_step_on_the_hashing_model(model_name):
             batch_size=30,
             learning_rate=1e-3,
             config=DPSGDConfig(noise_multiplier=1.0, max_grad_norm=1.0, delta=1e-5),
-            generator=torch.Generator().manual_seed(1),
-            noise_seed=2,
+            noise=NoiseSource.seeded(1, 2),
             device=torch.device("cpu"),
         )
         after = [p.detach().clone() for p in model.parameters()]
@@ -127,8 +127,7 @@ def test_noise_for_target_hits_the_target():
         batch_size=25,
         learning_rate=1e-3,
         config=DPSGDConfig(noise_multiplier=noise, max_grad_norm=1.0, delta=1e-5),
-        generator=torch.Generator().manual_seed(0),
-        noise_seed=0,
+        noise=NoiseSource.seeded(0),
         device=torch.device("cpu"),
     )
     assert result.epsilon == pytest.approx(2.0, abs=0.05)

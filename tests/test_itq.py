@@ -16,6 +16,7 @@ from hashing.itq import (
     quantization_loss,
     random_rotation,
 )
+from privacy.noise import NoiseSource
 
 
 def anisotropic(rng: np.random.Generator, n: int = 400, d: int = 20) -> np.ndarray:
@@ -157,10 +158,20 @@ def test_bad_arguments() -> None:
         fit_itq(bad, 4, rng=np.random.default_rng(0))
 
 
-def test_pitq_reproducible_and_differs_from_itq() -> None:
+def test_pitq_reproducible_with_seeded_noise_and_differs_from_itq() -> None:
     x = anisotropic(np.random.default_rng(13))
-    a = fit_pitq(x, 8, eps=4.0, iterations=20, rng=np.random.default_rng(14))
-    b = fit_pitq(x, 8, eps=4.0, iterations=20, rng=np.random.default_rng(14))
+
+    def seeded(seed: int):
+        return fit_pitq(
+            x,
+            8,
+            eps=4.0,
+            iterations=20,
+            rng=np.random.default_rng(seed),
+            noise=NoiseSource.seeded(seed),
+        )
+
+    a, b = seeded(14), seeded(14)
     itq = fit_itq(x, 8, iterations=20, rng=np.random.default_rng(14))
     np.testing.assert_array_equal(a.rotation, b.rotation)
     np.testing.assert_array_equal(a.encode(x), b.encode(x))
@@ -168,6 +179,14 @@ def test_pitq_reproducible_and_differs_from_itq() -> None:
     # Same PCA, same initial rotation: only the flips differ.
     np.testing.assert_array_equal(a.projection, itq.projection)
     assert a.quantization_losses[0] == itq.quantization_losses[0]
+
+
+def test_pitq_flips_come_from_the_os_by_default() -> None:
+    # whoever knows rng's seed (the experiment seed) cannot rebuild the flips
+    x = anisotropic(np.random.default_rng(13))
+    a = fit_pitq(x, 8, eps=4.0, iterations=20, rng=np.random.default_rng(14))
+    b = fit_pitq(x, 8, eps=4.0, iterations=20, rng=np.random.default_rng(14))
+    assert not np.array_equal(a.encode(x), b.encode(x))
 
 
 def test_pitq_paper_beta_mostly_negates() -> None:

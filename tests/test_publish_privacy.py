@@ -15,6 +15,7 @@ from clients.publish import (
 )
 from hashing.prototypes import ClassPrototypes
 from privacy.ledger import MechanismUse
+from privacy.noise import NoiseSource
 from settings import keys as K
 from settings.privacy_records import privacy_record, read_privacy
 from settings.run_settings import ConfigError, RunSettings
@@ -29,7 +30,7 @@ def settings(**kw):
 def test_codes_published_unchanged_without_epsilon():
     codes = np.where(np.random.default_rng(0).random((20, 16)) < 0.5, 1, -1)
     out, uses = publish_codes(
-        codes.astype(np.int8), settings=settings(), rng=np.random.default_rng(1)
+        codes.astype(np.int8), settings=settings(), noise=NoiseSource.seeded(1)
     )
     assert uses == [] and np.array_equal(out, codes)
 
@@ -38,7 +39,7 @@ def test_codes_published_unchanged_without_epsilon():
 def test_codes_flipped_at_the_calibrated_rate_with_true_epsilon(eps, calibration):
     codes = np.ones((2000, 32), dtype=np.int8)
     s = settings(**{"code-flip-epsilon": eps, "flip-calibration": calibration})
-    out, uses = publish_codes(codes, settings=s, rng=np.random.default_rng(3))
+    out, uses = publish_codes(codes, settings=s, noise=NoiseSource.seeded(3))
     beta = 1 / (1 + math.exp(eps)) if calibration == "rr" else math.exp(-eps)
     rate = float((out == -1).mean())
     assert abs(rate - beta) < 5 * math.sqrt(beta * (1 - beta) / out.size)
@@ -63,16 +64,22 @@ def test_private_prototypes_are_binarised_flipped_and_hide_counts():
         counts=np.array([7, 2]),
     )
     plain, none = publish_prototypes(
-        protos, settings=settings(), rng=np.random.default_rng(0)
+        protos, settings=settings(), noise=NoiseSource.seeded(0)
     )
     assert none == [] and plain is protos
     s = settings(**{"strategy": "fedhap", "prototype-flip-epsilon": 20.0})
-    out, uses = publish_prototypes(protos, settings=s, rng=np.random.default_rng(0))
+    out, uses = publish_prototypes(protos, settings=s, noise=NoiseSource.seeded(0))
     # eps = 20 per bit: beta ~ 2e-9, so (practically) the signs themselves
     assert out.means.tolist() == [[1, -1, 1, 1], [-1, 1, -1, 1]]
     assert out.counts.tolist() == [1, 1] and out.classes.tolist() == [1, 4]
     assert uses[0].mechanism == PROTOTYPES_MECHANISM
     assert uses[0].epsilon == pytest.approx(4 * 20.0)
+    assert uses[0].unit == "per record"
+    # a record with 3 labels moves 3 class means: charged 3 prototype codes
+    _, multi = publish_prototypes(
+        protos, settings=s, noise=NoiseSource.seeded(0), labels_per_record=3
+    )
+    assert multi[0].epsilon == pytest.approx(3 * 4 * 20.0)
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,57 @@
+"""The node's privacy noise source for one release (``privacy-noise`` config key).
+
+Secure by default (``os.urandom``). The simulation-only seeded mode is honoured
+only when this process is a Ray worker of Flower's simulation engine
+(:func:`settings.runtime.client_in_simulation`): the run config is written by the
+server's side, so a deployed client never lets it make its noise predictable.
+"""
+
+from __future__ import annotations
+
+from privacy.noise import SEEDED, NoiseSource
+from settings import keys as K
+from settings.run_settings import ConfigError, RunSettings
+from settings.runtime import client_in_simulation
+
+PURPOSE_TRAIN = "train"
+PURPOSE_PUBLISH = "publish"
+
+
+def node_noise(
+    settings: RunSettings,
+    *,
+    server_round: int,
+    partition_id: int,
+    purpose: str,
+    in_simulation: bool | None = None,
+) -> NoiseSource:
+    """Return the noise source for one message handled by this node.
+
+    Parameters
+    ----------
+    settings : RunSettings
+        ``privacy-noise`` and, in seeded mode, ``seed``.
+    server_round, partition_id : int
+        Identify the draw in seeded mode (ignored in secure mode).
+    purpose : str
+        ``"train"`` or ``"publish"``: separate seeded streams per message type.
+    in_simulation : bool, optional
+        Override the runtime check (tests); default asks
+        :func:`settings.runtime.client_in_simulation`.
+
+    Raises
+    ------
+    ConfigError
+        ``privacy-noise="seeded"`` outside Flower's simulation engine.
+    """
+    if settings.privacy_noise != SEEDED:
+        return NoiseSource.secure()
+    simulated = client_in_simulation() if in_simulation is None else in_simulation
+    if not simulated:
+        raise ConfigError(
+            f"{K.PRIVACY_NOISE}={settings.privacy_noise!r}: refused by this node; "
+            "seeded privacy noise lets the server rebuild every flip and DP-SGD noise "
+            "draw, so it is accepted in Flower's simulation engine only. Accepted "
+            "here: 'secure'"
+        )
+    return NoiseSource.seeded(settings.seed, server_round, partition_id, purpose)
