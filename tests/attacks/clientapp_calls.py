@@ -1,0 +1,108 @@
+"""Call the real ClientApp's handlers in-process, as a SuperNode would.
+
+The attack tests play the server: they send a query or train message to the
+ClientApp built by :func:`clients.client_app.build_client_app` and inspect what
+comes back, without a SuperLink or Ray.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+from flwr.app import (
+    ArrayRecord,
+    ConfigRecord,
+    Context,
+    Message,
+    MessageType,
+    Metadata,
+    RecordDict,
+)
+
+from clients.client_app import build_client_app
+from clients.data import load_local_data
+from hashing.codes import unpack_bytes
+from settings import keys as K
+from settings.run_model import build_run_model
+from settings.run_settings import RunSettings
+
+NUM_PARTITIONS = 4
+
+
+def _message(message_type: str, content: RecordDict) -> Message:
+    metadata = Metadata(
+        run_id=1,
+        message_id="attack",
+        src_node_id=0,
+        dst_node_id=7,
+        reply_to_message_id="",
+        group_id="1",
+        created_at=time.time(),
+        ttl=600.0,
+        message_type=message_type,
+    )
+    return Message(metadata=metadata, content=content)
+
+
+def _context(pid: int, config: Mapping[str, Any]) -> Context:
+    return Context(
+        run_id=1,
+        node_id=7,
+        node_config={K.PARTITION_ID: pid, K.NUM_PARTITIONS: NUM_PARTITIONS},
+        state=RecordDict(),
+        run_config=dict(config),
+    )
+
+
+def global_model(settings: RunSettings, pid: int) -> ArrayRecord:
+    """The (untrained, seeded) global model the server would send."""
+    data = load_local_data(settings, partition_id=pid, num_partitions=NUM_PARTITIONS)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(settings.seed)
+        return ArrayRecord(build_run_model(settings, data.input_shape).state_dict())
+
+
+def query_encode(
+    config: Mapping[str, Any], pid: int, server_round: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Send ``op=encode``; return (published codes, the client's true codes)."""
+    settings = RunSettings.from_config(config)
+    arrays = global_model(settings, pid)
+    content = RecordDict(
+        {
+            K.ARRAYS: arrays,
+            K.CONFIG: ConfigRecord(
+                {K.QUERY_OP: K.OP_ENCODE, K.SERVER_ROUND: server_round}
+            ),
+        }
+    )
+    app = build_client_app()
+    reply = app(_message(MessageType.QUERY, content), _context(pid, config))
+    bits = int(reply.content[K.CONFIG][K.CODE_BITS])
+    packed = reply.content[K.CODES][K.PACKED_CODES].numpy()
+    published = unpack_bytes(packed, bits)
+    # the truth, which only the client knows: sign of its codes, no flips
+    no_flip = {**config, K.CODE_FLIP_EPSILON: 0.0}
+    reply = build_client_app()(
+        _message(MessageType.QUERY, content), _context(pid, no_flip)
+    )
+    true = unpack_bytes(reply.content[K.CODES][K.PACKED_CODES].numpy(), bits)
+    return published, true
+
+
+def train(config: Mapping[str, Any], pid: int, server_round: int) -> dict[str, Any]:
+    """Send a train message; return the reply's model state (numpy arrays)."""
+    settings = RunSettings.from_config(config)
+    content = RecordDict(
+        {
+            K.ARRAYS: global_model(settings, pid),
+            K.CONFIG: ConfigRecord({K.SERVER_ROUND: server_round}),
+        }
+    )
+    app = build_client_app()
+    reply = app(_message(MessageType.TRAIN, content), _context(pid, config))
+    return {k: v.numpy() for k, v in reply.content[K.ARRAYS].items()}
