@@ -110,6 +110,8 @@ def test_random_flipping_end_to_end_with_ledger(tmp_path):
             "local-epochs": 3,
             "code-flip-epsilon": 3.0,
             "prototype-flip-epsilon": 4.0,
+            # simulation-only reproducible noise: allowed here, labelled everywhere
+            "privacy-noise": "seeded",
             "results-dir": str(tmp_path / "results"),
         },
         num_clients=3,
@@ -117,16 +119,21 @@ def test_random_flipping_end_to_end_with_ledger(tmp_path):
     _, rows, summary = load_run(run_dir)
     ledger = PrivacyLedger.read(run_dir / "privacy_ledger.json")
     bits = BASE["code-length"]
-    # 3 evaluations (rounds 0, 1, 2) of flipped codes at 3 per bit, and 2 rounds of
-    # flipped prototypes at 4 per bit; per code = bits x per bit; basic composition
-    expected = 3 * bits * 3.0 + 2 * bits * 4.0
+    # 3 evaluations (rounds 0, 1, 2) of flipped codes at 3 per bit (per code = bits
+    # x per bit), and 2 rounds of flipped prototypes at 4 per bit, charged per
+    # record (single labels: one record moves one prototype); basic composition
+    codes, prototypes = 3 * bits * 3.0, 2 * bits * 4.0
     assert ledger.clients() == (0, 1, 2)
     for client in range(3):
         eps, delta = ledger.total(client, "per code")
-        assert eps == pytest.approx(expected) and delta == 0.0
+        assert eps == pytest.approx(codes) and delta == 0.0
+        assert ledger.total(client, "per record")[0] == pytest.approx(prototypes)
     assert summary["privacy"]["per code"]["max_client_epsilon"] == pytest.approx(
-        expected
+        codes
     )
+    # every charge says the guarantee does not hold against the server
+    assert all("SEEDED" in c.note for c in ledger.charges)
+    assert summary["privacy_noise"]["holds_against_server"] is False
     assert [r.get("prototype_classes") for r in rows] == [None, 10, 10]
     assert summary["final"]["map_all"] > summary["initial_map_all"] + 0.1
 
@@ -164,10 +171,12 @@ def test_dp_sgd_end_to_end_with_ledger(tmp_path, strategy):
         assert all(c.unit == "per record" and 0 < c.epsilon < 100 for c in dp_charges)
         assert all(c.delta == 1e-5 for c in dp_charges)
         eps, delta = ledger.total(client, "per record")
-        assert eps == pytest.approx(sum(c.epsilon for c in dp_charges))
+        # FedHAP's flipped prototypes are charged per record too (2 rounds x 16
+        # bits x 3 per bit, single labels), composed with DP-SGD
+        flips = 2 * 16 * 3.0 if strategy == "fedhap" else 0.0
+        assert eps == pytest.approx(sum(c.epsilon for c in dp_charges) + flips)
         assert delta == pytest.approx(2e-5)
-    if strategy == "fedhap":
-        assert ledger.total(0, "per code")[0] == pytest.approx(2 * 16 * 3.0)
+        assert not any(c.note for c in ledger.charges)  # secure noise: no warning
     assert summary["privacy"]["per record"]["max_client_epsilon"] > 0
     assert summary["final"]["map_all"] > summary["initial_map_all"] + 0.1
 
