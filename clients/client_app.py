@@ -111,6 +111,7 @@ def build_client_app(overrides: Mapping[str, Any] | None = None) -> ClientApp:
             rng=np.random.default_rng(derive_seed(settings.seed, server_round, pid, 2)),
             node_bundle=str(context.node_config.get(K.DPHE_KEY_BUNDLE, "")),
             num_classes=ctx.data.num_classes,
+            train_config=msg.content[K.CONFIG],
         )
         return Message(reply, reply_to=msg)
 

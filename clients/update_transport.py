@@ -6,21 +6,31 @@ reply is sent, :func:`finish_train_reply` turns it into what the run asks for:
 * ``update-sparsity`` / ``elastic-net-*`` (plaintext): the update
   ``w_local - w_global`` is sparsified and the reply carries ``w_global + sparse``
   (so Flower's FedAvg aggregates it unchanged);
-* ``secure-aggregation = "dphe"``: the (sparsified) update and the client's weight
+* ``secure-aggregation = "dphe"``: the (sparsified) update, the train loss (one
+  more coordinate, :func:`settings.dphe_setup.with_loss`) and the client's weight
   are encrypted with the client's DPHE bundle (``crypto.encrypt_update``) into a
-  ``dphe`` record that replaces ``arrays``; ``num-examples`` is taken out of the
-  metrics, since the weight now travels encrypted.
+  ``dphe`` record that replaces ``arrays``, bound to the keyholder session
+  (``dphe-session``), the ``model`` stream and the round of the train config. The
+  MetricRecord is sent *empty*: ``num-examples`` travels as the encrypted weight,
+  ``train-loss`` inside the encrypted vector, and no other per-client statistic
+  leaves in clear (the server reports the aggregate loss).
 * ``dphe-prototypes`` (FedHAP): the ``prototypes`` upload is replaced by an encrypted
   ``dphe-prototypes`` record of :func:`hashing.prototypes.prototype_sum_vector`
-  (weight 1), so the server learns only the per-class totals.
+  (weight 1, stream ``prototypes``), so the server learns only the per-class totals.
+
+What still travels in clear under DPHE: the reply's size (``ceil(touched / M)``
+shards of ``M`` blocks with the default padding) and the ``privacy`` record of the
+DP mechanisms applied (public parameters such as the noise multiplier, and the
+epsilon spent -- which can depend on the client's number of examples through the
+sampling rate; ``privacy/`` owns that record).
 """
 
 from __future__ import annotations
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, MetricRecord, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
-from crypto import encrypt_update
+from crypto import STREAM_MODEL, STREAM_PROTOTYPES, AggregationContext, encrypt_update
 from hashing.prototypes import prototype_sum_vector
 from hashing.update_sparsity import flatten_arrays, sparsify_update, unflatten_arrays
 from settings import keys as K
@@ -31,6 +41,7 @@ from settings.dphe_setup import (
     dphe_params,
     dphe_record,
     update_weight,
+    with_loss,
 )
 from settings.prototype_records import read_upload
 from settings.run_settings import RunSettings
@@ -55,6 +66,7 @@ def finish_train_reply(
     rng: np.random.Generator,
     node_bundle: str = "",
     num_classes: int = 0,
+    train_config: ConfigRecord | None = None,
 ) -> RecordDict:
     """Sparsify and/or encrypt the reply's model update, in place; return ``reply``.
 
@@ -76,6 +88,14 @@ def finish_train_reply(
         The node config's ``dphe-key-bundle`` path, if any.
     num_classes : int
         Size of the label space (the layout of encrypted prototype sums).
+    train_config : ConfigRecord, optional
+        The train message's config: ``server-round`` and, under DPHE, the
+        keyholder's ``dphe-session`` (required then).
+
+    Raises
+    ------
+    ValueError
+        Under DPHE, if the train config lacks a well-formed session id or round.
     """
     if not transforms_update(settings):
         return reply
@@ -97,15 +117,23 @@ def finish_train_reply(
             }
         )
         return reply
+    session, server_round = _session_and_round(train_config)
     metrics = reply[K.METRICS]
     weight = update_weight(settings, int(metrics[K.NUM_EXAMPLES]))
+    loss = float(metrics.get(K.TRAIN_LOSS, 0.0))
     path = client_bundle_path(settings, partition_id, node_bundle)
     bundle = cached_client_bundle(str(path), partition_id)
     del reply[K.ARRAYS]
-    reply[K.DPHE] = _encrypted(update, weight, bundle, settings, rng, uniform=False)
-    reply[K.METRICS] = MetricRecord(
-        {k: v for k, v in metrics.items() if k != K.NUM_EXAMPLES}
+    reply[K.DPHE] = _encrypted(
+        with_loss(update, loss),
+        weight,
+        bundle,
+        settings,
+        rng,
+        context=AggregationContext(session, STREAM_MODEL, server_round),
+        uniform=False,
     )
+    reply[K.METRICS] = MetricRecord()  # nothing about this client in clear
     if settings.dphe_prototypes and K.PROTOTYPES in reply:
         upload = read_upload(reply.pop(K.PROTOTYPES))
         vector = prototype_sum_vector(
@@ -114,9 +142,33 @@ def finish_train_reply(
             bits=settings.code_length,
         )
         reply[K.DPHE_PROTOS] = _encrypted(
-            vector, 1, bundle, settings, rng, uniform=True
+            vector,
+            1,
+            bundle,
+            settings,
+            rng,
+            context=AggregationContext(session, STREAM_PROTOTYPES, server_round),
+            uniform=True,
         )
     return reply
+
+
+def _session_and_round(train_config: ConfigRecord | None) -> tuple[bytes, int]:
+    """Return the keyholder session id and the round sent with this task."""
+    config = train_config if train_config is not None else {}
+    raw = config.get(K.DPHE_SESSION)
+    try:
+        session = bytes.fromhex(raw) if isinstance(raw, str) else b""
+    except ValueError:
+        session = b""
+    server_round = config.get(K.SERVER_ROUND)
+    if len(session) != 16 or isinstance(server_round, bool):
+        raise ValueError(
+            f"DPHE needs the keyholder's session id ({K.DPHE_SESSION!r}, 32 hex "
+            f"digits) and {K.SERVER_ROUND!r} in the train config; got "
+            f"{K.DPHE_SESSION}={raw!r}, {K.SERVER_ROUND}={server_round!r}"
+        )
+    return session, int(server_round)  # type: ignore[arg-type]
 
 
 def _encrypted(
@@ -126,13 +178,19 @@ def _encrypted(
     settings: RunSettings,
     rng: np.random.Generator,
     *,
+    context: AggregationContext,
     uniform: bool,
 ) -> ArrayRecord:
     params = dphe_params(
         settings, dimension=vector.size, key_bits=bundle.key_bits, uniform=uniform
     )
     encrypted = encrypt_update(
-        vector, weight=weight, bundle=bundle, params=params, rng=rng
+        vector,
+        weight=weight,
+        bundle=bundle,
+        params=params,
+        context=context,
+        rng=rng,
     )
     return dphe_record(encrypted, key_bits=bundle.key_bits)
 

@@ -6,14 +6,15 @@ packing. Roles and what each holds:
 
 ============  ======================================================================
 key gen G     :func:`generate_keys` / ``python -m crypto.keygen``: writes the bundles
-user (client) :class:`ClientBundle`: public key, phi seed, own phi_n seed;
-              :func:`encrypt_update`
+user (client) :class:`ClientBundle`: public key, phi seed, own phi_n seed, own
+              MAC key; :func:`encrypt_update` (tags + touch-set MAC)
 aggregator A  :class:`AggregatorBundle`: public key, all phi_n seeds, auth token;
               :class:`DPHEAggregator` (never decrypts, never knows phi)
-keyholder K   :class:`KeyholderBundle`: secret key, phi seed, auth token;
-              :class:`Keyholder` (in-process) or ``python -m crypto.keyholder_service``
-              reached through :class:`RemoteKeyholder`; decrypts aggregates of >= 3
-              users only
+keyholder K   :class:`KeyholderBundle`: secret key, phi seed, every MAC key, auth
+              token; :class:`Keyholder` (in-process) or
+              ``python -m crypto.keyholder_service`` reached through
+              :class:`RemoteKeyholder`; decrypts, once per session, stream and
+              round, authenticated sums of >= 3 users only (malicious aggregator)
 ============  ======================================================================
 
 Modules: :mod:`crypto.permutation` (seeded permutations), :mod:`crypto.fixed_point`
@@ -31,10 +32,16 @@ from crypto.dphe import (
     ARRAY_KEY_ID,
     ARRAY_KEYS,
     ARRAY_SHARD_SIZES,
+    ARRAY_TOUCH_MAC,
+    STREAM_MODEL,
+    STREAM_PROTOTYPES,
+    AggregationContext,
+    Contribution,
     DPHEParams,
     EncryptedSum,
     EncryptedUpdate,
     Shard,
+    auto_capacity,
     encrypt_update,
 )
 from crypto.fixed_point import FixedPointParams, max_packing, quantize
@@ -67,8 +74,13 @@ __all__ = [
     "ARRAY_KEYS",
     "ARRAY_KEY_ID",
     "ARRAY_SHARD_SIZES",
+    "ARRAY_TOUCH_MAC",
     "MIN_CONTRIBUTORS",
+    "STREAM_MODEL",
+    "STREAM_PROTOTYPES",
     "AggregateRefused",
+    "AggregationContext",
+    "Contribution",
     "AggregatorBundle",
     "ClientBundle",
     "DPHEAggregator",
@@ -82,6 +94,7 @@ __all__ = [
     "KeyholderLike",
     "RemoteKeyholder",
     "Shard",
+    "auto_capacity",
     "decode_average",
     "encrypt_update",
     "generate_keys",

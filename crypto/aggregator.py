@@ -11,6 +11,13 @@ A block that some contributors did not touch is filled for each of them with
 Eq. 5, generalised to the offset encoding), computed once per aggregate: the fill is
 ``Enc(packed offsets) ** missing``. Every block of the result then sums exactly
 ``S = contributors`` summands, which the keyholder needs to remove ``S * offset``.
+The fill carries no tag (tag field 0): the keyholder expects, per block, the tags of
+the users that touched it only.
+
+The result is bound to one :class:`~crypto.dphe.AggregationContext` (keyholder
+session, stream, round) and lists, per contributor, the phi-space blocks it sent
+and its touch-set MAC, which the aggregator forwards unchanged (it cannot check
+them: it has no MAC key).
 
 No Flower imports.
 """
@@ -20,7 +27,14 @@ from __future__ import annotations
 import numpy as np
 from gmpy2 import gcd, mpz, powmod
 
-from crypto.dphe import DPHEParams, EncryptedSum, EncryptedUpdate
+from crypto.dphe import (
+    MAC_BYTES,
+    AggregationContext,
+    Contribution,
+    DPHEParams,
+    EncryptedSum,
+    EncryptedUpdate,
+)
 from crypto.keys import AggregatorBundle
 from crypto.packing import pack
 from crypto.permutation import inverse_permutation
@@ -41,6 +55,8 @@ class DPHEAggregator:
         Public key, every user's phi_n seed (no secret key, no phi seed).
     params : DPHEParams
         Public parameters of the aggregation, valid for ``bundle.key_bits``.
+    context : AggregationContext
+        Keyholder session, stream and round of the aggregate.
 
     Raises
     ------
@@ -48,10 +64,18 @@ class DPHEAggregator:
         If ``params`` is invalid for the key.
     """
 
-    def __init__(self, bundle: AggregatorBundle, params: DPHEParams) -> None:
+    def __init__(
+        self,
+        bundle: AggregatorBundle,
+        params: DPHEParams,
+        context: AggregationContext,
+    ) -> None:
         params.validate(bundle.key_bits)
+        if not isinstance(context, AggregationContext):
+            raise ValueError("context must be an AggregationContext")
         self._bundle = bundle
         self._params = params
+        self._context = context
         self._n = mpz(bundle.n)
         self._nsquare = self._n * self._n
         self._inverse_phi_n: dict[int, np.ndarray] = {}
@@ -61,6 +85,7 @@ class DPHEAggregator:
         self._products: dict[int, mpz] = {}
         self._touch_counts: dict[int, int] = {}
         self._contributors: list[int] = []
+        self._contributions: list[Contribution] = []
         self._enc_offsets = mpz(1)
         self.start()
 
@@ -84,6 +109,7 @@ class DPHEAggregator:
         self._products = {}
         self._touch_counts = {}
         self._contributors = []
+        self._contributions = []
         self._enc_offsets = mpz(
             self._bundle.public_key.raw_encrypt(self._offsets_plaintext)
         )
@@ -130,6 +156,9 @@ class DPHEAggregator:
             )
             counts[block] = counts.get(block, 0) + 1
         self._contributors.append(client_id)
+        self._contributions.append(
+            Contribution(client_id, np.sort(blocks), bytes(update.touch_mac))
+        )
 
     def _validated(
         self, client_id: int, update: EncryptedUpdate
@@ -160,6 +189,9 @@ class DPHEAggregator:
                 f"(key id {bytes(update.key_id).hex()[:16]}..., expected "
                 f"{self._bundle.key_id.hex()[:16]}...)"
             )
+        mac = update.touch_mac
+        if not isinstance(mac, bytes) or len(mac) != MAC_BYTES:
+            raise ValueError(f"client {client_id}: touch MAC must be {MAC_BYTES} bytes")
         ids, ciphertexts = self._check_shards(client_id, update)
         return self._inverse(client_id)[ids], ciphertexts
 
@@ -174,7 +206,8 @@ class DPHEAggregator:
         Returns
         -------
         EncryptedSum
-            Phi-space block ids (sorted), ciphertexts, ``summands = S``, params.
+            Context, phi-space block ids (sorted), ciphertexts, the contributors'
+            block sets and MACs, params.
 
         Raises
         ------
@@ -205,9 +238,10 @@ class DPHEAggregator:
             ciphertexts.append(int(value))
         return EncryptedSum(
             key_id=self._bundle.key_id,
+            context=self._context,
             block_ids=np.asarray(block_ids, dtype=np.int64),
             ciphertexts=ciphertexts,
-            summands=summands,
+            contributions=tuple(self._contributions),
             params=self._params,
         )
 

@@ -25,12 +25,39 @@ The aggregator (:mod:`crypto.aggregator`) multiplies ciphertexts per phi-space b
 the keyholder (:mod:`crypto.keyholder`) decrypts the sum, removes offsets and undoes
 phi.
 
+Beyond the paper (which assumes a semi-honest aggregator), every aggregation has an
+:class:`AggregationContext` -- the keyholder's session id, a *stream* name (``model``,
+``prototypes``), the round -- and every user authenticates what it sends with its
+client-keyholder ``mac_key`` (:mod:`crypto.keys`), so that the keyholder decrypts
+honest sums only:
+
+* phi is fresh per aggregation: its SHAKE-256 label carries the session, stream and
+  round (:meth:`AggregationContext.phi_context`), so a passive aggregator cannot
+  intersect rounds to learn phi and, from it, the users' supports.
+* Block tags. Each plaintext carries, above its ``P`` data slots, a tag field
+  (:func:`crypto.fixed_point.tag_field_bits` bits: 64 plus headroom for
+  ``max_summands`` summands, so nothing carries or wraps modulo ``n``) holding
+  ``t_{i,b} = PRF(mac_key_i; session, stream, round, params hash, b)``
+  (:func:`block_tags`: keyed SHAKE-256, as KMAC is, 64 bits) for the phi-space
+  block ``b``; dummy blocks carry tags too. The keyholder checks that each decrypted
+  tag field equals the sum of the expected tags of the users that touched the block:
+  raising a ciphertext to a power, mixing blocks, rounds or streams, or substituting
+  ciphertexts then fails except with probability about ``2**-64``.
+* Touch-set MAC. With its update a user sends ``HMAC-SHA256(mac_key_i, session,
+  stream, round, params hash, client id, sorted phi-space block ids)``
+  (:func:`touch_mac`), dummies included; the aggregator forwards it, and the
+  keyholder verifies it, so the aggregator can neither drop a user from some blocks
+  nor claim it touched fewer.
+
 No Flower imports.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import hmac
+import json
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -38,17 +65,43 @@ from typing import Any
 
 import numpy as np
 
-from crypto.fixed_point import FixedPointParams, _exact_fields, max_packing, quantize
-from crypto.keys import ClientBundle
+from crypto.fixed_point import (
+    TAG_BITS,
+    FixedPointParams,
+    _exact_fields,
+    max_packing,
+    quantize,
+)
+from crypto.keys import MAC_KEY_BYTES, ClientBundle
 from crypto.packing import pack
 
 KEY_ID_BYTES = 32
+SESSION_BYTES = 16
+"""Length of a keyholder session id."""
+MAC_BYTES = 32
+"""Length of a touch-set MAC (HMAC-SHA256)."""
+MAX_STREAM_CHARS = 64
+STREAM_MODEL = "model"
+"""Stream of the model update (and, under DPHE, the encrypted train loss)."""
+STREAM_PROTOTYPES = "prototypes"
+"""Stream of FedHAP's encrypted per-class prototype sums."""
+AUTO_SHARDS = 4
+"""With padding and no capacity, :func:`auto_capacity` allows at most 4 shard counts."""
 SHARD_ORDER_LABEL = b"fedhash-dphe-shard-order"
+TAG_LABEL = b"fedhash-dphe-block-tag"
+TOUCH_LABEL = b"fedhash-dphe-touch-set"
 ARRAY_BLOCK_IDS = "block-ids"
 ARRAY_SHARD_SIZES = "shard-sizes"
 ARRAY_CIPHERTEXTS = "ciphertexts"
 ARRAY_KEY_ID = "key-id"
-ARRAY_KEYS = (ARRAY_BLOCK_IDS, ARRAY_SHARD_SIZES, ARRAY_CIPHERTEXTS, ARRAY_KEY_ID)
+ARRAY_TOUCH_MAC = "touch-mac"
+ARRAY_KEYS = (
+    ARRAY_BLOCK_IDS,
+    ARRAY_SHARD_SIZES,
+    ARRAY_CIPHERTEXTS,
+    ARRAY_KEY_ID,
+    ARRAY_TOUCH_MAC,
+)
 """Keys of :meth:`EncryptedUpdate.to_arrays`."""
 
 
@@ -175,6 +228,178 @@ class DPHEParams:
         fields["fixed_point"] = FixedPointParams.from_dict(fields["fixed_point"])
         return cls(**fields)
 
+    @property
+    def digest(self) -> bytes:
+        """SHA-256 of the canonical JSON of :meth:`to_dict` (bound into tags, MACs)."""
+        text = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode("utf-8")).digest()
+
+
+def auto_capacity(num_blocks: int) -> int:
+    """Capacity ``M`` used with padding when none is configured.
+
+    The smallest divisor of ``num_blocks`` with ``AUTO_SHARDS * M >= num_blocks``:
+    a padded user then sends 1 to at most 4 shards of ``M`` blocks, so the
+    aggregator learns only ``ceil(touched / M)`` (about 2 bits: which quarter of the
+    blocks it touched) and a user pays at most ``M - 1`` dummy blocks. When
+    ``num_blocks`` has no divisor near a quarter, ``M`` is larger (up to
+    ``num_blocks``: every user then sends every block and nothing leaks).
+
+    Parameters
+    ----------
+    num_blocks : int
+        Number of blocks, ``>= 1``.
+
+    Returns
+    -------
+    int
+        ``M`` dividing ``num_blocks``.
+    """
+    _check_int("num_blocks", num_blocks, 1)
+    low = math.ceil(num_blocks / AUTO_SHARDS)
+    return min(d for d in _divisors(int(num_blocks)) if d >= low)
+
+
+@dataclass(frozen=True)
+class AggregationContext:
+    """What one aggregation is bound to: keyholder session, stream and round.
+
+    Parameters
+    ----------
+    session : bytes
+        The keyholder's 16-byte session id (fresh at every keyholder start).
+    stream : str
+        Name of the aggregated quantity (:data:`STREAM_MODEL`, ...), 1 to 64
+        characters ``[a-z0-9-]``.
+    round : int
+        Server round, ``>= 0``.
+
+    Raises
+    ------
+    ValueError
+        If a field is malformed.
+    """
+
+    session: bytes
+    stream: str
+    round: int
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.session, bytes) or len(self.session) != SESSION_BYTES:
+            raise ValueError(f"session must be {SESSION_BYTES} bytes")
+        check_stream(self.stream)
+        _check_int("round", self.round, 0)
+        if self.round >= 2**62:
+            raise ValueError("round must be < 2**62")
+
+    def encode(self, params: DPHEParams) -> bytes:
+        """Unambiguous bytes of (session, stream, round, params digest)."""
+        name = self.stream.encode("ascii")
+        return (
+            self.session
+            + len(name).to_bytes(2, "big")
+            + name
+            + int(self.round).to_bytes(8, "big")
+            + params.digest
+        )
+
+    @property
+    def phi_context(self) -> str:
+        """Label suffix of this aggregation's phi (session, stream, round)."""
+        return f"{self.session.hex()}/{self.stream}/{int(self.round)}"
+
+
+def check_stream(stream: object) -> None:
+    """Raise ValueError unless ``stream`` is 1-64 characters of ``[a-z0-9-]``."""
+    if (
+        not isinstance(stream, str)
+        or not 1 <= len(stream) <= MAX_STREAM_CHARS
+        or not all(c.isascii() and (c.isalnum() or c == "-") for c in stream)
+        or stream != stream.lower()
+    ):
+        raise ValueError(
+            f"stream must be 1-{MAX_STREAM_CHARS} characters [a-z0-9-], got {stream!r}"
+        )
+
+
+def block_tags(
+    mac_key: bytes, context: AggregationContext, params: DPHEParams
+) -> np.ndarray:
+    """Tags ``t_{i,b}`` of one user for every phi-space block of one aggregation.
+
+    A pseudo-random function of the user's MAC key: SHAKE-256 of a label, the
+    length-prefixed key and :meth:`AggregationContext.encode` (keyed SHAKE-256, the
+    construction of KMAC), read as :data:`~crypto.fixed_point.TAG_BITS`-bit words.
+
+    Parameters
+    ----------
+    mac_key : bytes
+        The user's 32-byte client-keyholder key.
+    context : AggregationContext
+        Session, stream and round.
+    params : DPHEParams
+        The aggregation's parameters (their digest is bound in).
+
+    Returns
+    -------
+    np.ndarray
+        ``(num_blocks,)`` uint64; entry ``b`` is the tag of phi-space block ``b``.
+    """
+    _check_mac_key(mac_key)
+    width = TAG_BITS // 8
+    stream = hashlib.shake_256(
+        TAG_LABEL + len(mac_key).to_bytes(2, "big") + mac_key + context.encode(params)
+    ).digest(width * params.num_blocks)
+    return np.frombuffer(stream, dtype=">u8").astype(np.uint64)
+
+
+def touch_mac(
+    mac_key: bytes,
+    context: AggregationContext,
+    params: DPHEParams,
+    client_id: int,
+    block_ids: np.ndarray,
+) -> bytes:
+    """HMAC-SHA256 over the aggregation, the client id and its touched blocks.
+
+    Parameters
+    ----------
+    mac_key : bytes
+        The user's 32-byte client-keyholder key.
+    context : AggregationContext
+        Session, stream and round.
+    params : DPHEParams
+        The aggregation's parameters.
+    client_id : int
+        The user's id.
+    block_ids : np.ndarray
+        ``(K,)`` phi-space block ids the user sent (dummies included), any order.
+
+    Returns
+    -------
+    bytes
+        32-byte MAC.
+    """
+    _check_mac_key(mac_key)
+    ids = np.sort(np.asarray(block_ids, dtype=np.int64)).astype(">i8")
+    message = (
+        TOUCH_LABEL
+        + context.encode(params)
+        + int(client_id).to_bytes(8, "big")
+        + ids.tobytes()
+    )
+    return hmac.new(mac_key, message, hashlib.sha256).digest()
+
+
+def tagged_plaintext(slots_value: int, tag: int, params: DPHEParams) -> int:
+    """Put a tag (or a sum of tags) in the field above the data slots."""
+    return int(slots_value) + (int(tag) << (params.packing * params.slot_bits))
+
+
+def _check_mac_key(mac_key: object) -> None:
+    if not isinstance(mac_key, bytes) or len(mac_key) != MAC_KEY_BYTES:
+        raise ValueError(f"mac_key must be {MAC_KEY_BYTES} bytes")
+
 
 @dataclass(frozen=True, eq=False)
 class Shard:
@@ -205,10 +430,13 @@ class EncryptedUpdate:
         32-byte identifier of the public key used (:func:`crypto.keys.key_id_of`).
     shards : list of Shard
         Shards of at most ``capacity`` blocks; block ids are disjoint across shards.
+    touch_mac : bytes
+        32-byte :func:`touch_mac` over the phi-space blocks of all shards.
     """
 
     key_id: bytes
     shards: list[Shard] = field(default_factory=list)
+    touch_mac: bytes = b""
 
     @property
     def num_blocks(self) -> int:
@@ -234,7 +462,8 @@ class EncryptedUpdate:
         dict of str to np.ndarray
             ``"block-ids"``: ``(T,)`` int64, all shards concatenated;
             ``"shard-sizes"``: ``(F,)`` int64; ``"ciphertexts"``: ``(T, W)`` uint8,
-            big-endian, ``W = 2 * key_bits // 8``; ``"key-id"``: ``(32,)`` uint8.
+            big-endian, ``W = 2 * key_bits // 8``; ``"key-id"``: ``(32,)`` uint8;
+            ``"touch-mac"``: ``(32,)`` uint8.
 
         Raises
         ------
@@ -244,6 +473,7 @@ class EncryptedUpdate:
         """
         width = _ciphertext_width(key_bits)
         _check_key_id(self.key_id)
+        _check_mac(self.touch_mac)
         ids = []
         chunks = []
         for index, shard in enumerate(self.shards):
@@ -268,6 +498,7 @@ class EncryptedUpdate:
             ARRAY_SHARD_SIZES: np.asarray(self.shard_sizes, dtype=np.int64),
             ARRAY_CIPHERTEXTS: data.copy(),
             ARRAY_KEY_ID: np.frombuffer(self.key_id, dtype=np.uint8).copy(),
+            ARRAY_TOUCH_MAC: np.frombuffer(self.touch_mac, dtype=np.uint8).copy(),
         }
 
     @classmethod
@@ -279,7 +510,7 @@ class EncryptedUpdate:
         Parameters
         ----------
         arrays : mapping of str to np.ndarray
-            The four arrays of :meth:`to_arrays`.
+            The five arrays of :meth:`to_arrays`.
         key_bits : int
             Bit length of ``n`` (fixes the ciphertext width).
 
@@ -308,6 +539,11 @@ class EncryptedUpdate:
             raise ValueError(
                 f"{ARRAY_KEY_ID!r} must have shape ({KEY_ID_BYTES},), "
                 f"got {key_id.shape}"
+            )
+        mac = _array(arrays, ARRAY_TOUCH_MAC, np.uint8, 1)
+        if mac.shape != (MAC_BYTES,):
+            raise ValueError(
+                f"{ARRAY_TOUCH_MAC!r} must have shape ({MAC_BYTES},), got {mac.shape}"
             )
         if data.shape[1] != width:
             raise ValueError(
@@ -341,7 +577,26 @@ class EncryptedUpdate:
                 )
             )
             start = stop
-        return cls(key_id=key_id.tobytes(), shards=shards)
+        return cls(key_id=key_id.tobytes(), shards=shards, touch_mac=mac.tobytes())
+
+
+@dataclass(frozen=True, eq=False)
+class Contribution:
+    """One contributor of an encrypted sum, as the aggregator forwards it.
+
+    Parameters
+    ----------
+    client_id : int
+        The user's id.
+    block_ids : np.ndarray
+        ``(K,)`` int64 phi-space blocks it sent (dummies included), sorted, distinct.
+    mac : bytes
+        Its 32-byte :func:`touch_mac`.
+    """
+
+    client_id: int
+    block_ids: np.ndarray
+    mac: bytes
 
 
 @dataclass(frozen=True, eq=False)
@@ -352,80 +607,197 @@ class EncryptedSum:
     ----------
     key_id : bytes
         32-byte identifier of the public key.
+    context : AggregationContext
+        Session, stream and round of the aggregation.
     block_ids : np.ndarray
-        ``(K,)`` int64 phi-space block ids, sorted, distinct.
+        ``(K,)`` int64 phi-space block ids, sorted, distinct: the union of the
+        contributors' blocks.
     ciphertexts : list of int
         ``K`` ciphertexts; each encrypts the packed sum of ``summands`` encoded
-        blocks.
-    summands : int
-        Number of users ``S`` summed in every block.
+        blocks (contributors that did not touch a block add encoded zeros).
+    contributions : tuple of Contribution
+        Who contributed, with the blocks each sent and its touch-set MAC.
     params : DPHEParams
-        Parameters of the aggregation.
+        Parameters of the aggregation (the keyholder compares them with its own).
     """
 
     key_id: bytes
+    context: AggregationContext
     block_ids: np.ndarray
     ciphertexts: list[int]
-    summands: int
+    contributions: tuple[Contribution, ...]
     params: DPHEParams
 
+    @property
+    def summands(self) -> int:
+        """Number of users ``S`` summed in every block."""
+        return len(self.contributions)
+
     def to_json(self) -> dict[str, Any]:
-        """Return a JSON-serialisable dict (ciphertexts and key id as hex)."""
+        """Return a JSON-serialisable dict.
+
+        Ciphertexts, key id, session and MACs are hex; each contributor's blocks are
+        a base64 bitmap of ``num_blocks`` bits (``np.packbits``), so the body grows
+        by ``num_blocks / 8`` bytes per contributor.
+        """
+        num_blocks = self.params.num_blocks
+        contributions = []
+        for item in self.contributions:
+            bitmap = np.zeros(num_blocks, dtype=bool)
+            bitmap[np.asarray(item.block_ids, dtype=np.int64)] = True
+            contributions.append(
+                {
+                    "client_id": int(item.client_id),
+                    "blocks": base64.b64encode(np.packbits(bitmap).tobytes()).decode(),
+                    "mac": bytes(item.mac).hex(),
+                }
+            )
         return {
             "key_id": bytes(self.key_id).hex(),
+            "session": self.context.session.hex(),
+            "stream": self.context.stream,
+            "round": int(self.context.round),
             "block_ids": [int(b) for b in np.asarray(self.block_ids).tolist()],
             "ciphertexts": [format(int(c), "x") for c in self.ciphertexts],
-            "summands": int(self.summands),
+            "contributions": contributions,
             "params": self.params.to_dict(),
         }
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> EncryptedSum:
-        """Parse :meth:`to_json` output.
+    def from_json(
+        cls, data: Mapping[str, Any], *, params: DPHEParams, key_bits: int
+    ) -> EncryptedSum:
+        """Parse :meth:`to_json` output with *known* parameters.
+
+        ``data["params"]`` must equal ``params.to_dict()`` (compared before anything
+        else is parsed); every size is bounded by ``params``: at most ``num_blocks``
+        block ids and ciphertexts, ciphertexts of at most ``2 * key_bits`` bits,
+        bitmaps of exactly ``ceil(num_blocks / 8)`` bytes, at most
+        ``max_summands`` contributions. Nothing larger is allocated.
+
+        Parameters
+        ----------
+        data : mapping
+            The JSON object.
+        params : DPHEParams
+            The pinned parameters of ``data["stream"]``.
+        key_bits : int
+            Bit length of ``n``.
 
         Raises
         ------
         ValueError
-            If a field is missing or malformed.
+            If a field is missing, malformed, too large, or the parameters differ.
         """
         if not isinstance(data, Mapping):
             raise ValueError(
                 f"encrypted_sum must be an object, got {type(data).__name__}"
             )
-        fields = _exact_fields(cls, data, "encrypted_sum")
-        try:
-            key_id = bytes.fromhex(fields["key_id"])
-        except (TypeError, ValueError):
-            raise ValueError("encrypted_sum.key_id must be a hex string") from None
-        _check_key_id(key_id)
-        block_ids = fields["block_ids"]
-        if not isinstance(block_ids, list) or not all(
-            isinstance(b, int) and not isinstance(b, bool) for b in block_ids
+        expected = {
+            "key_id",
+            "session",
+            "stream",
+            "round",
+            "block_ids",
+            "ciphertexts",
+            "contributions",
+            "params",
+        }
+        if set(data) != expected:
+            raise ValueError(f"encrypted_sum must have exactly the fields {expected}")
+        if data["params"] != params.to_dict():
+            raise ValueError("encrypted_sum.params differ from the pinned parameters")
+        num_blocks = params.num_blocks
+        key_id = _hex_bytes(data["key_id"], "key_id", KEY_ID_BYTES)
+        session = _hex_bytes(data["session"], "session", SESSION_BYTES)
+        round_ = data["round"]
+        if isinstance(round_, bool) or not isinstance(round_, int):
+            raise ValueError("encrypted_sum.round must be an integer")
+        context = AggregationContext(session, data["stream"], round_)
+        block_ids = data["block_ids"]
+        if (
+            not isinstance(block_ids, list)
+            or len(block_ids) > num_blocks
+            or not all(
+                isinstance(b, int) and not isinstance(b, bool) and 0 <= b < num_blocks
+                for b in block_ids
+            )
         ):
-            raise ValueError("encrypted_sum.block_ids must be a list of integers")
-        raw = fields["ciphertexts"]
-        if not isinstance(raw, list) or len(raw) != len(block_ids):
             raise ValueError(
-                "encrypted_sum.ciphertexts must be a list as long as block_ids"
+                f"encrypted_sum.block_ids must be at most {num_blocks} integers in "
+                f"[0, {num_blocks})"
+            )
+        raw = data["ciphertexts"]
+        digits = (2 * key_bits + 3) // 4
+        if (
+            not isinstance(raw, list)
+            or len(raw) != len(block_ids)
+            or not all(isinstance(c, str) and 0 < len(c) <= digits for c in raw)
+        ):
+            raise ValueError(
+                "encrypted_sum.ciphertexts must be hex strings of at most "
+                f"{digits} digits, as many as block_ids"
             )
         try:
             ciphertexts = [int(c, 16) for c in raw]
-        except (TypeError, ValueError):
+        except ValueError:
             raise ValueError("encrypted_sum.ciphertexts must be hex strings") from None
-        summands = fields["summands"]
-        if isinstance(summands, bool) or not isinstance(summands, int):
-            raise ValueError("encrypted_sum.summands must be an integer")
-        try:
-            ids = np.asarray(block_ids, dtype=np.int64).reshape(-1)
-        except OverflowError:
-            raise ValueError("encrypted_sum.block_ids out of int64 range") from None
+        items = data["contributions"]
+        if not isinstance(items, list) or not (
+            1 <= len(items) <= params.fixed_point.max_summands
+        ):
+            raise ValueError(
+                "encrypted_sum.contributions must be a list of 1 to "
+                f"{params.fixed_point.max_summands} contributors"
+            )
+        bitmap_bytes = (num_blocks + 7) // 8
+        contributions = []
+        for item in items:
+            if not isinstance(item, Mapping) or set(item) != {
+                "client_id",
+                "blocks",
+                "mac",
+            }:
+                raise ValueError(
+                    "each contribution must be {client_id, blocks, mac}"
+                )
+            client_id = item["client_id"]
+            if isinstance(client_id, bool) or not isinstance(client_id, int):
+                raise ValueError("contribution client_id must be an integer")
+            blocks = item["blocks"]
+            if not isinstance(blocks, str) or len(blocks) > 4 * bitmap_bytes // 3 + 4:
+                raise ValueError("contribution blocks must be a base64 bitmap")
+            try:
+                packed = base64.b64decode(blocks, validate=True)
+            except ValueError:
+                raise ValueError("contribution blocks must be base64") from None
+            if len(packed) != bitmap_bytes:
+                raise ValueError(
+                    f"contribution blocks must be a bitmap of {bitmap_bytes} bytes"
+                )
+            bits = np.unpackbits(np.frombuffer(packed, dtype=np.uint8))
+            if bits[num_blocks:].any():
+                raise ValueError("contribution bitmap has bits past num_blocks")
+            ids = np.flatnonzero(bits[:num_blocks]).astype(np.int64)
+            mac = _hex_bytes(item["mac"], "mac", MAC_BYTES)
+            contributions.append(Contribution(client_id, ids, mac))
         return cls(
             key_id=key_id,
-            block_ids=ids,
+            context=context,
+            block_ids=np.asarray(block_ids, dtype=np.int64).reshape(-1),
             ciphertexts=ciphertexts,
-            summands=summands,
-            params=DPHEParams.from_dict(fields["params"]),
+            contributions=tuple(contributions),
+            params=params,
         )
+
+
+def _hex_bytes(value: object, name: str, size: int) -> bytes:
+    if not isinstance(value, str) or len(value) != 2 * size:
+        raise ValueError(f"encrypted_sum.{name} must be {size} bytes in hex")
+    try:
+        return bytes.fromhex(value)
+    except ValueError:
+        raise ValueError(f"encrypted_sum.{name} must be hex") from None
 
 
 def encrypt_update(
@@ -434,9 +806,10 @@ def encrypt_update(
     weight: int,
     bundle: ClientBundle,
     params: DPHEParams,
+    context: AggregationContext,
     rng: np.random.Generator,
 ) -> EncryptedUpdate:
-    """Encrypt one user's update with DPHE (Algorithm 1, steps 3-4).
+    """Encrypt one user's update with DPHE (Algorithm 1, steps 3-4), tags and MAC.
 
     Parameters
     ----------
@@ -450,6 +823,9 @@ def encrypt_update(
         The user's key bundle (public key, phi seed, own seed).
     params : DPHEParams
         Public parameters, valid for ``bundle.key_bits``.
+    context : AggregationContext
+        Keyholder session, stream and round: phi, the block tags and the touch-set
+        MAC are all bound to it.
     rng : np.random.Generator
         Source of the shard order and of the dummy blocks. 32 bytes drawn from it are
         hashed with both of the user's secret seeds (phi seed and own seed) into the
@@ -461,7 +837,8 @@ def encrypt_update(
     Returns
     -------
     EncryptedUpdate
-        Shards of ``(block id after phi_n, ciphertext)``.
+        Shards of ``(block id after phi_n, ciphertext)`` and the touch-set MAC;
+        every plaintext carries the block's tag above its slots.
 
     Raises
     ------
@@ -479,8 +856,10 @@ def encrypt_update(
     packing = params.packing
     num_blocks = params.num_blocks
     offset = params.offset
+    if not isinstance(context, AggregationContext):
+        raise ValueError("context must be an AggregationContext")
     support = np.flatnonzero(q)  # always holds the weight coordinate D
-    positions = bundle.phi(params.padded_dimension)[support]
+    positions = bundle.phi(params.padded_dimension, context.phi_context)[support]
     encoded = np.full(num_blocks * packing, offset, dtype=np.int64)
     encoded[positions] = q[support] + offset
     touched = np.unique(positions // packing)
@@ -488,18 +867,25 @@ def encrypt_update(
     phi_n = bundle.phi_n(num_blocks)
     public_key = bundle.public_key
     slot_bits = params.slot_bits
+    tags = block_tags(bundle.mac_key, context, params)
     shards = []
     for shard_blocks in blocks:
         ciphertexts = [
             public_key.raw_encrypt(
-                pack(encoded[b * packing : (b + 1) * packing].tolist(), slot_bits)
+                tagged_plaintext(
+                    pack(encoded[b * packing : (b + 1) * packing].tolist(), slot_bits),
+                    int(tags[b]),
+                    params,
+                )
             )
             for b in shard_blocks.tolist()
         ]
         shards.append(
             Shard(block_ids=phi_n[shard_blocks].copy(), ciphertexts=ciphertexts)
         )
-    return EncryptedUpdate(key_id=bundle.key_id, shards=shards)
+    sent = np.concatenate(blocks) if blocks else np.zeros(0, np.int64)
+    mac = touch_mac(bundle.mac_key, context, params, bundle.client_id, sent)
+    return EncryptedUpdate(key_id=bundle.key_id, shards=shards, touch_mac=mac)
 
 
 def _private_generator(
@@ -533,8 +919,14 @@ def _shard_blocks(
 
 
 def _divisors(value: int) -> list[int]:
+    if value > MAX_DIVISOR_SEARCH:
+        raise ValueError(f"{value} blocks: too many to list divisors")
     small = [d for d in range(1, math.isqrt(value) + 1) if value % d == 0]
     return sorted({*small, *(value // d for d in small)})
+
+
+MAX_DIVISOR_SEARCH = 10**12
+"""Largest number whose divisors are listed (``10**6`` trial divisions)."""
 
 
 def _check_int(name: str, value: object, low: int) -> None:
@@ -550,6 +942,11 @@ def _ciphertext_width(key_bits: int) -> int:
     if key_bits % 8:
         raise ValueError(f"key_bits must be a multiple of 8, got {key_bits}")
     return 2 * key_bits // 8
+
+
+def _check_mac(mac: object) -> None:
+    if not isinstance(mac, bytes) or len(mac) != MAC_BYTES:
+        raise ValueError(f"touch_mac must be {MAC_BYTES} bytes")
 
 
 def _check_key_id(key_id: object) -> None:

@@ -53,6 +53,19 @@ MAX_SLOT_BITS = 63
 MAX_BOUND = 2**53
 """Largest per-summand bound ``B``: float64 represents every integer up to it."""
 
+TAG_BITS = 64
+"""Bits of one block's authentication tag (:mod:`crypto.dphe`)."""
+
+
+def tag_field_bits(max_summands: int) -> int:
+    """Width of the tag field above the data slots of a packed plaintext.
+
+    The field holds the sum of at most ``max_summands`` tags of :data:`TAG_BITS`
+    bits, so it is given ``(max_summands * (2**TAG_BITS - 1)).bit_length()`` bits
+    and never carries out (nothing wraps modulo ``n``).
+    """
+    return (int(max_summands) * ((1 << TAG_BITS) - 1)).bit_length()
+
 
 @dataclass(frozen=True)
 class FixedPointParams:
@@ -151,8 +164,11 @@ class FixedPointParams:
 def max_packing(key_bits: int, params: FixedPointParams) -> int:
     """Largest number of slots per Paillier plaintext.
 
-    A packed plaintext of ``P`` slots is below ``2**(P * slot_bits)``; it must stay
-    below ``n >= 2**(key_bits - 1)``, hence ``P = (key_bits - 2) // slot_bits``.
+    A packed plaintext of ``P`` slots plus the tag field
+    (:func:`tag_field_bits`, 71 bits for ``max_summands = 128``) is below
+    ``2**(P * slot_bits + tag_bits)``; it must stay below ``n >= 2**(key_bits - 1)``,
+    hence ``P = (key_bits - 2 - tag_bits) // slot_bits`` (48 instead of 49 for a
+    2048-bit key and the run defaults, 41-bit slots).
 
     Parameters
     ----------
@@ -167,7 +183,7 @@ def max_packing(key_bits: int, params: FixedPointParams) -> int:
         Maximum packing (may be 0 when one slot does not fit).
     """
     _check_int("key_bits", key_bits, 2, None)
-    return (key_bits - 2) // params.slot_bits
+    return (key_bits - 2 - tag_field_bits(params.max_summands)) // params.slot_bits
 
 
 def quantize(

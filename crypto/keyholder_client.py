@@ -23,11 +23,12 @@ from typing import Any
 
 import numpy as np
 
-from crypto.dphe import EncryptedSum
-from crypto.keyholder import AggregateRefused
+from crypto.dphe import SESSION_BYTES, EncryptedSum
+from crypto.keyholder import REFUSAL_CATEGORIES, AggregateRefused
 
 DECRYPT_PATH = "/v1/decrypt-aggregate"
 HEALTH_PATH = "/v1/health"
+SESSION_PATH = "/v1/session"
 
 
 class RemoteKeyholder:
@@ -89,17 +90,31 @@ class RemoteKeyholder:
     def __repr__(self) -> str:
         return f"RemoteKeyholder({self.url!r})"
 
-    def decrypt_aggregate(
-        self, encrypted_sum: EncryptedSum, contributors: int
-    ) -> np.ndarray:
+    def session_id(self) -> bytes:
+        """Return the keyholder service's current 16-byte session id.
+
+        Raises
+        ------
+        RuntimeError
+            If the keyholder is unreachable, rejects the token or answers garbage.
+        """
+        answer = self._request(SESSION_PATH, None)
+        value = answer.get("session") if isinstance(answer, dict) else None
+        try:
+            session = bytes.fromhex(value) if isinstance(value, str) else b""
+        except ValueError:
+            session = b""
+        if len(session) != SESSION_BYTES:
+            raise RuntimeError(f"keyholder at {self.url} answered a malformed session")
+        return session
+
+    def decrypt_aggregate(self, encrypted_sum: EncryptedSum) -> np.ndarray:
         """Have the keyholder decrypt and un-permute an encrypted sum.
 
         Parameters
         ----------
         encrypted_sum : EncryptedSum
             The aggregator's result.
-        contributors : int
-            Number of users summed.
 
         Returns
         -------
@@ -109,14 +124,13 @@ class RemoteKeyholder:
         Raises
         ------
         AggregateRefused
-            If the keyholder refused (HTTP 422), with its reason.
+            If the keyholder refused (HTTP 422, or 413 for a body above its limit),
+            with its generic reason category.
         RuntimeError
             If the token was rejected, the keyholder is unreachable or its answer is
             malformed.
         """
-        body = json.dumps(
-            {"encrypted_sum": encrypted_sum.to_json(), "contributors": contributors}
-        ).encode("utf-8")
+        body = json.dumps({"encrypted_sum": encrypted_sum.to_json()}).encode("utf-8")
         answer = self._request(DECRYPT_PATH, body)
         sums = answer.get("sums") if isinstance(answer, dict) else None
         expected = encrypted_sum.params.padded_dimension
@@ -161,8 +175,8 @@ class RemoteKeyholder:
                 payload = response.read()
         except urllib.error.HTTPError as error:
             detail = _detail(error)
-            if error.code == 422:
-                raise AggregateRefused(f"keyholder: {detail}") from None
+            if error.code in (413, 422):
+                raise AggregateRefused(_category(detail)) from None
             if error.code in (401, 403):
                 raise RuntimeError(
                     f"keyholder at {self.url} rejected the auth token "
@@ -185,6 +199,14 @@ def _detail(error: urllib.error.HTTPError) -> str:
         return str(json.loads(error.read()).get("detail", ""))
     except Exception:  # the status code alone is enough when the body is unreadable
         return ""
+
+
+def _category(detail: str) -> str:
+    """Return the category of a refusal ``aggregate refused (<category>)``."""
+    for category in REFUSAL_CATEGORIES:
+        if detail == f"aggregate refused ({category})":
+            return category
+    return "malformed"
 
 
 def is_loopback(host: str) -> bool:

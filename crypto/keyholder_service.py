@@ -1,19 +1,30 @@
 """HTTP service of the keyholder: ``python -m crypto.keyholder_service --bundle ...``.
 
-The keyholder runs apart from the aggregator (the ServerApp), holding the secret key
-and phi; the aggregator sends it encrypted sums over HTTP(S) through
-:class:`crypto.keyholder_client.RemoteKeyholder`.
+The keyholder runs apart from the aggregator (the ServerApp), holding the secret key,
+phi and the users' MAC keys; the aggregator sends it encrypted sums over HTTP(S)
+through :class:`crypto.keyholder_client.RemoteKeyholder`. The parameters of every
+stream it decrypts are pinned by its own ``--streams FILE``
+(``python -m settings.keyholder_streams`` writes it from the run config).
 
-Endpoints:
+Endpoints (the token is checked before the body is read, in constant time):
 
-* ``POST /v1/decrypt-aggregate`` -- body ``{"encrypted_sum": EncryptedSum.to_json(),
-  "contributors": int}``, header ``Authorization: Bearer <auth token>``; answers
-  ``{"sums": [decimal strings]}`` (``D + 1`` int64 sums in original order), 401 on a
-  missing or wrong token (checked before the body is read, compared in constant
-  time), 422 with ``{"detail": reason}`` on a malformed request or a refusal
-  (:class:`~crypto.keyholder.AggregateRefused`).
+* ``POST /v1/decrypt-aggregate`` -- body ``{"encrypted_sum":
+  EncryptedSum.to_json()}``, header ``Authorization: Bearer <auth token>``; answers
+  ``{"sums": [decimal strings]}`` (``D + 1`` int64 sums in original order). Errors:
+  401 missing or wrong token; 413 body above ``--max-body-bytes``; 429 more than
+  ``--max-concurrent`` requests in flight; 422 ``{"detail": "aggregate refused
+  (<category>)"}`` on a malformed request or a refusal -- generic on purpose
+  (:class:`~crypto.keyholder.AggregateRefused`): the details go to the keyholder's
+  own log only. No request, however large or malformed, gets a 500.
+* ``GET /v1/session`` (token) -- ``{"session": hex}``, this process's session id.
 * ``GET /v1/health`` -- ``{"status": "ok", "key_id": hex, "key_bits": int,
-  "min_contributors": int}`` (public information, no token needed).
+  "min_contributors": int, "streams": [names]}`` (public, no token needed).
+
+Limits: the body size (default: :func:`default_max_body_bytes` of the pinned
+streams, i.e. the largest honest request plus a quarter), the dimension and every
+other size (from the pinned streams: a request for another dimension is refused
+before anything is allocated), the concurrency (default 2 requests in flight, the
+rest 429), and the permutation cache (:data:`crypto.keys.PHI_CACHE_SIZE`).
 
 The auth token travels in a header: outside the loopback interface serve TLS
 (``--ssl-certfile``/``--ssl-keyfile``); plain HTTP on another interface needs
@@ -26,31 +37,74 @@ from __future__ import annotations
 
 import argparse
 import hmac
+import json
+import logging
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
-from crypto.dphe import EncryptedSum
-from crypto.keyholder import AggregateRefused, Keyholder
-from crypto.keyholder_client import DECRYPT_PATH, HEALTH_PATH, is_loopback
+from crypto.dphe import DPHEParams
+from crypto.keyholder import AggregateRefused, Keyholder, read_streams_file
+from crypto.keyholder_client import (
+    DECRYPT_PATH,
+    HEALTH_PATH,
+    SESSION_PATH,
+    is_loopback,
+)
 from crypto.keys import load_keyholder_bundle
 
+logger = logging.getLogger(__name__)
+
 MIN_TOKEN_CHARS = 32
+DEFAULT_MAX_CONCURRENT = 2
+"""Decryption requests in flight at once; more are answered 429."""
 
 
-def create_app(keyholder: Keyholder, auth_token: str) -> FastAPI:
+def default_max_body_bytes(streams: Mapping[str, DPHEParams], key_bits: int) -> int:
+    """Largest honest request body for ``streams``, plus 25 % and 64 KiB.
+
+    A request carries at most ``num_blocks`` ciphertexts of ``2 * key_bits`` bits in
+    hex plus block ids, and per contributor (at most ``max_summands``) a base64
+    bitmap of ``num_blocks`` bits and a MAC.
+    """
+    largest = 0
+    digits = (2 * key_bits + 3) // 4
+    for params in streams.values():
+        blocks = params.num_blocks
+        per_contributor = 4 * ((blocks + 7) // 8 + 2) // 3 + 160
+        size = (
+            blocks * (digits + 16)
+            + params.fixed_point.max_summands * per_contributor
+            + 2048
+        )
+        largest = max(largest, size)
+    return largest + largest // 4 + 65536
+
+
+def create_app(
+    keyholder: Keyholder,
+    auth_token: str,
+    *,
+    max_body_bytes: int | None = None,
+    max_concurrent: int = DEFAULT_MAX_CONCURRENT,
+) -> FastAPI:
     """Build the keyholder's FastAPI app.
 
     Parameters
     ----------
     keyholder : Keyholder
-        Decrypts the sums.
+        Decrypts the sums (its streams are pinned).
     auth_token : str
         Bearer token the aggregator must present (>= 32 characters).
+    max_body_bytes : int, optional
+        Largest request body; default :func:`default_max_body_bytes`.
+    max_concurrent : int
+        Decryption requests in flight at once (>= 1); more are answered 429.
 
     Returns
     -------
@@ -60,20 +114,34 @@ def create_app(keyholder: Keyholder, auth_token: str) -> FastAPI:
     Raises
     ------
     ValueError
-        If the token is shorter than 32 characters.
+        If the token is shorter than 32 characters or a limit is not positive.
     """
     if not isinstance(auth_token, str) or len(auth_token) < MIN_TOKEN_CHARS:
         raise ValueError(f"auth_token must be a string of >= {MIN_TOKEN_CHARS} chars")
+    if max_body_bytes is None:
+        max_body_bytes = default_max_body_bytes(keyholder.streams, keyholder.key_bits)
+    if max_body_bytes < 1 or max_concurrent < 1:
+        raise ValueError("max_body_bytes and max_concurrent must be >= 1")
     expected = auth_token.encode("utf-8")
+    slots = threading.BoundedSemaphore(max_concurrent)
     app = FastAPI(
         title="DPHE keyholder", docs_url=None, redoc_url=None, openapi_url=None
     )
+    app.state.max_body_bytes = max_body_bytes
+    app.state.max_concurrent = max_concurrent
 
     def authorized(request: Request) -> bool:
         scheme, _, given = request.headers.get("authorization", "").partition(" ")
         if scheme.lower() != "bearer":
             return False
         return hmac.compare_digest(given.strip().encode("utf-8"), expected)
+
+    def unauthorized() -> JSONResponse:
+        return JSONResponse(
+            {"detail": "missing or invalid bearer token"},
+            status_code=401,
+            headers={"WWW-Authenticate": "Bearer"},
+        )
 
     @app.get(HEALTH_PATH)
     def health() -> dict[str, Any]:
@@ -82,40 +150,74 @@ def create_app(keyholder: Keyholder, auth_token: str) -> FastAPI:
             "key_id": keyholder.key_id.hex(),
             "key_bits": keyholder.key_bits,
             "min_contributors": keyholder.min_contributors,
+            "streams": sorted(keyholder.streams),
         }
+
+    @app.get(SESSION_PATH)
+    def session(request: Request) -> JSONResponse:
+        if not authorized(request):
+            return unauthorized()
+        return JSONResponse({"session": keyholder.session_id().hex()})
 
     @app.post(DECRYPT_PATH)
     async def decrypt_aggregate(request: Request) -> JSONResponse:
         if not authorized(request):
+            return unauthorized()
+        declared = request.headers.get("content-length")
+        if declared is not None and (
+            not declared.isdigit() or int(declared) > max_body_bytes
+        ):
+            return _too_large(max_body_bytes)
+        if not slots.acquire(blocking=False):
             return JSONResponse(
-                {"detail": "missing or invalid bearer token"},
-                status_code=401,
-                headers={"WWW-Authenticate": "Bearer"},
+                {"detail": "keyholder busy, retry later"},
+                status_code=429,
+                headers={"Retry-After": "1"},
             )
         try:
-            body = await request.json()
-        except Exception:  # any undecodable body is the client's error
-            return _unprocessable("request body is not valid JSON")
-        if not isinstance(body, dict) or set(body) != {"encrypted_sum", "contributors"}:
-            return _unprocessable(
-                'body must be {"encrypted_sum": {...}, "contributors": int}'
+            return await _serve(request)
+        finally:
+            slots.release()
+
+    async def _serve(request: Request) -> JSONResponse:
+        chunks = []
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > max_body_bytes:
+                return _too_large(max_body_bytes)
+            chunks.append(chunk)
+        try:
+            body = json.loads(b"".join(chunks))
+        except Exception:  # undecodable, too deep: the client's error
+            return _refused(AggregateRefused("malformed"), "body is not valid JSON")
+        if not isinstance(body, dict) or set(body) != {"encrypted_sum"}:
+            return _refused(
+                AggregateRefused("malformed"), 'body must be {"encrypted_sum": {...}}'
             )
         try:
-            encrypted_sum = EncryptedSum.from_json(body["encrypted_sum"])
-            sums = await run_in_threadpool(
-                keyholder.decrypt_aggregate, encrypted_sum, body["contributors"]
-            )
+            encrypted_sum = keyholder.parse_request(body["encrypted_sum"])
+            sums = await run_in_threadpool(keyholder.decrypt_aggregate, encrypted_sum)
         except AggregateRefused as error:
-            return _unprocessable(f"refused: {error}")
-        except ValueError as error:
-            return _unprocessable(f"malformed encrypted_sum: {error}")
+            return _refused(error, None)
+        except Exception as error:  # never a 500 with details for the caller
+            logger.exception("keyholder: unexpected error on a request")
+            return _refused(AggregateRefused("malformed"), type(error).__name__)
         return JSONResponse({"sums": [str(value) for value in sums.tolist()]})
 
     return app
 
 
-def _unprocessable(reason: str) -> JSONResponse:
-    return JSONResponse({"detail": reason}, status_code=422)
+def _too_large(limit: int) -> JSONResponse:
+    return JSONResponse(
+        {"detail": f"request body above {limit} bytes"}, status_code=413
+    )
+
+
+def _refused(error: AggregateRefused, detail: str | None) -> JSONResponse:
+    if detail is not None:
+        logger.warning("keyholder refused a request (%s): %s", error.category, detail)
+    return JSONResponse({"detail": str(error)}, status_code=422)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -125,6 +227,23 @@ def build_parser() -> argparse.ArgumentParser:
         description="Serve DPHE aggregate decryption for the aggregator.",
     )
     parser.add_argument("--bundle", required=True, help="keyholder.json")
+    parser.add_argument(
+        "--streams",
+        required=True,
+        help="pinned stream parameters (python -m settings.keyholder_streams)",
+    )
+    parser.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=0,
+        help="largest request body (0 = sized from the pinned streams)",
+    )
+    parser.add_argument(
+        "--max-concurrent",
+        type=int,
+        default=DEFAULT_MAX_CONCURRENT,
+        help="decryption requests in flight at once; more get HTTP 429",
+    )
     parser.add_argument("--host", default="127.0.0.1", help="interface to bind")
     parser.add_argument("--port", type=int, default=8765, help="TCP port")
     parser.add_argument("--ssl-certfile", default=None, help="TLS certificate (PEM)")
@@ -171,7 +290,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
     try:
         bundle = load_keyholder_bundle(args.bundle)
-        keyholder = Keyholder(bundle, min_contributors=args.min_contributors)
+        streams = read_streams_file(args.streams)
+        keyholder = Keyholder(bundle, streams, min_contributors=args.min_contributors)
+        app = create_app(
+            keyholder,
+            bundle.auth_token,
+            max_body_bytes=args.max_body_bytes or None,
+            max_concurrent=args.max_concurrent,
+        )
     except (OSError, ValueError) as error:
         print(f"keyholder: {error}", file=sys.stderr)
         return 2
@@ -179,8 +305,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("keyholder: WARNING: serving an insecure test-size key", file=sys.stderr)
     import uvicorn
 
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s %(message)s")
+    print(
+        f"keyholder: streams {sorted(streams)}, body limit "
+        f"{app.state.max_body_bytes} bytes, {args.max_concurrent} in flight",
+        file=sys.stderr,
+    )
     uvicorn.run(
-        create_app(keyholder, bundle.auth_token),
+        app,
         host=args.host,
         port=args.port,
         ssl_certfile=args.ssl_certfile,

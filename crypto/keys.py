@@ -1,17 +1,26 @@
 """Key generation and key bundles for DPHE (the paper's key generator G).
 
 :func:`generate_keys` creates one Paillier key pair, the user-shared permutation seed
-``phi_seed``, one user-aggregator permutation seed per client and an auth token, and
-writes one JSON bundle per role, each holding only what that role may know:
+``phi_seed``, one user-aggregator permutation seed per client, one client-keyholder
+MAC key per client and an auth token, and writes one JSON bundle per role, each
+holding only what that role may know:
 
 ================  =============================================================
 bundle            contents
 ================  =============================================================
-keyholder.json    ``n``, ``p``, ``q`` (the secret key), ``phi_seed``, auth token
+keyholder.json    ``n``, ``p``, ``q`` (the secret key), ``phi_seed``, every
+                  client's ``mac_key``, auth token
 aggregator.json   ``n``, every client's seed, auth token (no ``p``/``q``, no
-                  ``phi_seed``: the aggregator can neither decrypt nor undo phi)
-client-<id>.json  ``n``, ``phi_seed``, this client's own seed only
+                  ``phi_seed``, no MAC key: the aggregator can neither decrypt,
+                  undo phi, nor forge a client's tags or touch-set MACs)
+client-<id>.json  ``n``, ``phi_seed``, this client's own seed and ``mac_key``
 ================  =============================================================
+
+The MAC keys (32 bytes each, version 2 of the bundle format) let the keyholder check
+that what it decrypts is an honest sum of authentic client contributions
+(:mod:`crypto.dphe`, :mod:`crypto.keyholder`). A version-1 bundle (without MAC
+keys) is refused with an error naming the missing field and telling to rerun
+``python -m crypto.keygen``.
 
 The auth token is shared by the keyholder and the aggregator: the keyholder service
 (:mod:`crypto.keyholder_service`) only serves requests bearing it. Big integers are
@@ -46,7 +55,7 @@ from phe import paillier
 from crypto.permutation import SEED_BYTES, keyed_permutation
 
 BUNDLE_FORMAT = "fedhash-dphe-bundle"
-BUNDLE_VERSION = 1
+BUNDLE_VERSION = 2
 PRODUCTION_KEY_BITS = (2048, 3072)
 MIN_TEST_KEY_BITS = 256
 MIN_CLIENTS = 3
@@ -59,6 +68,10 @@ PHI_LABEL = "phi"
 """Label of the user-shared permutation phi over the ``D + 1`` coordinates."""
 PHI_N_LABEL = "phi_n"
 """Label of a user-aggregator permutation phi_n over the blocks."""
+MAC_KEY_BYTES = 32
+"""Length of a client-keyholder MAC key."""
+PHI_CACHE_SIZE = 8
+"""Most permutations phi a holder keeps (phi changes every round and stream)."""
 
 
 def client_file(client_id: int) -> str:
@@ -104,22 +117,36 @@ class _PhiHolder(_PublicKeyHolder):
     """Holders of the user-shared permutation's seed: clients and the keyholder."""
 
     phi_seed: bytes
-    _permutations: dict[tuple[str, int], np.ndarray]
+    _permutations: dict[Any, np.ndarray]
 
-    def phi(self, size: int) -> np.ndarray:
-        """User-shared permutation phi of ``size`` coordinates (cached).
+    def phi(self, size: int, context: str = "") -> np.ndarray:
+        """User-shared permutation phi of ``size`` coordinates (LRU-cached).
 
         Parameters
         ----------
         size : int
             Number of coordinates ``D + 1``.
+        context : str
+            Appended to the SHAKE-256 label: :mod:`crypto.dphe` passes the session,
+            stream and round, so phi is fresh for every aggregation. The cache keeps
+            the last :data:`PHI_CACHE_SIZE` permutations.
 
         Returns
         -------
         np.ndarray
             ``(size,)`` int64; coordinate ``i`` goes to phi-space position ``phi[i]``.
         """
-        return _cached(self._permutations, self.phi_seed, size, PHI_LABEL)
+        label = f"{PHI_LABEL}/{context}" if context else PHI_LABEL
+        key = (label, int(size))
+        cache = self._permutations
+        perm = cache.pop(key, None)
+        if perm is None:
+            perm = keyed_permutation(self.phi_seed, int(size), label)
+            perm.setflags(write=False)
+        cache[key] = perm  # most recent last
+        while len(cache) > PHI_CACHE_SIZE:
+            del cache[next(iter(cache))]
+        return perm
 
 
 @dataclass(frozen=True)
@@ -138,6 +165,8 @@ class ClientBundle(_PhiHolder):
         32-byte seed of this client's user-aggregator permutation phi_n.
     key_bits : int
         Bit length of ``n``.
+    mac_key : bytes
+        32-byte key shared with the keyholder only: block tags and touch-set MAC.
     test_key : bool
         True for an insecure test-size key.
     """
@@ -147,8 +176,12 @@ class ClientBundle(_PhiHolder):
     phi_seed: bytes = field(repr=False)
     client_seed: bytes = field(repr=False)
     key_bits: int
+    mac_key: bytes = field(repr=False)
     test_key: bool = False
-    _permutations: dict[tuple[str, int], np.ndarray] = field(
+    _permutations: dict[Any, np.ndarray] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    _phi_n: dict[Any, np.ndarray] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
 
@@ -165,7 +198,7 @@ class ClientBundle(_PhiHolder):
         np.ndarray
             ``(num_blocks,)`` int64; phi-space block ``b`` is sent as ``phi_n[b]``.
         """
-        return _cached(self._permutations, self.client_seed, num_blocks, PHI_N_LABEL)
+        return _cached(self._phi_n, self.client_seed, num_blocks, PHI_N_LABEL)
 
 
 @dataclass(frozen=True)
@@ -245,6 +278,8 @@ class KeyholderBundle(_PhiHolder):
         Bearer token the aggregator must present.
     key_bits : int
         Bit length of ``n``.
+    mac_keys : dict of int to bytes
+        Client id -> that client's 32-byte MAC key.
     test_key : bool
         True for an insecure test-size key.
     """
@@ -255,8 +290,9 @@ class KeyholderBundle(_PhiHolder):
     phi_seed: bytes = field(repr=False)
     auth_token: str = field(repr=False)
     key_bits: int
+    mac_keys: dict[int, bytes] = field(repr=False)
     test_key: bool = False
-    _permutations: dict[tuple[str, int], np.ndarray] = field(
+    _permutations: dict[Any, np.ndarray] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
 
@@ -377,6 +413,7 @@ def generate_keys(
     test_key = key_bits not in PRODUCTION_KEY_BITS
     phi_seed = secrets.token_bytes(SEED_BYTES)
     client_seeds = [secrets.token_bytes(SEED_BYTES) for _ in range(num_clients)]
+    mac_keys = [secrets.token_bytes(MAC_KEY_BYTES) for _ in range(num_clients)]
     auth_token = secrets.token_hex(32)
     common = {
         "format": BUNDLE_FORMAT,
@@ -394,6 +431,7 @@ def generate_keys(
             "p": _hex(private_key.p),
             "q": _hex(private_key.q),
             "phi_seed": phi_seed.hex(),
+            "mac_keys": {str(i): k.hex() for i, k in enumerate(mac_keys)},
             "auth_token": auth_token,
         },
     )
@@ -406,8 +444,8 @@ def generate_keys(
             "auth_token": auth_token,
         },
     )
-    for client_id, (path, seed) in enumerate(
-        zip(client_paths, client_seeds, strict=True)
+    for client_id, (path, seed, mac_key) in enumerate(
+        zip(client_paths, client_seeds, mac_keys, strict=True)
     ):
         _write_json(
             path,
@@ -417,6 +455,7 @@ def generate_keys(
                 "client_id": client_id,
                 "phi_seed": phi_seed.hex(),
                 "client_seed": seed.hex(),
+                "mac_key": mac_key.hex(),
             },
         )
     return KeyPaths(
@@ -465,6 +504,7 @@ def load_client_bundle(
         phi_seed=_get_seed(data, "phi_seed", where),
         client_seed=_get_seed(data, "client_seed", where),
         key_bits=key_bits,
+        mac_key=_parse_seed(_required(data, "mac_key", where), "mac_key", where),
         test_key=test_key,
     )
 
@@ -491,17 +531,10 @@ def load_aggregator_bundle(path: str | os.PathLike[str]) -> AggregatorBundle:
     """
     data, where = _read_bundle(path, ROLE_AGGREGATOR)
     n, key_bits, test_key = _common_fields(data, where)
-    raw = data.get("client_seeds")
-    if not isinstance(raw, Mapping) or not raw:
-        raise ValueError(f"{where}: client_seeds must be a non-empty object")
-    seeds: dict[int, bytes] = {}
-    for key, value in raw.items():
-        if not (isinstance(key, str) and key.isdigit()):
-            raise ValueError(f"{where}: client_seeds key {key!r} is not a client id")
-        seeds[int(key)] = _parse_seed(value, f"client_seeds[{key}]", where)
+    seeds = _seed_map(data, "client_seeds", where)
     return AggregatorBundle(
         n=n,
-        client_seeds=dict(sorted(seeds.items())),
+        client_seeds=seeds,
         auth_token=_get_token(data, where),
         key_bits=key_bits,
         test_key=test_key,
@@ -542,8 +575,31 @@ def load_keyholder_bundle(path: str | os.PathLike[str]) -> KeyholderBundle:
         phi_seed=_get_seed(data, "phi_seed", where),
         auth_token=_get_token(data, where),
         key_bits=key_bits,
+        mac_keys=_seed_map(data, "mac_keys", where),
         test_key=test_key,
     )
+
+
+def _required(data: Mapping[str, Any], name: str, where: str) -> object:
+    if name not in data:
+        raise ValueError(
+            f"{where} has no {name!r} (the client-keyholder MAC key(s) of bundle "
+            f"version {BUNDLE_VERSION}): rerun `python -m crypto.keygen` and give "
+            "every party its new bundle"
+        )
+    return data[name]
+
+
+def _seed_map(data: Mapping[str, Any], name: str, where: str) -> dict[int, bytes]:
+    raw = _required(data, name, where)
+    if not isinstance(raw, Mapping) or not raw:
+        raise ValueError(f"{where}: {name} must be a non-empty object")
+    seeds: dict[int, bytes] = {}
+    for key, value in raw.items():
+        if not (isinstance(key, str) and key.isdigit()):
+            raise ValueError(f"{where}: {name} key {key!r} is not a client id")
+        seeds[int(key)] = _parse_seed(value, f"{name}[{key}]", where)
+    return dict(sorted(seeds.items()))
 
 
 def _cached(
@@ -602,6 +658,12 @@ def _read_bundle(path: str | os.PathLike[str], role: str) -> tuple[dict[str, Any
         raise ValueError(f"{where} is not valid JSON: {error}") from None
     if not isinstance(data, dict):
         raise ValueError(f"{where} must hold a JSON object")
+    if data.get("format") == BUNDLE_FORMAT and data.get("version") == 1:
+        raise ValueError(
+            f"{where} is a version-1 bundle without 'mac_key'/'mac_keys' (the "
+            "client-keyholder MAC keys that let the keyholder refuse forged sums): "
+            "rerun `python -m crypto.keygen` and give every party its new bundle"
+        )
     if data.get("format") != BUNDLE_FORMAT or data.get("version") != BUNDLE_VERSION:
         raise ValueError(
             f"{where} is not a {BUNDLE_FORMAT} version {BUNDLE_VERSION} file "

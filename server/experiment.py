@@ -295,8 +295,14 @@ def _pfmh_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def run_experiment(grid: Grid, settings: RunSettings) -> RunResults:
-    """Validate, train, evaluate and write ``results/<run-id>/``; return the results."""
+def run_experiment(
+    grid: Grid, settings: RunSettings, *, simulation: bool = False
+) -> RunResults:
+    """Validate, train, evaluate and write ``results/<run-id>/``; return the results.
+
+    ``simulation`` (the ServerApp's grid is the simulation engine's) allows the
+    in-process DPHE keyholder; otherwise the keyholder must be a service.
+    """
     strategy = build_strategy(settings)  # unknown strategy -> ConfigError
     data = prepare_data(settings)  # missing/bad files -> errors
     model_name = (
@@ -332,6 +338,7 @@ def run_experiment(grid: Grid, settings: RunSettings) -> RunResults:
             dimension=sum(int(v.numel()) for v in initial_state.values()),
             partition_ids=[i.partition_id for i in nodes.values()],
             num_classes=data.num_classes,
+            simulation=simulation,
         )
         strategy.set_secure_aggregation(secure_model)
         if secure_prototypes is not None:

@@ -3,6 +3,12 @@
 Everything is checked before round 1: the bundles exist and parse, the packing
 fits the key for this model's size, and every discovered partition has a
 user-aggregator permutation in the aggregator's bundle.
+
+The in-process keyholder (secret key inside the ServerApp process) is built only in
+simulation (``simulation=True``, from the ServerApp's grid); it is given the run's
+stream parameters (:func:`settings.dphe_setup.stream_params`) to pin. A keyholder
+service pins its own (``--streams``); the server checks that its streams are those
+it needs through ``/v1/health``.
 """
 
 from __future__ import annotations
@@ -13,19 +19,33 @@ from pathlib import Path
 
 from flwr.common.logger import log
 
-from crypto import Keyholder, KeyholderLike, RemoteKeyholder
+from crypto import (
+    STREAM_MODEL,
+    STREAM_PROTOTYPES,
+    Keyholder,
+    KeyholderLike,
+    RemoteKeyholder,
+)
 from settings import keys as K
-from settings.dphe_setup import dphe_params, load_server_bundles
+from settings.dphe_setup import load_server_bundles, stream_params
 from settings.run_settings import ConfigError, RunSettings
 from strategies.secure_aggregation import SecureAggregation, SecureSum
 
 
 def build_secure_aggregation(
-    settings: RunSettings, *, dimension: int, partition_ids: Iterable[int]
+    settings: RunSettings,
+    *,
+    dimension: int,
+    partition_ids: Iterable[int],
+    simulation: bool,
 ) -> SecureAggregation:
     """Build the strategy's DPHE component for a model of ``dimension`` values."""
     return build_secure_components(
-        settings, dimension=dimension, partition_ids=partition_ids, num_classes=0
+        settings,
+        dimension=dimension,
+        partition_ids=partition_ids,
+        num_classes=0,
+        simulation=simulation,
     )[0]
 
 
@@ -35,19 +55,28 @@ def build_secure_components(
     dimension: int,
     partition_ids: Iterable[int],
     num_classes: int,
+    simulation: bool,
 ) -> tuple[SecureAggregation, SecureSum | None]:
     """Build the model's DPHE component and, with ``dphe-prototypes``, FedHAP's.
 
-    Both share one keyholder handle.
+    Both share one keyholder handle (and its session id).
 
     Raises
     ------
     ConfigError
-        Missing/invalid bundles, a packing that does not fit the key, or a
-        partition without a permutation in the aggregator's bundle.
+        Missing/invalid bundles, a packing that does not fit the key, a partition
+        without a permutation in the aggregator's bundle, an empty
+        ``dphe-keyholder-url`` outside simulation, or a keyholder service whose
+        pinned streams are not those of this run.
     """
-    aggregator, keyholder_bundle = load_server_bundles(settings)
-    params = dphe_params(settings, dimension=dimension, key_bits=aggregator.key_bits)
+    aggregator, keyholder_bundle = load_server_bundles(settings, simulation=simulation)
+    streams = stream_params(
+        settings,
+        model_dimension=dimension,
+        num_classes=num_classes,
+        key_bits=aggregator.key_bits,
+    )
+    params = streams[STREAM_MODEL]
     known = set(aggregator.client_seeds)
     missing = sorted(set(partition_ids) - known)
     if missing:
@@ -59,10 +88,12 @@ def build_secure_components(
         )
     keyholder: KeyholderLike
     if keyholder_bundle is None:
-        keyholder = _remote_keyholder(settings, aggregator.auth_token)
+        remote = _remote_keyholder(settings, aggregator.auth_token)
+        _check_remote_streams(remote, streams)
+        keyholder = remote
         where = f"keyholder service {settings.dphe_keyholder_url}"
     else:
-        keyholder = Keyholder(keyholder_bundle)
+        keyholder = Keyholder(keyholder_bundle, streams)
         where = "in-process keyholder (simulation)"
     if aggregator.test_key:
         log(
@@ -81,14 +112,32 @@ def build_secure_components(
         params.slot_bits,
         where,
     )
-    model = SecureAggregation(aggregator, keyholder, settings)
+    model = SecureAggregation(aggregator, keyholder, params)
     if not settings.dphe_prototypes:
         return model, None
     prototypes = SecureSum(
-        aggregator, keyholder, settings, uniform=True, what="prototype sums"
+        aggregator,
+        keyholder,
+        streams[STREAM_PROTOTYPES],
+        stream=STREAM_PROTOTYPES,
+        what="prototype sums",
+        session=model.session,
     )
-    prototypes.begin(num_classes * (settings.code_length + 1))  # checks the params
     return model, prototypes
+
+
+def _check_remote_streams(remote: RemoteKeyholder, streams: dict) -> None:
+    """Refuse to start when the service does not pin every stream this run uses."""
+    try:
+        served = remote.health().get("streams")
+    except RuntimeError as exc:
+        raise ConfigError(f"{K.DPHE_KEYHOLDER_URL}: {exc}") from None
+    if isinstance(served, list) and not set(streams) <= set(served):
+        raise ConfigError(
+            f"{K.DPHE_KEYHOLDER_URL}: the keyholder service pins the streams "
+            f"{sorted(served)}, this run needs {sorted(streams)}: write its "
+            "--streams file from this run config (python -m settings.keyholder_streams)"
+        )
 
 
 def _remote_keyholder(settings: RunSettings, auth_token: str) -> RemoteKeyholder:

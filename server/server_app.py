@@ -32,7 +32,7 @@ def build_server_app(overrides: Mapping[str, Any] | None = None) -> ServerApp:
                 "is for Flower's simulation engine only (the server could rebuild "
                 "every flip and DP-SGD draw); accepted in a deployment: 'secure'"
             )
-        run_experiment(grid, settings)
+        run_experiment(grid, settings, simulation=server_in_simulation(grid))
 
     return app
 

@@ -1,10 +1,21 @@
 """DPHE wiring shared by the ClientApp and the ServerApp: parameters and records.
 
 Both sides derive the same :class:`crypto.DPHEParams` from the run config, the
-model's size and the key size, so nothing about the encoding travels in messages.
+model's size and the key size, so nothing about the encoding travels in messages;
+the keyholder gets the same parameters, per stream, from its own configuration
+(:func:`stream_params`, ``python -m settings.keyholder_streams``).
 An encrypted update travels in its own ``dphe`` ArrayRecord (``block-ids``,
-``shard-sizes``, ``ciphertexts`` as fixed-width big-endian bytes, ``key-id``),
-which replaces the ``arrays`` record of a plaintext reply.
+``shard-sizes``, ``ciphertexts`` as fixed-width big-endian bytes, ``key-id``,
+``touch-mac``), which replaces the ``arrays`` record of a plaintext reply.
+
+Streams: ``model`` is the flattened model update followed by one more coordinate,
+the client's train loss divided by :data:`LOSS_SCALE` (so under DPHE the server
+learns only the weighted average loss, never a client's); ``prototypes`` (FedHAP
+with ``dphe-prototypes``) is :func:`hashing.prototypes.prototype_sum_vector`.
+
+Padding is on by default (``dphe-pad = true``); with ``dphe-capacity = 0`` the
+capacity is then :func:`crypto.auto_capacity` of the stream's number of blocks (at
+most 4 shard counts), so the aggregator learns ``ceil(touched / M)`` only.
 """
 
 from __future__ import annotations
@@ -16,12 +27,15 @@ import numpy as np
 from flwr.app import Array, ArrayRecord
 
 from crypto import (
+    STREAM_MODEL,
+    STREAM_PROTOTYPES,
     AggregatorBundle,
     ClientBundle,
     DPHEParams,
     EncryptedUpdate,
     FixedPointParams,
     KeyholderBundle,
+    auto_capacity,
     load_aggregator_bundle,
     load_client_bundle,
     load_keyholder_bundle,
@@ -32,6 +46,62 @@ from settings.run_settings import ConfigError, RunSettings
 
 AGGREGATOR_BUNDLE = "aggregator.json"
 KEYHOLDER_BUNDLE = "keyholder.json"
+LOSS_SCALE = 64.0
+"""The train loss travels as ``loss / 64`` in the model stream's last coordinate
+(clipped to ``[-clip, clip]`` like every coordinate: losses above ``64 * clip`` are
+reported as ``64 * clip``; resolution ``64 * 2**-scale_bits``)."""
+
+
+def with_loss(update: np.ndarray, loss: float) -> np.ndarray:
+    """Append the scaled train loss to a flattened model update (model stream)."""
+    value = float(loss) / LOSS_SCALE if np.isfinite(loss) else 0.0
+    return np.concatenate([np.asarray(update, dtype=np.float64), [value]])
+
+
+def split_loss(average: np.ndarray) -> tuple[np.ndarray, float]:
+    """Inverse of :func:`with_loss` on a decrypted average: (update, mean loss)."""
+    return average[:-1], float(average[-1]) * LOSS_SCALE
+
+
+def stream_params(
+    settings: RunSettings,
+    *,
+    model_dimension: int,
+    num_classes: int,
+    key_bits: int,
+) -> dict[str, DPHEParams]:
+    """Return the parameters of every DPHE stream of a run, as the keyholder pins.
+
+    Parameters
+    ----------
+    settings : RunSettings
+        The run's settings.
+    model_dimension : int
+        Number of model values sent to the clients (hashing network plus
+        discriminator, if any); the model stream has one more (the loss).
+    num_classes : int
+        Size of the label space (layout of the prototype sums).
+    key_bits : int
+        Paillier key size.
+
+    Returns
+    -------
+    dict of str to DPHEParams
+        ``{"model": ...}`` and, with ``dphe-prototypes``, ``"prototypes"``.
+    """
+    streams = {
+        STREAM_MODEL: dphe_params(
+            settings, dimension=model_dimension + 1, key_bits=key_bits
+        )
+    }
+    if settings.dphe_prototypes:
+        streams[STREAM_PROTOTYPES] = dphe_params(
+            settings,
+            dimension=num_classes * (settings.code_length + 1),
+            key_bits=key_bits,
+            uniform=True,
+        )
+    return streams
 
 
 def client_bundle_name(partition_id: int) -> str:
@@ -59,7 +129,8 @@ def dphe_params(
 ) -> DPHEParams:
     """DPHE parameters for a vector of ``dimension`` values and a ``key_bits`` key.
 
-    ``dphe-packing = 0`` packs as many slots per plaintext as the key allows.
+    ``dphe-packing = 0`` packs as many slots per plaintext as the key allows;
+    ``dphe-pad = true`` with ``dphe-capacity = 0`` uses :func:`crypto.auto_capacity`.
 
     Raises
     ------
@@ -76,14 +147,17 @@ def dphe_params(
             f"{K.DPHE_CLIP}, {K.DPHE_MAX_WEIGHT}, {K.DPHE_MAX_CONTRIBUTORS}); accepted "
             f"is 0 (= {most}) or 1..{most}"
         )
-    params = DPHEParams(
-        dimension=dimension,
-        packing=packing,
-        fixed_point=fp,
-        capacity=settings.dphe_capacity,
-        pad=settings.dphe_pad,
-    )
+    capacity = settings.dphe_capacity
     try:
+        if settings.dphe_pad and capacity == 0:
+            capacity = auto_capacity(-(-(dimension + 1) // packing))
+        params = DPHEParams(
+            dimension=dimension,
+            packing=packing,
+            fixed_point=fp,
+            capacity=capacity,
+            pad=settings.dphe_pad,
+        )
         params.validate(key_bits)
     except ValueError as exc:
         raise ConfigError(f"DPHE parameters: {exc}") from None
@@ -163,14 +237,18 @@ def cached_client_bundle(path: str, partition_id: int) -> ClientBundle:
 
 
 def load_server_bundles(
-    settings: RunSettings,
+    settings: RunSettings, *, simulation: bool
 ) -> tuple[AggregatorBundle, KeyholderBundle | None]:
     """Load the aggregator's bundle and, without a keyholder URL, the keyholder's.
 
     In simulation the keyholder is an in-process object built from
     ``keyholder.json`` -- outside the strategy, which only ever holds the
     aggregator's bundle. With ``dphe-keyholder-url`` the keyholder is a separate
-    service and its bundle is not read here at all.
+    service and its bundle is not read here at all. Outside simulation
+    (``simulation`` False: the ServerApp's grid is not the simulation engine's,
+    :func:`settings.runtime.server_in_simulation`) the secret key never loads into
+    the ServerApp: an empty ``dphe-keyholder-url`` is a ConfigError, whether or not
+    ``keyholder.json`` lies in the key folder.
     """
     folder = Path(settings.dphe_key_dir)
     agg_path = folder / AGGREGATOR_BUNDLE
@@ -182,6 +260,14 @@ def load_server_bundles(
     aggregator = load_aggregator_bundle(agg_path)
     if settings.dphe_keyholder_url:
         return aggregator, None
+    if not simulation:
+        raise ConfigError(
+            f"{K.DPHE_KEYHOLDER_URL} is empty outside simulation: the ServerApp "
+            f"must never hold the secret key ({KEYHOLDER_BUNDLE}); run "
+            "`python -m crypto.keyholder_service` and give its URL in "
+            f"{K.DPHE_KEYHOLDER_URL} (the in-process keyholder is for Flower's "
+            "simulation engine only)"
+        )
     kh_path = folder / KEYHOLDER_BUNDLE
     if not kh_path.is_file():
         raise ConfigError(

@@ -101,6 +101,7 @@ NUM_EXAMPLES = "num-examples"  # Flower's FedAvg weighting key
 TRAIN_LOSS = "train-loss"
 PFMH_LOSS_PREFIX = "loss-"  # PFMH train metrics: loss-global, loss-local, ...
 SERVER_ROUND = "server-round"
+DPHE_SESSION = "dphe-session"  # train config: the keyholder's session id (hex)
 QUERY_OP = "op"  # what a query message asks for
 OP_DESCRIBE = "describe"  # reply with partition id and sizes
 OP_ENCODE = "encode"  # encode the local database with the sent model

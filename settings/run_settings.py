@@ -120,7 +120,7 @@ class RunSettings:
     dphe_max_weight: int = 4096
     dphe_max_contributors: int = 128
     dphe_capacity: int = 0
-    dphe_pad: bool = False
+    dphe_pad: bool = True
     dphe_prototypes: bool = False
     pfmh_mode: str = "personalized"
     pfmh_variant: str = "full"
@@ -331,11 +331,6 @@ class RunSettings:
             raise ConfigError(
                 f"{K.DPHE_CAPACITY}={self.dphe_capacity}: accepted is 0 (no limit) or "
                 "the number of encrypted blocks per shard"
-            )
-        if self.dphe_pad and self.dphe_capacity == 0:
-            raise ConfigError(
-                f"{K.DPHE_PAD}=true needs {K.DPHE_CAPACITY} > 0: shards are padded to "
-                "exactly that many blocks"
             )
         if self.dphe_keyholder_ca and not self.dphe_keyholder_url.startswith(
             "https://"

@@ -125,7 +125,7 @@ class HashingFedHAP(PartitionOrderedMixin, FedAvg):
         messages = list(super().configure_train(server_round, arrays, config, grid))
         if self.secure_prototypes is not None:
             assert self.num_classes is not None
-            self.secure_prototypes.begin(self.num_classes * (self.bits + 1))
+            self.secure_prototypes.begin(server_round)
         if self.uses_prototypes and self.global_prototypes is not None:
             record = broadcast_record(self.global_prototypes)
             for msg in messages:

@@ -98,7 +98,11 @@ class PartitionOrderedMixin:
         """Flower's configure_train on a partition-sorted grid with seeded sampling."""
         self._expected = array_signature(arrays)
         if self.secure_aggregation is not None:
-            self.secure_aggregation.begin_round(arrays)
+            self.secure_aggregation.begin_round(arrays, server_round)
+            # the clients bind their encrypted updates to the keyholder's session
+            config = ConfigRecord(
+                {**dict(config), K.DPHE_SESSION: self.secure_aggregation.session.hex()}
+            )
         state = random.getstate()
         random.seed(self.sampling_seed * 1_000_003 + server_round)
         try:

@@ -2,29 +2,36 @@
 
 The strategy (the DPHE paper's *aggregator*) holds components built from the
 aggregator's key bundle -- the Paillier public key and the user-aggregator
-permutations, never the secret key nor the user-shared permutation -- and a
-keyholder handle (:class:`crypto.KeyholderLike`: an in-process ``Keyholder`` in
-simulation, a ``RemoteKeyholder`` HTTP client in deployment).
+permutations, never the secret key, the user-shared permutation or a MAC key -- and
+a keyholder handle (:class:`crypto.KeyholderLike`: an in-process ``Keyholder`` in
+simulation only, a ``RemoteKeyholder`` HTTP client in deployment).
 
-* :class:`SecureSum` sums one kind of encrypted vector per round (parse, check,
-  add, then have the keyholder decrypt the aggregate only).
+* :class:`SecureSum` sums one *stream* (``model``, ``prototypes``) per round:
+  parse, check, add, then have the keyholder decrypt the aggregate -- once per
+  round; the keyholder checks every contributor's tags and touch-set MAC, bound to
+  its session, the stream and the round (``crypto/keyholder.py``).
 * :class:`SecureAggregation` uses it for the model: each reply's ``dphe`` record is
   taken out and added in :meth:`SecureAggregation.screen`; :meth:`aggregate`
   refuses aggregates of fewer than 3 contributors (no update that round) and
   otherwise adds the decrypted weighted average update to the global model. The
-  weights (``num-examples`` or 1) are encrypted inside the update; the server learns
-  only their total.
+  weights (``num-examples`` or 1) and the train loss are encrypted inside the
+  update (the loss as the model stream's last coordinate,
+  :func:`settings.dphe_setup.with_loss`): the server learns only the total weight
+  and the weighted average loss, which it reports as ``train-loss``.
 
 A bad reply (missing record, malformed bytes, another key, bad block ids, ...) is
-refused with the reason; the strategy logs it naming the client and goes on.
+refused with the reason; the strategy logs it naming the client and goes on. A
+keyholder refusal is logged with its generic category only (it carries no value).
 
-Client contract: reply with one ``dphe`` ArrayRecord (``settings/dphe_setup.py``)
-and one MetricRecord (without ``num-examples``), and no ``arrays`` record.
+Client contract: every train message carries the keyholder's session id
+(``dphe-session``, hex) in its config; reply with one ``dphe`` ArrayRecord
+(``settings/dphe_setup.py``, encrypted under that session, the ``model`` stream and
+the message's ``server-round``) and one MetricRecord without entries (nothing about
+one client travels in clear), and no ``arrays`` record.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from logging import INFO, WARNING
 
 import numpy as np
@@ -32,7 +39,9 @@ from flwr.app import Array, ArrayRecord, Message, MetricRecord
 from flwr.common.logger import log
 
 from crypto import (
+    STREAM_MODEL,
     AggregateRefused,
+    AggregationContext,
     AggregatorBundle,
     DPHEAggregator,
     DPHEParams,
@@ -42,55 +51,54 @@ from crypto import (
 )
 from hashing.update_sparsity import ArrayLayout, flatten_arrays, unflatten_arrays
 from settings import keys as K
-from settings.dphe_setup import dphe_params, read_dphe_record
-from settings.run_settings import DPHE_MIN_CONTRIBUTORS, RunSettings
+from settings.dphe_setup import read_dphe_record, split_loss
+from settings.run_settings import DPHE_MIN_CONTRIBUTORS
 
 
 class SecureSum:
-    """One encrypted sum per round of vectors of a fixed dimension.
+    """One encrypted sum per round of one stream, with pinned parameters.
 
     Parameters
     ----------
     bundle : AggregatorBundle
         Public key and every client's user-aggregator permutation seed.
     keyholder : KeyholderLike
-        Decrypts aggregated sums only (``decrypt_aggregate``).
-    settings : RunSettings
-        Encoding parameters (packing, fixed point, capacity, padding).
-    uniform : bool
-        Every client's weight is 1 (prototype sums) instead of the run's weighting.
+        Decrypts aggregated sums only (``session_id``, ``decrypt_aggregate``).
+    params : DPHEParams
+        The stream's parameters (the keyholder pins the same).
+    stream : str
+        Stream name (``model``, ``prototypes``).
     what : str
         Name in log lines (``model update``, ``prototype sums``).
+    session : bytes, optional
+        The keyholder's session id; fetched from ``keyholder`` when omitted.
     """
 
     def __init__(
         self,
         bundle: AggregatorBundle,
         keyholder: KeyholderLike,
-        settings: RunSettings,
+        params: DPHEParams,
         *,
-        uniform: bool = False,
+        stream: str,
         what: str = "model update",
+        session: bytes | None = None,
     ) -> None:
         self.bundle = bundle
         self.keyholder = keyholder
-        self.settings = settings
-        self.uniform = uniform
+        self.params = params
+        self.stream = stream
         self.what = what
         self.min_contributors = DPHE_MIN_CONTRIBUTORS
-        self.params: DPHEParams | None = None
+        self.session = keyholder.session_id() if session is None else session
         self._aggregator: DPHEAggregator | None = None
+        self._round = 0
 
-    def begin(self, dimension: int) -> None:
-        """Start a new (empty) sum of ``dimension``-long vectors."""
-        if self.params is None or self.params.dimension != dimension:
-            self.params = dphe_params(
-                self.settings,
-                dimension=dimension,
-                key_bits=self.bundle.key_bits,
-                uniform=self.uniform,
-            )
-        self._aggregator = DPHEAggregator(self.bundle, self.params)
+    def begin(self, server_round: int) -> None:
+        """Start a new (empty) sum for ``server_round``."""
+        self._round = int(server_round)
+        context = AggregationContext(self.session, self.stream, self._round)
+        self._aggregator = DPHEAggregator(self.bundle, self.params, context)
 
     @property
     def contributors(self) -> int:
@@ -122,9 +130,9 @@ class SecureSum:
         """Decrypt the average vector; return it, the total weight, the blocks.
 
         ``None`` (with a log line) when fewer than 3 clients contributed or the
-        keyholder refused the aggregate.
+        keyholder refused the aggregate (logged with its generic category only).
         """
-        assert self._aggregator is not None and self.params is not None
+        assert self._aggregator is not None
         contributors = self._aggregator.contributors
         if contributors < self.min_contributors:
             log(
@@ -139,7 +147,7 @@ class SecureSum:
             return None
         encrypted_sum = self._aggregator.result()
         try:
-            sums = self.keyholder.decrypt_aggregate(encrypted_sum, contributors)
+            sums = self.keyholder.decrypt_aggregate(encrypted_sum)
         except AggregateRefused as exc:
             log(
                 WARNING,
@@ -163,15 +171,25 @@ class SecureSum:
 
 
 class SecureAggregation:
-    """The aggregator's side of DPHE for the model, one model layout per run."""
+    """The aggregator's side of DPHE for the model, one model layout per run.
+
+    Parameters
+    ----------
+    bundle : AggregatorBundle
+        The aggregator's bundle.
+    keyholder : KeyholderLike
+        The keyholder handle.
+    params : DPHEParams
+        The model stream's parameters: ``dimension`` = model size + 1 (the loss).
+    """
 
     def __init__(
         self,
         bundle: AggregatorBundle,
         keyholder: KeyholderLike,
-        settings: RunSettings,
+        params: DPHEParams,
     ) -> None:
-        self.sum = SecureSum(bundle, keyholder, settings)
+        self.sum = SecureSum(bundle, keyholder, params, stream=STREAM_MODEL)
         self._global: np.ndarray | None = None
         self._layout: ArrayLayout | None = None
         self.history: dict[int, dict[str, float]] = {}
@@ -185,11 +203,27 @@ class SecureAggregation:
     def keyholder(self, value: KeyholderLike) -> None:
         self.sum.keyholder = value
 
-    def begin_round(self, arrays: ArrayRecord) -> None:
-        """Start a new encrypted sum for the model ``arrays`` sent this round."""
+    @property
+    def session(self) -> bytes:
+        """The keyholder's session id, sent to the clients in the train config."""
+        return self.sum.session
+
+    def begin_round(self, arrays: ArrayRecord, server_round: int) -> None:
+        """Start a new encrypted sum for the model ``arrays`` sent this round.
+
+        Raises
+        ------
+        ValueError
+            If the model's size does not match the pinned model stream.
+        """
         vector, layout = flatten_arrays({n: a.numpy() for n, a in arrays.items()})
+        if vector.size + 1 != self.sum.params.dimension:
+            raise ValueError(
+                f"the model has {vector.size} values but the DPHE model stream is "
+                f"pinned to {self.sum.params.dimension - 1} (+1 for the loss)"
+            )
         self._global, self._layout = vector, layout
-        self.sum.begin(vector.size)
+        self.sum.begin(server_round)
 
     def screen(self, msg: Message, partition_id: int | None) -> str | None:
         """Take the ``dphe`` record out of ``msg`` and add it to the sum.
@@ -214,19 +248,23 @@ class SecureAggregation:
         return None
 
     def aggregate(
-        self, server_round: int, kept: Sequence[Message]
+        self, server_round: int, kept: object = None
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Decrypt (via the keyholder) and apply the average update.
 
         Returns ``(None, None)`` -- no update this round -- when fewer than 3
-        clients contributed or the keyholder refuses the aggregate.
+        clients contributed or the keyholder refuses the aggregate; otherwise the
+        new model and ``{"train-loss": weighted average loss}`` (decrypted with the
+        update: no client's own loss is ever seen). ``kept`` is unused: the
+        replies' MetricRecords carry nothing under DPHE.
         """
         assert self._global is not None and self._layout is not None
         result = self.sum.decrypt_average(server_round)
         if result is None:
             return None, None
         average, total_weight, blocks = result
-        arrays = unflatten_arrays(self._global + average, self._layout)
+        update, loss = split_loss(average)
+        arrays = unflatten_arrays(self._global + update, self._layout)
         self.history[server_round] = {
             "contributors": self.sum.contributors,
             "blocks": blocks,
@@ -235,17 +273,4 @@ class SecureAggregation:
         record = ArrayRecord(
             {name: Array(np.ascontiguousarray(v)) for name, v in arrays.items()}
         )
-        return record, mean_metrics(kept)
-
-
-def mean_metrics(replies: Sequence[Message]) -> MetricRecord:
-    """Unweighted mean of each numeric metric over the replies (weights are secret)."""
-    sums: dict[str, float] = {}
-    counts: dict[str, int] = {}
-    for msg in replies:
-        for record in msg.content.metric_records.values():
-            for key, value in record.items():
-                if isinstance(value, int | float) and not isinstance(value, bool):
-                    sums[key] = sums.get(key, 0.0) + float(value)
-                    counts[key] = counts.get(key, 0) + 1
-    return MetricRecord({k: sums[k] / counts[k] for k in sums})
+        return record, MetricRecord({K.TRAIN_LOSS: loss})

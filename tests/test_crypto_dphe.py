@@ -20,6 +20,7 @@ import pytest
 
 from crypto import (
     AggregateRefused,
+    AggregationContext,
     AggregatorBundle,
     ClientBundle,
     DPHEAggregator,
@@ -40,10 +41,11 @@ from crypto import (
     naive_aggregate,
     naive_decrypt,
     naive_encrypt,
-    pack,
 )
 
 KEY_BITS = 512
+CTX0 = AggregationContext(bytes(16), "model", 1)
+"""A context for tests that never decrypt (the aggregator does not check it)."""
 NUM_CLIENTS = 10
 DIM = 24
 
@@ -53,8 +55,20 @@ class Keys:
     keyholder_bundle: KeyholderBundle
     aggregator_bundle: AggregatorBundle
     clients: list[ClientBundle]
-    keyholder: Keyholder
     directory: Path
+
+
+@dataclasses.dataclass
+class Run:
+    """A keyholder pinned to one stream's params, and the context of round 1."""
+
+    keyholder: Keyholder
+    context: AggregationContext
+
+
+def new_run(keys: Keys, params: DPHEParams, **kwargs: int) -> Run:
+    keyholder = Keyholder(keys.keyholder_bundle, {"model": params}, **kwargs)
+    return Run(keyholder, AggregationContext(keyholder.session_id(), "model", 1))
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +86,6 @@ def keys(tmp_path_factory: pytest.TempPathFactory) -> Keys:
         clients=[
             load_client_bundle(p, client_id=i) for i, p in enumerate(paths.clients)
         ],
-        keyholder=Keyholder(keyholder_bundle),
         directory=paths.directory,
     )
 
@@ -94,10 +107,19 @@ def encrypt_all(
     weights: Sequence[int],
     params: DPHEParams,
     seed: int = 0,
+    *,
+    run: Run,
 ) -> list[EncryptedUpdate]:
     rng = np.random.default_rng(seed)
     return [
-        encrypt_update(u, weight=w, bundle=keys.clients[i], params=params, rng=rng)
+        encrypt_update(
+            u,
+            weight=w,
+            bundle=keys.clients[i],
+            params=params,
+            context=run.context,
+            rng=rng,
+        )
         for i, (u, w) in enumerate(zip(updates, weights, strict=True))
     ]
 
@@ -107,8 +129,10 @@ def aggregate(
     encrypted: Sequence[EncryptedUpdate],
     params: DPHEParams,
     ids: Sequence[int] | None = None,
+    *,
+    run: Run,
 ) -> tuple[EncryptedSum, DPHEAggregator]:
-    aggregator = DPHEAggregator(keys.aggregator_bundle, params)
+    aggregator = DPHEAggregator(keys.aggregator_bundle, params, run.context)
     for client_id in range(len(encrypted)) if ids is None else ids:
         aggregator.add(client_id, encrypted[client_id])
     return aggregator.result(), aggregator
@@ -136,6 +160,7 @@ def test_decrypted_average_matches_plaintext(
 ) -> None:
     fp = FixedPointParams(scale_bits=20, clip=1.0, max_weight=50 if weighted else 1)
     params = DPHEParams(dimension=DIM, packing=packing, fixed_point=fp)
+    run = new_run(keys, params)
     rng = np.random.default_rng(1000 * num_clients + 10 * packing + int(weighted))
     updates = make_updates(rng, num_clients, DIM, sparsity)
     weights = (
@@ -143,11 +168,11 @@ def test_decrypted_average_matches_plaintext(
         if weighted
         else [1] * num_clients
     )
-    encrypted = encrypt_all(keys, updates, weights, params)
-    encrypted_sum, aggregator = aggregate(keys, encrypted, params)
+    encrypted = encrypt_all(keys, updates, weights, params, run=run)
+    encrypted_sum, aggregator = aggregate(keys, encrypted, params, run=run)
     assert aggregator.contributors == num_clients
     assert encrypted_sum.summands == num_clients
-    sums = keys.keyholder.decrypt_aggregate(encrypted_sum, num_clients)
+    sums = run.keyholder.decrypt_aggregate(encrypted_sum)
     assert sums.dtype == np.int64 and sums.shape == (DIM + 1,)
     average, total_weight = decode_average(sums, params)
     assert total_weight == sum(weights)
@@ -157,6 +182,7 @@ def test_decrypted_average_matches_plaintext(
 
 def test_sparse_update_encrypts_only_touched_blocks(keys: Keys) -> None:
     params = DPHEParams(dimension=200)
+    run = new_run(keys, params)
     update = np.zeros(200)
     update[[3, 50, 199]] = [0.1, -0.2, 0.3]
     encrypted = encrypt_update(
@@ -164,6 +190,7 @@ def test_sparse_update_encrypts_only_touched_blocks(keys: Keys) -> None:
         weight=1,
         bundle=keys.clients[0],
         params=params,
+        context=run.context,
         rng=np.random.default_rng(0),
     )
     assert encrypted.num_blocks == 4  # three non-zeros plus the weight coordinate
@@ -172,14 +199,17 @@ def test_sparse_update_encrypts_only_touched_blocks(keys: Keys) -> None:
 
 def test_dropouts_average_over_survivors(keys: Keys) -> None:
     params = DPHEParams(dimension=DIM, packing=3)
+    run = new_run(keys, params)
     rng = np.random.default_rng(7)
     updates = make_updates(rng, NUM_CLIENTS, DIM, 0.5)
     weights = [1] * NUM_CLIENTS
-    encrypted = encrypt_all(keys, updates, weights, params)
+    encrypted = encrypt_all(keys, updates, weights, params, run=run)
     survivors = [0, 2, 3, 7, 9]
-    encrypted_sum, aggregator = aggregate(keys, encrypted, params, ids=survivors)
+    encrypted_sum, aggregator = aggregate(
+        keys, encrypted, params, ids=survivors, run=run
+    )
     assert aggregator.contributor_ids == tuple(survivors)
-    sums = keys.keyholder.decrypt_aggregate(encrypted_sum, len(survivors))
+    sums = run.keyholder.decrypt_aggregate(encrypted_sum)
     average, total_weight = decode_average(sums, params)
     assert total_weight == len(survivors)
     target = expected_average([updates[i] for i in survivors], [1] * 5, 1.0)
@@ -189,9 +219,12 @@ def test_dropouts_average_over_survivors(keys: Keys) -> None:
 def test_clipping_end_to_end(keys: Keys) -> None:
     fp = FixedPointParams(scale_bits=16, clip=0.5)
     params = DPHEParams(dimension=4, fixed_point=fp)
+    run = new_run(keys, params)
     updates = [np.array([2.0, -3.0, 0.25, 0.0])] * 3
-    encrypted = encrypt_all(keys, updates, [1, 1, 1], params)
-    sums = keys.keyholder.decrypt_aggregate(aggregate(keys, encrypted, params)[0], 3)
+    encrypted = encrypt_all(keys, updates, [1, 1, 1], params, run=run)
+    sums = run.keyholder.decrypt_aggregate(
+        aggregate(keys, encrypted, params, run=run)[0]
+    )
     average, _ = decode_average(sums, params)
     np.testing.assert_allclose(average, [0.5, -0.5, 0.25, 0.0], atol=1e-12)
 
@@ -207,7 +240,8 @@ def test_capacity_sharding_and_padding_leave_the_result_unchanged(keys: Keys) ->
     weights = [1, 1, 1, 1]
     results = {}
     for name, params in {"base": base, "sharded": sharded, "padded": padded}.items():
-        encrypted = encrypt_all(keys, updates, weights, params, seed=11)
+        run = new_run(keys, params)
+        encrypted = encrypt_all(keys, updates, weights, params, seed=11, run=run)
         for update, enc in zip(updates, encrypted, strict=True):
             touched = np.count_nonzero(update) + 1
             if name == "base":
@@ -218,17 +252,18 @@ def test_capacity_sharding_and_padding_leave_the_result_unchanged(keys: Keys) ->
             else:
                 assert all(s == capacity for s in enc.shard_sizes)
                 assert len(enc.shard_sizes) == -(-touched // capacity)
-        encrypted_sum, _ = aggregate(keys, encrypted, params)
-        results[name] = keys.keyholder.decrypt_aggregate(encrypted_sum, 4)
+        encrypted_sum, _ = aggregate(keys, encrypted, params, run=run)
+        results[name] = run.keyholder.decrypt_aggregate(encrypted_sum)
     np.testing.assert_array_equal(results["sharded"], results["base"])
     np.testing.assert_array_equal(results["padded"], results["base"])
 
 
 def test_aggregator_and_its_bundle_hold_no_secret(keys: Keys) -> None:
     params = DPHEParams(dimension=DIM, packing=2)
+    run = new_run(keys, params)
     updates = make_updates(np.random.default_rng(5), 3, DIM, 0.3)
-    encrypted = encrypt_all(keys, updates, [1, 1, 1], params)
-    _, aggregator = aggregate(keys, encrypted, params)
+    encrypted = encrypt_all(keys, updates, [1, 1, 1], params, run=run)
+    _, aggregator = aggregate(keys, encrypted, params, run=run)
     secret = keys.keyholder_bundle
     forbidden = [secret.phi_seed, secret.phi_seed.hex().encode()]
     for value in (secret.p, secret.q):
@@ -249,21 +284,21 @@ def test_aggregator_and_its_bundle_hold_no_secret(keys: Keys) -> None:
     # the aggregator still works after a pickle round trip
     restored = pickle.loads(pickle.dumps(aggregator))
     assert restored.contributors == 3
-    np.testing.assert_array_equal(
-        keys.keyholder.decrypt_aggregate(restored.result(), 3),
-        keys.keyholder.decrypt_aggregate(aggregator.result(), 3),
-    )
+    assert restored.result().to_json() == aggregator.result().to_json()
+    run.keyholder.decrypt_aggregate(restored.result())
 
 
 def test_two_encryptions_of_one_update_differ(keys: Keys) -> None:
     params = DPHEParams(dimension=8)
+    run = new_run(keys, params)
     update = np.linspace(-0.5, 0.5, 8)
-    a, b = encrypt_all(keys, [update, update], [1, 1], params, seed=0)[0], None
+    a, b = encrypt_all(keys, [update, update], [1, 1], params, seed=0, run=run)[0], None
     b = encrypt_update(
         update,
         weight=1,
         bundle=keys.clients[0],
         params=params,
+        context=run.context,
         rng=np.random.default_rng(0),
     )
     assert set(a.shards[0].ciphertexts).isdisjoint(b.shards[0].ciphertexts)
@@ -276,6 +311,7 @@ def test_two_encryptions_of_one_update_differ(keys: Keys) -> None:
 
 def test_block_ids_are_doubly_permuted(keys: Keys) -> None:
     params = DPHEParams(dimension=99)
+    run = new_run(keys, params)
     update = np.zeros(99)
     update[:10] = 0.1
     sent = [
@@ -284,6 +320,7 @@ def test_block_ids_are_doubly_permuted(keys: Keys) -> None:
             weight=1,
             bundle=keys.clients[i],
             params=params,
+            context=run.context,
             rng=np.random.default_rng(0),
         )
         .shards[0]
@@ -301,12 +338,14 @@ def test_block_ids_are_doubly_permuted(keys: Keys) -> None:
 @pytest.fixture(scope="module")
 def one_update(keys: Keys) -> tuple[DPHEParams, EncryptedUpdate]:
     params = DPHEParams(dimension=DIM, capacity=4)
+    run = new_run(keys, params)
     update = make_updates(np.random.default_rng(9), 1, DIM, 0.6)[0]
     return params, encrypt_update(
         update,
         weight=1,
         bundle=keys.clients[0],
         params=params,
+        context=run.context,
         rng=np.random.default_rng(1),
     )
 
@@ -361,28 +400,42 @@ def test_from_arrays_rejects_malformed_parts(
 
 def test_encrypted_sum_json_round_trip(keys: Keys) -> None:
     params = DPHEParams(dimension=DIM, packing=4)
+    run = new_run(keys, params)
     encrypted = encrypt_all(
-        keys, make_updates(np.random.default_rng(2), 3, DIM, 0.5), [1] * 3, params
+        keys,
+        make_updates(np.random.default_rng(2), 3, DIM, 0.5),
+        [1] * 3,
+        params,
+        run=run,
     )
-    encrypted_sum, _ = aggregate(keys, encrypted, params)
-    back = EncryptedSum.from_json(encrypted_sum.to_json())
-    assert back.params == params and back.summands == 3
-    np.testing.assert_array_equal(
-        keys.keyholder.decrypt_aggregate(back, 3),
-        keys.keyholder.decrypt_aggregate(encrypted_sum, 3),
-    )
+    encrypted_sum, _ = aggregate(keys, encrypted, params, run=run)
     data = encrypted_sum.to_json()
+    back = EncryptedSum.from_json(data, params=params, key_bits=KEY_BITS)
+    assert back.params == params and back.summands == 3
+    assert back.context == encrypted_sum.context
+    assert back.to_json() == data
     for field, value, match in [
         ("ciphertexts", ["xyz"] * len(data["ciphertexts"]), "hex"),
-        ("ciphertexts", data["ciphertexts"][:-1], "as long as"),
-        ("summands", "3", "summands"),
+        ("ciphertexts", data["ciphertexts"][:-1], "as many as"),
+        ("ciphertexts", ["f" * 1000] * len(data["ciphertexts"]), "at most"),
+        ("block_ids", [10**6], "at most"),
         ("key_id", "nothex", "key_id"),
-        ("params", {"dimension": 3}, "missing"),
+        ("session", "00", "session"),
+        ("round", "1", "round"),
+        ("params", {"dimension": 3}, "pinned"),
+        ("contributions", [], "1 to"),
     ]:
         with pytest.raises(ValueError, match=match):
-            EncryptedSum.from_json(data | {field: value})
-    with pytest.raises(ValueError, match="unknown"):
-        EncryptedSum.from_json(data | {"extra": 1})
+            EncryptedSum.from_json(data | {field: value}, params=params, key_bits=512)
+    with pytest.raises(ValueError, match="exactly the fields"):
+        EncryptedSum.from_json(data | {"extra": 1}, params=params, key_bits=512)
+    # the keyholder's parser refuses the same, generically
+    with pytest.raises(AggregateRefused, match="parameters"):
+        run.keyholder.parse_request(data | {"stream": "other"})
+    np.testing.assert_array_equal(
+        run.keyholder.decrypt_aggregate(run.keyholder.parse_request(data))[:-1].shape,
+        (DIM,),
+    )
 
 
 # --- aggregator refusals ------------------------------------------------------------
@@ -393,7 +446,9 @@ def _replace_shard(
 ) -> EncryptedUpdate:
     shards = list(update.shards)
     shards[index] = shard
-    return EncryptedUpdate(key_id=update.key_id, shards=shards)
+    return EncryptedUpdate(
+        key_id=update.key_id, shards=shards, touch_mac=update.touch_mac
+    )
 
 
 def test_aggregator_rejects_bad_updates_and_keeps_its_state(
@@ -405,8 +460,12 @@ def test_aggregator_rejects_bad_updates_and_keeps_its_state(
     ids, cts = first.block_ids, first.ciphertexts
     other_id = int(good.shards[1].block_ids[0])
     cases = [
-        (EncryptedUpdate(key_id=b"\x00" * 32, shards=good.shards), "another key"),
-        (EncryptedUpdate(key_id=good.key_id, shards=[]), "no shards"),
+        (
+            EncryptedUpdate(b"\x00" * 32, good.shards, good.touch_mac),
+            "another key",
+        ),
+        (EncryptedUpdate(good.key_id, [], good.touch_mac), "no shards"),
+        (EncryptedUpdate(good.key_id, good.shards), "touch MAC"),
         (_replace_shard(good, 0, Shard(ids.copy(), cts[:-1])), "ciphertexts"),
         (
             _replace_shard(good, 0, Shard(np.r_[ids[:-1], 10**6], cts)),
@@ -442,12 +501,13 @@ def test_aggregator_rejects_bad_updates_and_keeps_its_state(
                         [c for s in good.shards for c in s.ciphertexts],
                     )
                 ],
+                touch_mac=good.touch_mac,
             ),
             "above the capacity 4",
         ),
         ("not an update", "EncryptedUpdate"),
     ]
-    aggregator = DPHEAggregator(keys.aggregator_bundle, params)
+    aggregator = DPHEAggregator(keys.aggregator_bundle, params, CTX0)
     for bad, match in cases:
         with pytest.raises(ValueError, match=match):
             aggregator.add(0, bad)  # type: ignore[arg-type]
@@ -469,6 +529,7 @@ def test_aggregator_rejects_bad_updates_and_keeps_its_state(
 
 def test_aggregator_checks_padded_shard_sizes(keys: Keys) -> None:
     params = DPHEParams(dimension=29, capacity=5, pad=True)
+    run = new_run(keys, params)
     update = np.zeros(29)
     update[0] = 0.1
     good = encrypt_update(
@@ -476,21 +537,25 @@ def test_aggregator_checks_padded_shard_sizes(keys: Keys) -> None:
         weight=1,
         bundle=keys.clients[0],
         params=params,
+        context=run.context,
         rng=np.random.default_rng(0),
     )
     assert good.shard_sizes == [5]
     shard = good.shards[0]
     short = EncryptedUpdate(
-        good.key_id, [Shard(shard.block_ids[:4], shard.ciphertexts[:4])]
+        good.key_id,
+        [Shard(shard.block_ids[:4], shard.ciphertexts[:4])],
+        good.touch_mac,
     )
     with pytest.raises(ValueError, match="exactly capacity = 5"):
-        DPHEAggregator(keys.aggregator_bundle, params).add(0, short)
+        DPHEAggregator(keys.aggregator_bundle, params, CTX0).add(0, short)
 
 
 def test_aggregator_refuses_more_than_max_summands(keys: Keys) -> None:
     params = DPHEParams(dimension=4, fixed_point=FixedPointParams(max_summands=3))
-    encrypted = encrypt_all(keys, [np.full(4, 0.1)] * 4, [1] * 4, params)
-    aggregator = DPHEAggregator(keys.aggregator_bundle, params)
+    run = new_run(keys, params)
+    encrypted = encrypt_all(keys, [np.full(4, 0.1)] * 4, [1] * 4, params, run=run)
+    aggregator = DPHEAggregator(keys.aggregator_bundle, params, CTX0)
     for client_id in range(3):
         aggregator.add(client_id, encrypted[client_id])
     with pytest.raises(ValueError, match="max_summands = 3"):
@@ -502,141 +567,84 @@ def test_encrypt_update_rejects_bad_input(keys: Keys) -> None:
     rng = np.random.default_rng(0)
     client = keys.clients[0]
     with pytest.raises(ValueError, match=r"shape \(4,\)"):
-        encrypt_update(np.zeros(5), weight=1, bundle=client, params=params, rng=rng)
+        encrypt_update(
+            np.zeros(5), weight=1, bundle=client, params=params, context=CTX0, rng=rng
+        )
     with pytest.raises(ValueError, match="non-finite"):
         encrypt_update(
-            np.array([0, np.nan, 0, 0]), weight=1, bundle=client, params=params, rng=rng
+            np.array([0, np.nan, 0, 0]),
+            weight=1,
+            bundle=client,
+            params=params,
+            context=CTX0,
+            rng=rng,
         )
     with pytest.raises(ValueError, match="weight"):
-        encrypt_update(np.zeros(4), weight=2, bundle=client, params=params, rng=rng)
+        encrypt_update(
+            np.zeros(4), weight=2, bundle=client, params=params, context=CTX0, rng=rng
+        )
     with pytest.raises(ValueError, match="packing must be in"):
         encrypt_update(
             np.zeros(4),
             weight=1,
             bundle=client,
             params=DPHEParams(dimension=4, packing=15),
+            context=CTX0,
             rng=rng,
         )
 
 
-# --- keyholder refusals -------------------------------------------------------------
+# --- keyholder refusals (the attacks are in tests/attacks/) --------------------------
 
 
-@pytest.fixture(scope="module")
-def small_sums(keys: Keys) -> dict[int, EncryptedSum]:
+def test_keyholder_refuses_fewer_than_three_contributors(keys: Keys) -> None:
     params = DPHEParams(dimension=6, packing=2)
+    run = new_run(keys, params)
     updates = make_updates(np.random.default_rng(4), 4, 6, 0.0)
-    encrypted = encrypt_all(keys, updates, [1] * 4, params)
-    return {
-        count: aggregate(keys, encrypted, params, ids=range(count))[0]
-        for count in (2, 3, 4)
-    }
-
-
-def test_keyholder_refuses_fewer_than_three_and_mismatched_counts(
-    keys: Keys, small_sums: dict[int, EncryptedSum]
-) -> None:
-    with pytest.raises(AggregateRefused, match="fewer than min_contributors = 3"):
-        keys.keyholder.decrypt_aggregate(small_sums[2], 2)
-    with pytest.raises(AggregateRefused, match="claimed 4 contributors"):
-        keys.keyholder.decrypt_aggregate(small_sums[3], 4)
-    strict = Keyholder(keys.keyholder_bundle, min_contributors=4)
-    with pytest.raises(AggregateRefused, match="min_contributors = 4"):
-        strict.decrypt_aggregate(small_sums[3], 3)
-    strict.decrypt_aggregate(small_sums[4], 4)
+    encrypted = encrypt_all(keys, updates, [1] * 4, params, run=run)
+    two, _ = aggregate(keys, encrypted, params, ids=range(2), run=run)
+    with pytest.raises(AggregateRefused, match=r"refused \(contributors\)"):
+        run.keyholder.decrypt_aggregate(two)
+    strict = new_run(keys, params, min_contributors=4)
+    encrypted = encrypt_all(keys, updates, [1] * 4, params, run=strict)
+    three, _ = aggregate(keys, encrypted, params, ids=range(3), run=strict)
+    with pytest.raises(AggregateRefused, match="contributors"):
+        strict.keyholder.decrypt_aggregate(three)
+    four, _ = aggregate(keys, encrypted, params, ids=range(4), run=strict)
+    strict.keyholder.decrypt_aggregate(four)
     with pytest.raises(ValueError, match=">= 3"):
-        Keyholder(keys.keyholder_bundle, min_contributors=2)
-    assert isinstance(keys.keyholder, KeyholderLike)
+        new_run(keys, params, min_contributors=2)
+    assert isinstance(strict.keyholder, KeyholderLike)
     assert issubclass(AggregateRefused, ValueError)
 
 
-def test_keyholder_refuses_malformed_sums(
-    keys: Keys, small_sums: dict[int, EncryptedSum]
-) -> None:
-    good = small_sums[3]
+def test_keyholder_refuses_malformed_sums(keys: Keys) -> None:
+    params = DPHEParams(dimension=6, packing=2)
+    run = new_run(keys, params)
+    updates = make_updates(np.random.default_rng(4), 3, 6, 0.0)
+    good, _ = aggregate(
+        keys, encrypt_all(keys, updates, [1] * 3, params, run=run), params, run=run
+    )
     n = keys.keyholder_bundle.n
     ids = good.block_ids
     cases = [
-        (dataclasses.replace(good, key_id=b"\x01" * 32), "another key"),
-        (
-            dataclasses.replace(good, block_ids=np.r_[ids[:-1], 99]),
-            "outside \\[0, 4\\)",
-        ),
-        (dataclasses.replace(good, block_ids=np.r_[ids[:-1], ids[0]]), "duplicated"),
-        (dataclasses.replace(good, block_ids=ids[:-1]), "block ids for"),
+        (dataclasses.replace(good, key_id=b"\x01" * 32), "malformed"),
+        (dataclasses.replace(good, block_ids=np.r_[ids[:-1], 99]), "malformed"),
+        (dataclasses.replace(good, block_ids=np.r_[ids[:-1], ids[0]]), "malformed"),
+        (dataclasses.replace(good, block_ids=ids[:-1]), "malformed"),
         (
             dataclasses.replace(good, ciphertexts=[*good.ciphertexts[:-1], n * n]),
-            "outside",
+            "malformed",
         ),
         (
-            dataclasses.replace(good, params=DPHEParams(dimension=6, packing=20)),
-            "invalid for this key",
+            dataclasses.replace(good, params=DPHEParams(dimension=6, packing=3)),
+            "parameters",
         ),
     ]
-    for bad, match in cases:
-        with pytest.raises(AggregateRefused, match=match):
-            keys.keyholder.decrypt_aggregate(bad, 3)
-
-
-def test_keyholder_refuses_summands_above_max(keys: Keys) -> None:
-    params = DPHEParams(dimension=2, fixed_point=FixedPointParams(max_summands=3))
-    public = keys.keyholder_bundle.public_key
-    offsets = pack([params.offset], params.slot_bits)
-    forged = EncryptedSum(
-        key_id=keys.keyholder_bundle.key_id,
-        block_ids=np.arange(3, dtype=np.int64),
-        ciphertexts=[public.raw_encrypt(4 * offsets)] * 3,
-        summands=4,
-        params=params,
-    )
-    with pytest.raises(AggregateRefused, match="exceed max_summands = 3"):
-        keys.keyholder.decrypt_aggregate(forged, 4)
-
-
-def _forged_sum(keys: Keys, params: DPHEParams, plaintexts: list[int]) -> EncryptedSum:
-    public = keys.keyholder_bundle.public_key
-    return EncryptedSum(
-        key_id=keys.keyholder_bundle.key_id,
-        block_ids=np.arange(len(plaintexts), dtype=np.int64),
-        ciphertexts=[public.raw_encrypt(p) for p in plaintexts],
-        summands=3,
-        params=params,
-    )
-
-
-def test_keyholder_detects_overflow_and_stray_bits(keys: Keys) -> None:
-    params = DPHEParams(dimension=3, packing=2)  # 2 blocks of 2 slots
-    bits, offset = params.slot_bits, params.offset
-    slots = [3 * offset] * 4  # encoded zeros summed over 3 users
-    weight_position = int(keys.keyholder_bundle.phi(4)[3])
-    slots[weight_position] += 3  # the weight coordinate: total weight 3
-    valid = [pack(slots[:2], bits), pack(slots[2:], bits)]
-    sums = keys.keyholder.decrypt_aggregate(_forged_sum(keys, params, valid), 3)
-    assert sums.tolist() == [0, 0, 0, 3]
-    overflow = [pack([6 * offset + 1, 0], bits) + valid[0], valid[1]]
-    with pytest.raises(AggregateRefused, match="overflow or corruption"):
-        keys.keyholder.decrypt_aggregate(_forged_sum(keys, params, overflow), 3)
-    stray = [valid[0] | 1 << (2 * bits), valid[1]]
-    with pytest.raises(AggregateRefused, match="stray bits"):
-        keys.keyholder.decrypt_aggregate(_forged_sum(keys, params, stray), 3)
-
-
-def test_keyholder_refuses_sums_padded_with_fake_summands(
-    keys: Keys, small_sums: dict[int, EncryptedSum]
-) -> None:
-    good = small_sums[3]
-    params = good.params
-    public = keys.keyholder_bundle.public_key
-    nsquare = public.nsquare
-    fill = public.raw_encrypt(pack([params.offset] * params.packing, params.slot_bits))
-    # The aggregator claims a 4th contributor by adding an encrypted all-zero block.
-    padded = dataclasses.replace(
-        good,
-        ciphertexts=[c * fill % nsquare for c in good.ciphertexts],
-        summands=4,
-    )
-    with pytest.raises(AggregateRefused, match="total weight 3 outside \\[4, 4\\]"):
-        keys.keyholder.decrypt_aggregate(padded, 4)
+    for bad, category in cases:
+        with pytest.raises(AggregateRefused, match=f"refused \\({category}\\)"):
+            run.keyholder.decrypt_aggregate(bad)
+    run.keyholder.decrypt_aggregate(good)  # none of the refusals consumed the round
 
 
 # --- naive baseline -----------------------------------------------------------------
@@ -645,11 +653,12 @@ def test_keyholder_refuses_sums_padded_with_fake_summands(
 def test_naive_baseline_decrypts_to_the_same_sums(keys: Keys) -> None:
     fp = FixedPointParams(scale_bits=18, max_weight=5)
     params = DPHEParams(dimension=8, packing=3, fixed_point=fp)
+    run = new_run(keys, params)
     updates = make_updates(np.random.default_rng(8), 3, 8, 0.5)
     weights = [1, 5, 2]
-    encrypted = encrypt_all(keys, updates, weights, params)
-    dphe_sums = keys.keyholder.decrypt_aggregate(
-        aggregate(keys, encrypted, params)[0], 3
+    encrypted = encrypt_all(keys, updates, weights, params, run=run)
+    dphe_sums = run.keyholder.decrypt_aggregate(
+        aggregate(keys, encrypted, params, run=run)[0]
     )
     public = keys.aggregator_bundle.public_key
     naive = [

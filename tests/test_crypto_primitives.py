@@ -13,6 +13,7 @@ from crypto.fixed_point import (
     max_packing,
     quantize,
     remove_offsets,
+    tag_field_bits,
 )
 from crypto.keyholder import decode_average
 from crypto.packing import pack, unpack
@@ -117,8 +118,15 @@ def test_fixed_point_defaults_and_headroom() -> None:
     assert fp.bound == fp.offset == 2**24
     # 2 * B * max_summands = 2**35 needs 36 bits.
     assert fp.slot_bits == 36
-    assert max_packing(2048, fp) == 2046 // 36
-    assert max_packing(512, fp) == 510 // 36
+    # the tag field above the slots: 64 bits + headroom for 1024 summands = 74 bits
+    assert tag_field_bits(fp.max_summands) == 74
+    assert max_packing(2048, fp) == (2046 - 74) // 36
+    assert max_packing(512, fp) == (510 - 74) // 36
+    # run defaults (scale 20, weight 4096, 128 summands): 41-bit slots, 71-bit tag
+    # field, 48 slots per 2048-bit plaintext (49 without tags)
+    run = FixedPointParams(scale_bits=20, max_weight=4096, max_summands=128)
+    assert (run.slot_bits, tag_field_bits(128)) == (41, 71)
+    assert max_packing(2048, run) == 48
     weighted = FixedPointParams(scale_bits=16, clip=0.5, max_weight=100, max_summands=8)
     assert weighted.bound == 100 * math.ceil(0.5 * 2**16)
     assert weighted.slot_bits == (2 * weighted.bound * 8).bit_length()
@@ -204,9 +212,9 @@ def test_dphe_params_derived_sizes() -> None:
 
 
 def test_dphe_params_validate_against_key_size() -> None:
-    DPHEParams(dimension=5, packing=14).validate(512)
-    with pytest.raises(ValueError, match=r"packing must be in \[1, 14\] for 512-bit"):
-        DPHEParams(dimension=5, packing=15).validate(512)
+    DPHEParams(dimension=5, packing=12).validate(512)
+    with pytest.raises(ValueError, match=r"packing must be in \[1, 12\] for 512-bit"):
+        DPHEParams(dimension=5, packing=13).validate(512)
 
 
 @pytest.mark.parametrize(

@@ -67,9 +67,26 @@ def strategy_for(settings):
     )
     s.set_node_partitions(NODES)
     s.set_secure_aggregation(
-        build_secure_aggregation(settings, dimension=DIM, partition_ids=NODES.values())
+        build_secure_aggregation(
+            settings, dimension=DIM, partition_ids=NODES.values(), simulation=True
+        )
     )
     return s
+
+
+_SENT = {}
+
+
+def configure(s, global_arrays, server_round=1):
+    """The strategy's train messages; their config is what every client gets."""
+    messages = list(
+        s.configure_train(
+            server_round, global_arrays, ConfigRecord(), FakeGrid(list(NODES))
+        )
+    )
+    _SENT["config"] = messages[0].content[K.CONFIG]
+    assert K.DPHE_SESSION in _SENT["config"]
+    return messages
 
 
 def client_reply(settings, node, global_arrays, local, n):
@@ -86,6 +103,7 @@ def client_reply(settings, node, global_arrays, local, n):
         settings=settings,
         partition_id=pid,
         rng=np.random.default_rng(pid),
+        train_config=_SENT["config"],
     )
     return reply_from(node, content)
 
@@ -107,7 +125,7 @@ def run_round(settings, locals_, weights, nodes, *, strategy=None, extra=()):
     global_arrays = record(
         {k: np.zeros(v, dtype=np.float32) for k, v in SHAPES.items()}
     )
-    s.configure_train(1, global_arrays, ConfigRecord(), FakeGrid(list(NODES)))
+    configure(s, global_arrays)
     replies = [
         client_reply(settings, node, global_arrays, loc, w)
         for node, loc, w in zip(nodes, locals_, weights, strict=False)
@@ -132,23 +150,30 @@ def test_secure_average_equals_plaintext_average(key_dir, weighting, packing):
     bound = 4 * 0.5 * 2.0**-SCALE_BITS * max(used) / sum(used) + 1e-7
     for k in SHAPES:
         np.testing.assert_allclose(agg[k].numpy(), expected[k], rtol=0, atol=bound)
-    # weights are secret: metrics are an unweighted mean, num-examples absent
-    assert metrics[K.TRAIN_LOSS] == pytest.approx(np.mean(weights))
+    # weights and losses are secret: the loss (= n here) is decrypted as the
+    # weighted average only, no num-examples
+    losses = weights
+    mean_loss = sum(w * x for w, x in zip(used, losses, strict=True)) / sum(used)
+    assert metrics[K.TRAIN_LOSS] == pytest.approx(mean_loss, abs=1e-4)
+    assert set(metrics) == {K.TRAIN_LOSS}
 
 
 def test_sparse_updates_and_padded_shards(key_dir):
     # 90% sparse: the average equals the plaintext average of the sparse updates
-    settings = settings_for(key_dir, **{"update-sparsity": 0.6, "dphe-packing": 1})
+    settings = settings_for(
+        key_dir, **{"update-sparsity": 0.6, "dphe-packing": 1, "dphe-pad": False}
+    )
     from crypto import DPHEParams
 
-    # capacity must divide the number of blocks when padding (26 blocks at packing 1)
-    assert DPHEParams(dimension=DIM, packing=1).num_blocks == 26
+    # capacity must divide the number of blocks when padding (27 blocks at packing
+    # 1: 25 values, the loss and the weight)
+    assert DPHEParams(dimension=DIM + 1, packing=1).num_blocks == 27
     padded = settings_for(
         key_dir,
         **{
             "update-sparsity": 0.6,
             "dphe-packing": 1,
-            "dphe-capacity": 13,
+            "dphe-capacity": 9,
             "dphe-pad": True,
         },
     )
@@ -207,7 +232,7 @@ def test_bad_replies_are_dropped_naming_the_client_and_the_round_goes_on(
     )
     good = [model(rng) for _ in range(3)]
     s = strategy_for(settings)
-    s.configure_train(1, global_arrays, ConfigRecord(), FakeGrid(list(NODES)))
+    configure(s, global_arrays)
     replies = [
         client_reply(settings, n, global_arrays, loc, 5)
         for n, loc in zip((100, 101, 102), good, strict=False)
@@ -253,7 +278,7 @@ def test_each_malformed_reply_is_refused_with_its_reason(
         {k: np.zeros(v, dtype=np.float32) for k, v in SHAPES.items()}
     )
     s = strategy_for(settings)
-    s.configure_train(1, global_arrays, ConfigRecord(), FakeGrid(list(NODES)))
+    configure(s, global_arrays)
     replies = [
         client_reply(settings, n, global_arrays, model(rng), 5) for n in (100, 101, 102)
     ]
@@ -289,13 +314,18 @@ def test_the_aggregator_holds_no_secret_key_and_no_user_shared_permutation(key_d
 def test_packing_that_does_not_fit_the_key_is_a_config_error(key_dir):
     settings = settings_for(key_dir, **{"dphe-packing": 500})
     with pytest.raises(ConfigError, match="dphe-packing=500"):
-        build_secure_aggregation(settings, dimension=DIM, partition_ids=[0, 1, 2])
+        build_secure_aggregation(
+            settings, dimension=DIM, partition_ids=[0, 1, 2], simulation=True
+        )
 
 
 def test_partitions_without_a_permutation_are_a_config_error(key_dir):
     with pytest.raises(ConfigError, match=r"partitions \[7\]"):
         build_secure_aggregation(
-            settings_for(key_dir), dimension=DIM, partition_ids=[0, 1, 7]
+            settings_for(key_dir),
+            dimension=DIM,
+            partition_ids=[0, 1, 7],
+            simulation=True,
         )
 
 
@@ -344,7 +374,11 @@ def test_fedhap_with_encrypted_prototype_sums(key_dir, caplog):
     s.set_node_partitions(NODES)
     s.set_label_space(classes)
     model_sum, proto_sum = build_secure_components(
-        settings, dimension=DIM, partition_ids=NODES.values(), num_classes=classes
+        settings,
+        dimension=DIM,
+        partition_ids=NODES.values(),
+        num_classes=classes,
+        simulation=True,
     )
     s.set_secure_aggregation(model_sum)
     s.set_secure_prototypes(proto_sum)
@@ -352,7 +386,7 @@ def test_fedhap_with_encrypted_prototype_sums(key_dir, caplog):
     global_arrays = record(
         {k: np.zeros(v, dtype=np.float32) for k, v in SHAPES.items()}
     )
-    s.configure_train(1, global_arrays, ConfigRecord(), FakeGrid(list(NODES)))
+    configure(s, global_arrays)
     held = {100: [0, 1], 101: [1, 2], 102: [0, 2], 103: [3]}
     means = {n: rng.uniform(-1, 1, size=(len(c), bits)) for n, c in held.items()}
     replies = []
@@ -377,6 +411,7 @@ def test_fedhap_with_encrypted_prototype_sums(key_dir, caplog):
             partition_id=NODES[node],
             rng=np.random.default_rng(node),
             num_classes=classes,
+            train_config=_SENT["config"],
         )
         assert K.PROTOTYPES not in content and K.DPHE_PROTOS in content
         replies.append(reply_from(node, content))

@@ -105,7 +105,6 @@ def test_unknown_key_is_refused():
         ({"dphe-weighting": "size"}, "dphe-weighting"),
         ({"dphe-max-weight": 0}, "dphe-max-weight"),
         ({"dphe-max-contributors": 2}, "dphe-max-contributors"),
-        ({"dphe-pad": True}, "dphe-capacity > 0"),
         ({"dphe-prototypes": True}, "dphe-prototypes=true needs"),
         (
             {
