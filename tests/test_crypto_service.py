@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import socket
 import threading
 import time
@@ -29,6 +30,7 @@ from crypto import (
     load_client_bundle,
     load_keyholder_bundle,
 )
+from crypto.dphe import AggregationContext
 from crypto.keyholder_service import create_app
 
 DIM = 10
@@ -39,8 +41,33 @@ class Setup:
     bundle: KeyholderBundle
     keyholder: Keyholder
     token: str
-    sums: dict[int, EncryptedSum]
+    clients: list
+    aggregator_bundle: object
+    params: DPHEParams
+    updates: list
     expected: np.ndarray
+    rounds: itertools.count
+
+    def fresh(self, count: int) -> EncryptedSum:
+        """A sum of the first ``count`` clients for a round not decrypted yet."""
+        context = AggregationContext(
+            self.keyholder.session_id(), "model", next(self.rounds)
+        )
+        rng = np.random.default_rng(0)
+        aggregator = DPHEAggregator(self.aggregator_bundle, self.params, context)
+        for client_id in range(count):
+            aggregator.add(
+                client_id,
+                encrypt_update(
+                    self.updates[client_id],
+                    weight=1,
+                    bundle=self.clients[client_id],
+                    params=self.params,
+                    context=context,
+                    rng=rng,
+                ),
+            )
+        return aggregator.result()
 
 
 @pytest.fixture(scope="module")
@@ -55,31 +82,20 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Setup:
     aggregator_bundle = load_aggregator_bundle(paths.aggregator)
     params = DPHEParams(dimension=DIM, packing=3)
     rng = np.random.default_rng(0)
-    updates = [rng.normal(scale=0.2, size=DIM) for _ in range(3)]
-    encrypted = [
-        encrypt_update(
-            update,
-            weight=1,
-            bundle=load_client_bundle(path),
-            params=params,
-            rng=rng,
-        )
-        for update, path in zip(updates, paths.clients, strict=True)
-    ]
-    sums = {}
-    for count in (2, 3):
-        aggregator = DPHEAggregator(aggregator_bundle, params)
-        for client_id in range(count):
-            aggregator.add(client_id, encrypted[client_id])
-        sums[count] = aggregator.result()
-    keyholder = Keyholder(bundle)
-    return Setup(
+    keyholder = Keyholder(bundle, {"model": params})
+    made = Setup(
         bundle=bundle,
         keyholder=keyholder,
         token=aggregator_bundle.auth_token,
-        sums=sums,
-        expected=keyholder.decrypt_aggregate(sums[3], 3),
+        clients=[load_client_bundle(p) for p in paths.clients],
+        aggregator_bundle=aggregator_bundle,
+        params=params,
+        updates=[rng.normal(scale=0.2, size=DIM) for _ in range(3)],
+        expected=np.zeros(0),
+        rounds=itertools.count(1),
     )
+    made.expected = keyholder.decrypt_aggregate(made.fresh(3))
+    return made
 
 
 @pytest.fixture(scope="module")
@@ -87,8 +103,8 @@ def client(setup: Setup) -> TestClient:
     return TestClient(create_app(setup.keyholder, setup.token))
 
 
-def body(encrypted_sum: EncryptedSum, contributors: int) -> dict:
-    return {"encrypted_sum": encrypted_sum.to_json(), "contributors": contributors}
+def body(encrypted_sum: EncryptedSum) -> dict:
+    return {"encrypted_sum": encrypted_sum.to_json()}
 
 
 def test_health_needs_no_token(client: TestClient, setup: Setup) -> None:
@@ -99,13 +115,14 @@ def test_health_needs_no_token(client: TestClient, setup: Setup) -> None:
         "key_id": setup.bundle.key_id.hex(),
         "key_bits": 512,
         "min_contributors": 3,
+        "streams": ["model"],
     }
 
 
 def test_decrypt_with_the_right_token(client: TestClient, setup: Setup) -> None:
     answer = client.post(
         "/v1/decrypt-aggregate",
-        json=body(setup.sums[3], 3),
+        json=body(setup.fresh(3)),
         headers={"Authorization": f"Bearer {setup.token}"},
     )
     assert answer.status_code == 200
@@ -126,7 +143,7 @@ def test_missing_or_wrong_token_is_401(
     client: TestClient, setup: Setup, headers: dict
 ) -> None:
     answer = client.post(
-        "/v1/decrypt-aggregate", json=body(setup.sums[3], 3), headers=headers
+        "/v1/decrypt-aggregate", json=body(setup.fresh(3)), headers=headers
     )
     assert answer.status_code == 401
     assert answer.headers["www-authenticate"] == "Bearer"
@@ -140,9 +157,9 @@ def test_token_is_checked_before_the_body(client: TestClient) -> None:
 @pytest.mark.parametrize(
     ("payload", "match"),
     [
-        (None, "not valid JSON"),
-        ({"contributors": 3}, "body must be"),
-        ({"encrypted_sum": {"key_id": "00"}, "contributors": 3}, "malformed"),
+        (None, "refused (malformed)"),
+        ({"contributors": 3}, "malformed"),
+        ({"encrypted_sum": {"key_id": "00"}}, "refused (parameters)"),
     ],
 )
 def test_malformed_requests_are_422(
@@ -160,11 +177,11 @@ def test_malformed_requests_are_422(
 def test_fewer_than_three_contributors_is_422(client: TestClient, setup: Setup) -> None:
     answer = client.post(
         "/v1/decrypt-aggregate",
-        json=body(setup.sums[2], 2),
+        json=body(setup.fresh(2)),
         headers={"Authorization": f"Bearer {setup.token}"},
     )
     assert answer.status_code == 422
-    assert "min_contributors = 3" in answer.json()["detail"]
+    assert answer.json()["detail"] == "aggregate refused (contributors)"
 
 
 def test_create_app_refuses_a_short_token(setup: Setup) -> None:
@@ -207,8 +224,9 @@ def test_remote_keyholder_end_to_end(server_url: str, setup: Setup) -> None:
     assert isinstance(remote, KeyholderLike)
     assert remote.health()["key_id"] == setup.bundle.key_id.hex()
     np.testing.assert_array_equal(
-        remote.decrypt_aggregate(setup.sums[3], 3), setup.expected
+        remote.decrypt_aggregate(setup.fresh(3)), setup.expected
     )
+    assert remote.session_id() == setup.keyholder.session_id()
     assert setup.token not in repr(remote)
 
 
@@ -216,11 +234,12 @@ def test_remote_keyholder_maps_refusals_and_auth_errors(
     server_url: str, setup: Setup
 ) -> None:
     remote = RemoteKeyholder(server_url, setup.token, timeout=10)
-    with pytest.raises(AggregateRefused, match="min_contributors = 3"):
-        remote.decrypt_aggregate(setup.sums[2], 2)
+    with pytest.raises(AggregateRefused, match="contributors") as refused:
+        remote.decrypt_aggregate(setup.fresh(2))
+    assert refused.value.category == "contributors"
     wrong = RemoteKeyholder(server_url, "x" * 64, timeout=10)
     with pytest.raises(RuntimeError, match="rejected the auth token"):
-        wrong.decrypt_aggregate(setup.sums[3], 3)
+        wrong.decrypt_aggregate(setup.fresh(3))
 
 
 def test_remote_keyholder_unreachable(setup: Setup) -> None:
@@ -230,7 +249,7 @@ def test_remote_keyholder_unreachable(setup: Setup) -> None:
     sock.close()  # nothing listens there now
     remote = RemoteKeyholder(f"http://127.0.0.1:{port}", setup.token, timeout=5)
     with pytest.raises(RuntimeError, match="cannot reach keyholder"):
-        remote.decrypt_aggregate(setup.sums[3], 3)
+        remote.decrypt_aggregate(setup.fresh(3))
 
 
 def test_remote_keyholder_refuses_unsafe_urls() -> None:
@@ -246,8 +265,11 @@ def test_remote_keyholder_refuses_unsafe_urls() -> None:
 def test_service_main_refuses_plain_http_off_loopback(
     capsys: pytest.CaptureFixture,
 ) -> None:
-    code = keyholder_service.main(["--bundle", "unused.json", "--host", "0.0.0.0"])
+    streams = ["--streams", "unused.json"]
+    code = keyholder_service.main(
+        ["--bundle", "unused.json", "--host", "0.0.0.0", *streams]
+    )
     assert code == 2
     assert "allow-plain-http" in capsys.readouterr().err
-    assert keyholder_service.main(["--bundle", "missing.json"]) == 2
+    assert keyholder_service.main(["--bundle", "missing.json", *streams]) == 2
     assert "not found" in capsys.readouterr().err
