@@ -430,6 +430,16 @@ def _write_dphe_bundles(
         os.replace(paths.aggregator, creds.serverapp / AGGREGATOR_FILE)
         for i, path in enumerate(paths.clients):
             os.replace(path, creds.clientapp(i) / client_file(i))
+    # the keyholder pins its streams' parameters itself (--streams): those of the
+    # deploy preset; rewrite with `python -m settings.keyholder_streams` for another
+    from crypto.keyholder import write_streams_file
+    from settings.keyholder_streams import read_run_config, run_streams
+
+    preset = Path(__file__).resolve().parents[1] / "conf" / "deploy-fedhap-dphe.toml"
+    write_streams_file(
+        creds.keyholder / "keyholder-streams.json",
+        run_streams(read_run_config(str(preset), []), key_bits=key_bits),
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:

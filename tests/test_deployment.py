@@ -32,14 +32,16 @@ import pytest
 
 from crypto import (
     AggregateRefused,
+    AggregationContext,
     DPHEAggregator,
-    DPHEParams,
     RemoteKeyholder,
     encrypt_update,
     load_aggregator_bundle,
     load_client_bundle,
 )
+from crypto.keyholder import read_streams_file, write_streams_file
 from deploy.generate import Credentials, generate, make_auth_key_pair
+from settings.keyholder_streams import run_streams
 from tests.compose_local import (
     ROOT,
     LocalPlan,
@@ -201,6 +203,11 @@ def deployment(tmp_path_factory: pytest.TempPathFactory):
 
     try:
         # what needs no registration starts at once (executors retry connecting)
+        # the keyholder pins the parameters of this test's run (its own config)
+        write_streams_file(
+            creds.keyholder / "keyholder-streams.json",
+            run_streams({**tomllib.loads(PRESET.read_text()), **FAST}, key_bits=512),
+        )
         for name in ("superlink", "keyholder", "serverapp"):
             dep.start(name)
         for i in nodes:
@@ -395,33 +402,42 @@ def test_keyholder_serves_only_the_serverapp(deployment: Deployment):
     url = f"https://127.0.0.1:{dep.plan.port('keyholder', 8765)}"
     ca = str(dep.creds.serverapp / "ca.crt")
     aggregator = load_aggregator_bundle(dep.creds.serverapp / "aggregator.json")
-    params = DPHEParams(dimension=6, packing=2)
+    params = read_streams_file(dep.creds.keyholder / "keyholder-streams.json")["model"]
     rng = np.random.default_rng(0)
+    rounds = iter(range(1000, 2000))  # after the run's rounds, in the same session
+    serverapp = RemoteKeyholder(url, aggregator.auth_token, ca_file=ca)
 
     def encrypted_sum(count: int):
-        agg = DPHEAggregator(aggregator, params)
+        context = AggregationContext(serverapp.session_id(), "model", next(rounds))
+        agg = DPHEAggregator(aggregator, params, context)
         for i in range(count):
             bundle = load_client_bundle(dep.creds.clientapp(i) / f"client-{i}.json")
             update = rng.normal(scale=0.1, size=params.dimension)
             agg.add(
                 i,
-                encrypt_update(update, weight=1, bundle=bundle, params=params, rng=rng),
+                encrypt_update(
+                    update,
+                    weight=1,
+                    bundle=bundle,
+                    params=params,
+                    context=context,
+                    rng=rng,
+                ),
             )
         return agg.result()
 
-    serverapp = RemoteKeyholder(url, aggregator.auth_token, ca_file=ca)
     assert serverapp.health()["min_contributors"] == 3
-    assert len(serverapp.decrypt_aggregate(encrypted_sum(3), 3)) == 7  # D + 1
+    assert len(serverapp.decrypt_aggregate(encrypted_sum(3))) == params.dimension + 1
     # fewer than 3 contributors: refused
     with pytest.raises(AggregateRefused):
-        serverapp.decrypt_aggregate(encrypted_sum(2), 2)
+        serverapp.decrypt_aggregate(encrypted_sum(2))
     # anyone without the ServerApp's token: refused before the body is read
     real = aggregator.auth_token
     near = real[:-1] + ("0" if real[-1] != "0" else "1")  # one character off
     for token in ("x" * 64, near):
         with pytest.raises(RuntimeError, match="rejected the auth token"):
             RemoteKeyholder(url, token, ca_file=ca).decrypt_aggregate(
-                encrypted_sum(3), 3
+                encrypted_sum(3)
             )
     request = urllib.request.Request(url + "/v1/decrypt-aggregate", data=b"{}")
     context = ssl.create_default_context(cafile=ca)
