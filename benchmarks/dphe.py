@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import platform
 import secrets
 import sys
@@ -50,6 +51,7 @@ import gmpy2  # noqa: E402
 import numpy as np  # noqa: E402
 
 from crypto import (  # noqa: E402
+    AggregationContext,
     DPHEAggregator,
     DPHEParams,
     Keyholder,
@@ -108,7 +110,7 @@ def plan_blocks(update: np.ndarray, bundle, params: DPHEParams) -> np.ndarray:
     """Return the phi-space blocks a user's update touches (what it encrypts)."""
     q = quantize(update, weight=1, params=params.fixed_point)
     support = np.flatnonzero(q)
-    positions = bundle.phi(params.padded_dimension)[support]
+    positions = bundle.phi(params.padded_dimension, "bench")[support]
     return np.unique(positions // params.packing)
 
 
@@ -194,22 +196,29 @@ def _run(method: str, ups: list[np.ndarray], params: DPHEParams, keys: dict) -> 
         dec = time.perf_counter() - t
     else:
         rng = np.random.default_rng(0)
+        keyholder = Keyholder(keys["keyholder"], {"model": params})
+        context = AggregationContext(keyholder.session_id(), "model", 1)
         t = time.perf_counter()
         enc_updates = [
             encrypt_update(
-                u, weight=1, bundle=keys["clients"][i], params=params, rng=rng
+                u,
+                weight=1,
+                bundle=keys["clients"][i],
+                params=params,
+                context=context,
+                rng=rng,
             )
             for i, u in enumerate(ups)
         ]
         enc = time.perf_counter() - t
         t = time.perf_counter()
-        aggregator = DPHEAggregator(keys["aggregator"], params)
+        aggregator = DPHEAggregator(keys["aggregator"], params, context)
         for i, e in enumerate(enc_updates):
             aggregator.add(i, e)
         encrypted_sum = aggregator.result()
         agg = time.perf_counter() - t
         t = time.perf_counter()
-        sums = Keyholder(keys["keyholder"]).decrypt_aggregate(encrypted_sum, clients)
+        sums = keyholder.decrypt_aggregate(encrypted_sum)
         dec = time.perf_counter() - t
     average, _ = decode_average(np.asarray(sums), params)
     bound = 0.5 * 2.0**-params.fixed_point.scale_bits + 1e-12
@@ -225,6 +234,73 @@ def _run(method: str, ups: list[np.ndarray], params: DPHEParams, keys: dict) -> 
     }
 
 
+def security_overhead(keys: dict, settings: RunSettings, dim: int) -> dict:
+    """Measure the added cost of tags, touch-set MACs and their checks.
+
+    A dense update of ``dim`` values, packed, for every client. Client side:
+    ``block_tags`` + ``touch_mac`` against the whole ``encrypt_update``; keyholder
+    side: MAC verification + expected tags against the whole
+    ``decrypt_aggregate``. Ratio = with / without (= with - added).
+    """
+    from crypto.dphe import block_tags, touch_mac
+
+    fp = fixed_point(settings)
+    key_bits = keys["aggregator"].key_bits
+    params = DPHEParams(
+        dimension=dim, packing=max_packing(key_bits, fp), fixed_point=fp
+    )
+    ups = updates(dim, 0.0, len(keys["clients"]), seed=7)
+    keyholder = Keyholder(keys["keyholder"], {"model": params})
+    context = AggregationContext(keyholder.session_id(), "model", 1)
+    rng = np.random.default_rng(0)
+    t = time.perf_counter()
+    enc = [
+        encrypt_update(
+            u,
+            weight=1,
+            bundle=keys["clients"][i],
+            params=params,
+            context=context,
+            rng=rng,
+        )
+        for i, u in enumerate(ups)
+    ]
+    encrypt_s = time.perf_counter() - t
+    blocks = np.arange(params.num_blocks)
+    t = time.perf_counter()
+    for bundle in keys["clients"]:
+        block_tags(bundle.mac_key, context, params)
+        touch_mac(bundle.mac_key, context, params, bundle.client_id, blocks)
+    client_added = time.perf_counter() - t
+    aggregator = DPHEAggregator(keys["aggregator"], params, context)
+    for i, e in enumerate(enc):
+        aggregator.add(i, e)
+    encrypted_sum = aggregator.result()
+    t = time.perf_counter()
+    keyholder.decrypt_aggregate(encrypted_sum)
+    decrypt_s = time.perf_counter() - t
+    t = time.perf_counter()
+    for item in encrypted_sum.contributions:
+        key = keys["keyholder"].mac_keys[item.client_id]
+        touch_mac(key, context, params, item.client_id, item.block_ids)
+        block_tags(key, context, params)
+    keyholder_added = time.perf_counter() - t
+    no_tag = (key_bits - 2) // fp.slot_bits
+    return {
+        "dimension": dim,
+        "clients": len(ups),
+        "packing_with_tags": params.packing,
+        "packing_without_tags": no_tag,
+        "blocks_ratio": params.num_blocks / math.ceil((dim + 1) / no_tag),
+        "client_encrypt_s": encrypt_s / len(ups),
+        "client_added_s": client_added / len(ups),
+        "client_ratio": encrypt_s / (encrypt_s - client_added),
+        "keyholder_decrypt_s": decrypt_s,
+        "keyholder_added_s": keyholder_added,
+        "keyholder_ratio": decrypt_s / (decrypt_s - keyholder_added),
+    }
+
+
 def main() -> None:
     """Run every configuration; write JSON; print the table and ratios."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -232,6 +308,11 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=3)
     parser.add_argument("--budget-s", type=float, default=20.0)
     parser.add_argument("--out", default=str(ROOT / "benchmarks/results/dphe.json"))
+    parser.add_argument(
+        "--security-only",
+        action="store_true",
+        help="only the tags/MACs overhead rows (merged into an existing --out)",
+    )
     args = parser.parse_args()
 
     settings = RunSettings(dphe_weighting="uniform")
@@ -260,6 +341,20 @@ def main() -> None:
                 load_client_bundle(p, client_id=i) for i, p in enumerate(paths.clients)
             ],
         }
+    security = {
+        name: security_overhead(keys, settings, models[name])
+        for name in ("mlp-32b", "default-cnn-32b")
+    }
+    for name, row in security.items():
+        print(f"security overhead {name}: {json.dumps(row)}", flush=True)
+    if args.security_only:
+        out_path = Path(args.out)
+        old = json.loads(out_path.read_text()) if out_path.is_file() else {}
+        old["security_overhead"] = security
+        out_path.parent.mkdir(parents=True, exist_ok=True)
+        out_path.write_text(json.dumps(old, indent=2))
+        print(f"wrote {args.out}")
+        return
     units = unit_costs(keys["aggregator"].public_key, keys["keyholder"].private_key)
     print(
         f"{args.key_bits}-bit Paillier: encrypt {units['encrypt_s'] * 1e3:.2f} ms, "
@@ -335,6 +430,7 @@ def main() -> None:
         },
         "rows": rows,
         "ratios": ratios,
+        "security_overhead": security,
         "targets_at_90_percent_sparsity": targets,
         "machine": {
             "python": platform.python_version(),
