@@ -6,9 +6,16 @@ STAMP := $(VENV)/.installed
 FLWR_HOME_DIR := $(CURDIR)/.flwr
 NUM_CLIENTS ?= 10
 RUN_CONFIG ?=
+VERBOSE ?=
 export FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION := 1
+SHELL := /bin/bash
+# Quiet by default: warnings a user cannot act on (Ray's accelerator FutureWarning,
+# raised inside Flower's simulation process). VERBOSE=1 shows everything.
+ifeq ($(VERBOSE),)
+export PYTHONWARNINGS := ignore::FutureWarning:ray._private.worker
+endif
 
-.PHONY: install run test lint bench-retrieval bench-round-time bench-fedhap-cost clean-superlink \
+.PHONY: install run check-config test lint bench-retrieval bench-round-time bench-fedhap-cost clean-superlink \
 	deploy-credentials deploy-constraints
 
 install: $(STAMP)
@@ -23,12 +30,24 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # Default experiment: 10 simulated clients, FedAvg + DPSH, 32 bits, digits.
-# The managed local SuperLink that `flwr run` starts is stopped afterwards.
+# 1. The run config is checked first (python -m settings check): a bad value is one
+#    line, before any SuperLink or Ray starts (make exits 2).
+# 2. The run streams; its final status is then read from the SuperLink: make fails
+#    (exit 2) unless it finished completed. The local SuperLink is stopped afterwards.
 run: install
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" FLWR_HOME=$(FLWR_HOME_DIR) flwr run . --stream \
+	@$(PY) -m settings check --quiet $(if $(RUN_CONFIG),--run-config $(RUN_CONFIG))
+	@mkdir -p $(FLWR_HOME_DIR); \
+	  PATH="$(CURDIR)/$(VENV)/bin:$$PATH" FLWR_HOME=$(FLWR_HOME_DIR) flwr run . --stream \
 	  --federation-config "num-supernodes=$(NUM_CLIENTS) client-resources-num-cpus=1" \
-	  $(if $(RUN_CONFIG),--run-config $(RUN_CONFIG)); \
-	  rc=$$?; $(MAKE) --no-print-directory clean-superlink; exit $$rc
+	  $(if $(RUN_CONFIG),--run-config $(RUN_CONFIG)) 2>&1 | tee $(FLWR_HOME_DIR)/last-run.log; \
+	  rc=$${PIPESTATUS[0]}; \
+	  if [ $$rc -eq 0 ]; then $(PY) -m server.local_superlink status $(FLWR_HOME_DIR) \
+	    $(FLWR_HOME_DIR)/last-run.log; rc=$$?; fi; \
+	  $(MAKE) --no-print-directory clean-superlink; exit $$rc
+
+# Check a run config without running it: prints the resolved config, or one error line.
+check-config: install
+	@$(PY) -m settings check $(if $(RUN_CONFIG),--run-config $(RUN_CONFIG))
 
 clean-superlink:
 	@$(PY) -m server.local_superlink stop $(FLWR_HOME_DIR)

@@ -144,4 +144,6 @@ def _write(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
 
 
 if __name__ == "__main__":
-    main()
+    from experiments.progress import cli
+
+    cli(main)

@@ -130,4 +130,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from experiments.progress import cli
+
+    cli(main)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
@@ -272,6 +273,7 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args()
     from experiments.overrides import parse_overrides, resolved_settings
+    from experiments.progress import SweepProgress
 
     args.seeds = [int(s) for s in args.seeds.split(",")]
     args.bits = [int(b) for b in args.bits.split(",")]
@@ -295,6 +297,8 @@ def main() -> None:
         if job_name(j) not in done and (args.only is None or j["table"] == args.only)
     ]
     print(f"{len(todo)} runs to do ({len(rows)} already done)", flush=True)
+    progress = SweepProgress(len(todo) + len(rows), done=len(rows))
+    failed: list[str] = []
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         futures = {pool.submit(run_job, j, args): j for j in todo}
         for fut in as_completed(futures):
@@ -302,19 +306,24 @@ def main() -> None:
             try:
                 row = fut.result()
             except Exception as exc:  # one failed run must not end the sweep
-                print(f"FAILED {job_name(job)}: {exc}", flush=True)
+                failed.append(job_name(job))
+                progress.report(f"FAILED {job_name(job)}: {exc}")
                 continue
             rows.append(row)
             with rows_path.open("a") as f:
                 f.write(json.dumps(row) + "\n")
-            print(
-                f"[{len(rows)}] {job_name(job)}: mAP@ALL {row['map_all']:.4f} "
+            progress.report(
+                f"{job_name(job)}: mAP@ALL {row['map_all']:.4f} "
                 f"({row['seconds']:.0f} s)",
-                flush=True,
             )
             write_outputs(rows, args)
     print(write_outputs(rows, args))
+    if failed:  # the tables hold what finished; the exit code says what did not
+        print(f"error: {len(failed)} run(s) failed: {', '.join(failed)}", flush=True)
+        sys.exit(1)
 
 
 if __name__ == "__main__":
-    main()
+    from experiments.progress import cli
+
+    cli(main)

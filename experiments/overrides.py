@@ -6,15 +6,15 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from settings.run_settings import RunSettings
+from settings.check import app_config_defaults, file_problems
+from settings.run_settings import ConfigError, RunSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def app_defaults() -> dict[str, Any]:
-    """``[tool.flwr.app.config]`` of this project."""
-    data = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    return dict(data["tool"]["flwr"]["app"]["config"])
+    """``[tool.flwr.app.config]`` of this project (flattened)."""
+    return app_config_defaults(ROOT)
 
 
 def parse_overrides(pairs: list[str]) -> dict[str, Any]:
@@ -23,17 +23,28 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
     for pair in pairs:
         key, sep, raw = pair.partition("=")
         if not sep or not key:
-            raise ValueError(f"--set {pair!r}: expected key=value")
+            raise ConfigError(f"--set {pair!r}: expected key=value")
         try:
             out[key] = tomllib.loads(f"v = {raw}")["v"]
         except tomllib.TOMLDecodeError:
             out[key] = raw
     unknown = sorted(set(out) - set(app_defaults()))
     if unknown:
-        raise ValueError(f"unknown config key(s) {unknown}; see pyproject.toml")
+        raise ConfigError(f"unknown config key(s) {unknown}; see pyproject.toml")
     return out
 
 
 def resolved_settings(overrides: dict[str, Any]) -> RunSettings:
-    """Validate pyproject defaults updated by ``overrides``."""
-    return RunSettings.from_config({**app_defaults(), **overrides})
+    """Validate pyproject defaults updated by ``overrides``; check named files.
+
+    Raises
+    ------
+    ConfigError
+        A bad value (naming the key, the value and what is accepted) or a file the
+        config names that does not exist or is not readable.
+    """
+    settings = RunSettings.from_config({**app_defaults(), **overrides})
+    problems = file_problems(settings)
+    if problems:
+        raise ConfigError(problems[0])
+    return settings

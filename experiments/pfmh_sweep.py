@@ -319,6 +319,7 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args()
     from experiments.overrides import parse_overrides, resolved_settings
+    from experiments.progress import SweepProgress
 
     args.seeds = [int(s) for s in args.seeds.split(",")]
     args.bits = [int(b) for b in args.bits.split(",")]
@@ -338,6 +339,8 @@ def main() -> None:
     done = {r["name"] for r in rows}
     todo = [j for j in jobs(args) if job_name(j) not in done]
     print(f"{len(todo)} runs to do ({len(rows)} already done)", flush=True)
+    progress = SweepProgress(len(todo) + len(rows), done=len(rows))
+    failed: list[str] = []
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         futures = {pool.submit(run_job, j, args): j for j in todo}
         for fut in as_completed(futures):
@@ -345,19 +348,24 @@ def main() -> None:
             try:
                 row = fut.result()
             except Exception as exc:  # one failed run must not end the sweep
-                print(f"FAILED {job_name(job)}: {exc}", flush=True)
+                failed.append(job_name(job))
+                progress.report(f"FAILED {job_name(job)}: {exc}")
                 continue
             rows.append(row)
             with rows_path.open("a") as f:
                 f.write(json.dumps(row) + "\n")
-            print(
-                f"[{len(rows)}] {job_name(job)}: per-client mAP@ALL "
+            progress.report(
+                f"{job_name(job)}: per-client mAP@ALL "
                 f"{row[LOCAL]:.4f} ({row['seconds']:.0f} s)",
-                flush=True,
             )
             write_outputs(rows, args)
     print(write_outputs(rows, args))
+    if failed:  # the tables hold what finished; the exit code says what did not
+        print(f"error: {len(failed)} run(s) failed: {', '.join(failed)}", flush=True)
+        sys.exit(1)
 
 
 if __name__ == "__main__":
-    main()
+    from experiments.progress import cli
+
+    cli(main)

@@ -180,4 +180,6 @@ def _write(rows: list[dict], bits_list: list[int], args: argparse.Namespace) -> 
 
 
 if __name__ == "__main__":
-    main()
+    from experiments.progress import cli
+
+    cli(main)

@@ -17,6 +17,9 @@ def simulate(overrides: dict[str, Any], *, num_clients: int, cpus: int = 2) -> P
 
     ``cpus`` is the CPU count Ray may use (one client runs per CPU at a time).
     """
+    from experiments.overrides import resolved_settings
+
+    resolved_settings(overrides)  # a bad value fails here, before Ray starts
     results_dir = Path(overrides["results-dir"])
     run_simulation(
         server_app=build_server_app(overrides),
@@ -28,7 +31,11 @@ def simulate(overrides: dict[str, Any], *, num_clients: int, cpus: int = 2) -> P
         },
     )
     runs = [p for p in results_dir.iterdir() if p.is_dir()]
-    assert len(runs) == 1, f"expected one run directory, got {runs}"
+    if len(runs) != 1 or runs[0].name.endswith(".incomplete"):
+        raise RuntimeError(
+            f"the run did not finish: expected one finished run directory in "
+            f"{results_dir}, found {[p.name for p in runs]}"
+        )
     return runs[0]
 
 
@@ -61,4 +68,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from experiments.progress import cli
+
+    cli(main)

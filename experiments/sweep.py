@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from experiments.progress import SweepProgress
+
 ROOT = Path(__file__).resolve().parents[1]
 
 PARTITIONS = {
@@ -60,6 +62,8 @@ def foundation(args: argparse.Namespace) -> list[dict[str, Any]]:
     """FedAvg / FedProx / centralized x IID / non-IID x bits x seeds."""
     rows = []
     base = dict(args.base)
+    runs_per_cell = 1 + 2 * len(PARTITIONS)  # centralized + FedAvg/FedProx per split
+    progress = SweepProgress(len(args.bits) * len(args.seeds) * runs_per_cell)
     for bits in args.bits:
         for seed in args.seeds:
             common = {**base, "code-length": bits, "seed": seed}
@@ -70,7 +74,7 @@ def foundation(args: argparse.Namespace) -> list[dict[str, Any]]:
             rows.append(
                 _row("centralized", "-", bits, seed, cen, time.perf_counter() - t0)
             )
-            _progress(rows[-1])
+            _progress(progress, rows[-1])
             for part_name, part in PARTITIONS.items():
                 for strategy in ("fedavg", "fedprox"):
                     cfg = {**common, **part, "strategy": strategy}
@@ -87,7 +91,7 @@ def foundation(args: argparse.Namespace) -> list[dict[str, Any]]:
                             time.perf_counter() - t0,
                         )
                     )
-                    _progress(rows[-1])
+                    _progress(progress, rows[-1])
     return rows
 
 
@@ -105,11 +109,10 @@ def _row(method: str, part: str, bits: int, seed: int, res: dict, secs: float) -
     }
 
 
-def _progress(row: dict) -> None:
-    print(
+def _progress(progress: SweepProgress, row: dict) -> None:
+    progress.report(
         f"{row['method']:<12} {row['partitioning']:<24} {row['bits']:>3}b seed "
-        f"{row['seed']}: mAP@ALL {row['map_all']:.4f} ({row['seconds']:.0f} s)",
-        flush=True,
+        f"{row['seed']}: mAP@ALL {row['map_all']:.4f} ({row['seconds']:.0f} s)"
     )
 
 
@@ -209,4 +212,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from experiments.progress import cli
+
+    cli(main)

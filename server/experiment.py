@@ -61,7 +61,8 @@ def prepare_data(settings: RunSettings) -> PreparedData:
 
     For PFMH every modality is kept (query inputs as a dict); a dataset with fewer
     than two modalities, or modalities of different lengths, is a ConfigError
-    naming ``dataset`` before any work starts.
+    naming ``dataset`` before any work starts, and so is a data file that is
+    missing or cannot be read.
     """
     try:
         split = load_split(
@@ -71,9 +72,9 @@ def prepare_data(settings: RunSettings) -> PreparedData:
             query_fraction=settings.query_fraction,
             seed=settings.seed,
         )
-    except ValueError as exc:  # e.g. modality arrays of different lengths
-        if settings.strategy != "pfmh":
-            raise
+    except (ValueError, FileNotFoundError) as exc:
+        # a missing or unreadable data file, arrays of different lengths: the
+        # user fixes the config or the file (one ERROR line, server/log_filters.py)
         raise ConfigError(f"{K.DATASET}={settings.dataset!r}: {exc}") from None
     data, x = split.dataset, split.inputs
     q_idx, db_idx = split.query_index, split.database_index
@@ -237,8 +238,13 @@ class RoundReporter:
                 )
 
     def progress_line(self, row: dict[str, Any]) -> str:
-        """``round  3/15 | mAP@ALL 0.512 | mAP@100 0.701 | loss 0.3121 | 12.3 s``."""
+        """``round  3/15 | mAP@ALL 0.512 | ... | 12.3 s | ETA 49 s``.
+
+        The ETA is the rounds left times the mean time of the rounds so far
+        (training and evaluation, measured from the end of round 0).
+        """
         k = self.settings.map_top_k
+        eta = eta_text(row["round"], self.settings.rounds, self._round_times())
 
         def fmt(v: float | None, spec: str) -> str:
             return "-" if v is None else format(v, spec)
@@ -252,8 +258,28 @@ class RoundReporter:
             f"round {row['round']:>3}/{self.settings.rounds} | "
             f"mAP@ALL {fmt(row.get('map_all'), '.4f')} | "
             f"mAP@{k} {fmt(row.get('map_at_k'), '.4f')} | {local}"
-            f"loss {fmt(row['train_loss'], '.4f')} | {row['elapsed_s']:.1f} s"
+            f"loss {fmt(row['train_loss'], '.4f')} | {row['elapsed_s']:.1f} s{eta}"
         )
+
+    def _round_times(self) -> list[float]:
+        """Seconds of each completed training round (round >= 1)."""
+        elapsed = {r["round"]: r["elapsed_s"] for r in self.rows}
+        return [
+            elapsed[r] - elapsed[r - 1]
+            for r in sorted(elapsed)
+            if r >= 1 and r - 1 in elapsed
+        ]
+
+
+def eta_text(current: int, total: int, round_times: list[float]) -> str:
+    """`` | ETA 1 min 5 s`` from the mean round time, or ``""`` before round 1."""
+    left = total - current
+    if left <= 0 or not round_times:
+        return ""
+    seconds = left * sum(round_times) / len(round_times)
+    minutes, rest = divmod(int(round(seconds)), 60)
+    shown = f"{minutes} min {rest} s" if minutes else f"{rest} s"
+    return f" | ETA {shown}"
 
 
 def final_table(rows: list[dict[str, Any]], settings: RunSettings) -> str:

@@ -8,6 +8,7 @@ from typing import Any
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
+from server import log_filters
 from server.experiment import run_experiment
 from settings import keys as K
 from settings.run_settings import ConfigError, RunSettings
@@ -37,4 +38,5 @@ def build_server_app(overrides: Mapping[str, Any] | None = None) -> ServerApp:
     return app
 
 
+log_filters.install()  # a ConfigError ends the run as one ERROR line
 app = build_server_app()

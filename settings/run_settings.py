@@ -33,6 +33,9 @@ FLIP_CALIBRATIONS = ("rr", "paper")
 INITIAL_PROTOTYPES = ("none", "centers")
 MIN_BITS, MAX_BITS = 8, 256
 SECURE_AGGREGATIONS = ("none", "dphe")
+STRATEGIES = ("fedavg", "fedprox", "fedhap", "pfmh")
+"""Names of ``strategies/registry.py`` (a test keeps the two equal); checked here so
+that ``python -m settings check`` refuses an unknown name without importing torch."""
 DPHE_STRATEGIES = ("fedavg", "fedprox", "fedhap")
 DPHE_WEIGHTINGS = ("num-examples", "uniform")
 # the DPHE paper's condition (Section 2.5): an aggregate of fewer than 3 users
@@ -158,6 +161,7 @@ class RunSettings:
 
     def validate(self) -> None:
         """Raise :class:`ConfigError` naming the first invalid key."""
+        _choice(K.STRATEGY, self.strategy, STRATEGIES)
         _choice(K.DATASET, self.dataset, DATASETS)
         _choice(K.PARTITIONING, self.partitioning, PARTITIONINGS)
         _choice(K.MODEL, self.model, MODELS)

@@ -5,7 +5,7 @@ from flwr.app import ConfigRecord, MessageType, RecordDict
 from server.evaluation import _codes_problem
 from server.experiment import run_experiment
 from server.results import RunResults
-from settings.run_settings import RunSettings
+from settings.run_settings import ConfigError, RunSettings
 from tests.fixtures import write_feature_npz
 from tests.messages import reply_from
 
@@ -103,7 +103,8 @@ def settings(tmp_path, **kw):
 def test_missing_data_file_stops_before_any_message_or_results_dir(tmp_path):
     grid = DescribeGrid({1: (0, 1)})
     s = settings(tmp_path, dataset="npz", data_path=str(tmp_path / "nope.npz"))
-    with pytest.raises(FileNotFoundError, match="data-path"):
+    # a ConfigError: the ServerApp logs it as one line (server/log_filters.py)
+    with pytest.raises(ConfigError, match="dataset='npz'.*data-path.*nope.npz"):
         run_experiment(grid, s)
     assert grid.sent == []
     assert not (tmp_path / "results").exists()

@@ -1,0 +1,40 @@
+"""Our ServerApp's log policy: a config error is one ERROR line, not a traceback.
+
+Flower logs an exception that ends a ServerApp with its full traceback ("ServerApp
+raised an exception" in a deployment, "Simulation raised an exception" in
+simulation) and then marks the run failed. For a
+:class:`~settings.run_settings.ConfigError` -- a bad value the user can fix, whose
+message already names the key, the value and what is accepted -- the traceback is
+noise: this filter, installed on Flower's logger by ``server/server_app.py``,
+rewrites that record into ``run config: <message>`` without the traceback. The run
+still ends as failed. Any other exception keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from settings.run_settings import ConfigError
+
+FLWR_LOGGER = "flwr"
+
+
+class ConfigErrorOneLine(logging.Filter):
+    """Turn a record carrying a :class:`ConfigError` into one line, no traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Rewrite the record in place when its exception is a ConfigError."""
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, ConfigError):
+            record.msg = "run config: %s"
+            record.args = (str(error),)
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+def install() -> None:
+    """Add the filter to Flower's logger once (idempotent)."""
+    logger = logging.getLogger(FLWR_LOGGER)
+    if not any(isinstance(f, ConfigErrorOneLine) for f in logger.filters):
+        logger.addFilter(ConfigErrorOneLine())

@@ -1,0 +1,216 @@
+"""Check a run config before anything starts: ``python -m settings check``.
+
+Resolves the run config exactly as ``flwr run`` does (the defaults of
+``[tool.flwr.app.config]`` in ``pyproject.toml`` fused with ``--run-config``
+overrides, with Flower's syntax), validates it with the code the ServerApp
+uses (:meth:`settings.run_settings.RunSettings.from_config`), and checks that every
+file the config names exists and is readable on this machine. On success it prints
+the resolved config and exits 0; on the first problem it prints one line naming the
+key, the value and what is accepted, and exits 2.
+
+``make run`` and the experiment runners call this first, so a bad value costs well
+under two seconds, not a SuperLink and a Ray start.
+
+Usage::
+
+    python -m settings check [--run-config "code-length=64 strategy='fedhap'"]
+    python -m settings check --run-config conf/fedhap.toml --quiet
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import tomllib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from settings import keys as K
+from settings.run_settings import ConfigError, RunSettings
+
+EXIT_BAD_CONFIG = 2
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+
+#: Flower 1.42's ``key=value`` pattern (``flwr.common.config.parse_config_args``)
+_PAIR = re.compile(r"(\S+?)=(\'[^\']*\'|\"[^\"]*\"|\S+)")
+
+#: datasets whose ``data-path`` must exist before the run starts
+_PATH_DATASETS = ("npz", "cifar10", "multiview-digits")
+
+
+def parse_run_config(run_config: Sequence[str] | None) -> dict[str, Any]:
+    """Parse ``--run-config`` values as ``flwr run`` does, without importing flwr.
+
+    Same syntax as Flower 1.42's ``flwr.common.config.parse_config_args`` (one
+    ``.toml`` file, or ``key=value`` pairs whose values are TOML scalars; nested
+    tables flattened with dots); ``tests/test_fail_fast.py`` checks that both parse
+    alike. Importing flwr alone takes longer than the whole check may.
+
+    Raises
+    ------
+    ConfigError
+        A missing TOML file or a string that does not parse.
+    """
+    if not run_config:
+        return {}
+    items = list(run_config)
+    if len(items) == 1 and items[0].endswith(".toml"):
+        path = Path(items[0]).expanduser()
+        try:
+            return _flatten(tomllib.loads(path.read_text(encoding="utf-8")))
+        except FileNotFoundError:
+            raise ConfigError(
+                f"--run-config file {items[0]!r} does not exist"
+            ) from None
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"--run-config file {items[0]!r}: {exc}") from None
+    overrides: dict[str, Any] = {}
+    for line in items:
+        if not line:
+            continue
+        if line.endswith(".toml"):
+            raise ConfigError(
+                "--run-config: TOML files cannot be passed alongside key=value pairs"
+            )
+        text = "\n".join(f"{k} = {v}" for k, v in _PAIR.findall(line))
+        try:
+            overrides.update(tomllib.loads(text))
+        except tomllib.TOMLDecodeError:
+            raise ConfigError(
+                f"--run-config {line!r}: not in the format key1=123 key2=false "
+                "key3='string' (values: bool, int, float or quoted string)"
+            ) from None
+    return _flatten(overrides)
+
+
+def app_config_defaults(project_dir: Path = PROJECT_DIR) -> dict[str, Any]:
+    """``[tool.flwr.app.config]`` of ``pyproject.toml``, flattened."""
+    data = tomllib.loads((project_dir / "pyproject.toml").read_text(encoding="utf-8"))
+    return _flatten(data["tool"]["flwr"]["app"].get("config", {}))
+
+
+def resolve_run_config(
+    run_config: Sequence[str] | None, project_dir: Path = PROJECT_DIR
+) -> dict[str, Any]:
+    """Defaults from ``pyproject.toml`` fused with ``--run-config`` overrides.
+
+    Parameters
+    ----------
+    run_config : sequence of str, optional
+        What ``flwr run --run-config`` takes: ``"key=value ..."`` strings or one
+        ``.toml`` file.
+    project_dir : Path
+        Folder holding ``pyproject.toml``.
+
+    Raises
+    ------
+    ConfigError
+        An override that does not parse, or an unknown key (Flower refuses those).
+    """
+    defaults = app_config_defaults(project_dir)
+    overrides = parse_run_config(run_config)
+    unknown = [key for key in overrides if key not in defaults]
+    if unknown:
+        raise ConfigError(
+            f"unknown config key {unknown[0]!r}; accepted keys are those of "
+            "[tool.flwr.app.config] in pyproject.toml (README 'Configuration')"
+        )
+    return {**defaults, **overrides}
+
+
+def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in table.items():
+        name = f"{prefix}.{key}" if prefix else key
+        if isinstance(value, Mapping):
+            out.update(_flatten(value, name))
+        else:
+            out[name] = value
+    return out
+
+
+def file_problems(settings: RunSettings) -> list[str]:
+    """Files the config names that are missing or unreadable here, one line each."""
+    problems: list[str] = []
+
+    def need(key: str, value: str, *, kind: str, what: str) -> None:
+        path = Path(value).expanduser()
+        exists = path.is_dir() if kind == "dir" else path.is_file()
+        if kind == "any":
+            exists = path.exists()
+        if not exists:
+            problems.append(f"{key}={value!r}: {what} does not exist")
+        elif not os.access(path, os.R_OK):
+            problems.append(f"{key}={value!r}: {what} is not readable")
+
+    if (
+        settings.dataset in _PATH_DATASETS
+        and settings.data_path
+        and not (settings.dataset == "cifar10" and settings.download)
+    ):
+        kind = "dir" if settings.dataset == "cifar10" else "file"
+        what = "the CIFAR-10 folder" if kind == "dir" else "the data file"
+        need(K.DATA_PATH, settings.data_path, kind=kind, what=what)
+    if settings.model_weights:
+        need(K.MODEL_WEIGHTS, settings.model_weights, kind="file", what="the file")
+    if settings.secure_aggregation != "none" and settings.dphe_key_dir:
+        need(K.DPHE_KEY_DIR, settings.dphe_key_dir, kind="dir", what="the key folder")
+    if settings.dphe_keyholder_ca:
+        need(
+            K.DPHE_KEYHOLDER_CA, settings.dphe_keyholder_ca, kind="file", what="the CA"
+        )
+    return problems
+
+
+def check(run_config: Sequence[str] | None) -> tuple[RunSettings, dict[str, Any]]:
+    """Resolve, validate and check files; raise :class:`ConfigError` on a problem."""
+    config = resolve_run_config(run_config)
+    settings = RunSettings.from_config(config)
+    problems = file_problems(settings)
+    if problems:
+        raise ConfigError(problems[0])
+    return settings, config
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command-line entry point; returns the exit code."""
+    parser = argparse.ArgumentParser(
+        prog="python -m settings check",
+        description="Validate a run config as the ServerApp would, before a run.",
+    )
+    parser.add_argument("command", choices=["check"])
+    parser.add_argument(
+        "--run-config",
+        action="append",
+        default=None,
+        help="overrides as for `flwr run --run-config` (key=value pairs or a .toml)",
+    )
+    parser.add_argument(
+        "--quiet", action="store_true", help="print nothing on success"
+    )
+    args = parser.parse_args(argv)
+    try:
+        _, config = check(args.run_config)
+    except ConfigError as exc:
+        print(f"error: run config: {exc}", file=sys.stderr)
+        return EXIT_BAD_CONFIG
+    if not args.quiet:
+        print(format_config(config))
+    return 0
+
+
+def format_config(config: Mapping[str, Any]) -> str:
+    """``key = value`` lines, TOML-style, in ``pyproject.toml`` order."""
+    lines = ["# resolved run config (valid)"]
+    for key, value in config.items():
+        if isinstance(value, bool):
+            shown = "true" if value else "false"
+        elif isinstance(value, str):
+            shown = '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        else:
+            shown = repr(value)
+        lines.append(f"{key} = {shown}")
+    return "\n".join(lines)

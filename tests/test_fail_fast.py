@@ -1,0 +1,176 @@
+"""Issue 19: bad configs fail at once with one line and exit code 2; failed runs
+fail ``make run``; ServerApp config errors are one log line; progress and ETA."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from experiments.progress import SweepProgress, format_seconds
+from server.experiment import eta_text
+from server.local_superlink import status_main
+from server.log_filters import ConfigErrorOneLine
+from settings.run_settings import STRATEGIES, ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+BAD = [
+    ("code-length=7", "code-length=7: accepted are integers in 8..256"),
+    ("strategy='fedfoo'", "strategy='fedfoo': accepted are fedavg"),
+    (
+        "dataset='npz' data-path='/nonexistent/features.npz'",
+        "data-path='/nonexistent/features.npz': the data file does not exist",
+    ),
+    ("learning-rate=-1", "learning-rate=-1.0: must be > 0"),
+    ("colde-length=32", "unknown config key 'colde-length'"),
+]
+
+
+def _check(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "settings", "check", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(("override", "message"), BAD)
+def test_check_refuses_each_bad_value_in_one_line(override, message):
+    done = _check("--run-config", override)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: run config: ")
+    assert message in lines[0]
+    assert done.stdout == ""
+
+
+def test_check_prints_the_resolved_config():
+    done = _check("--run-config", "code-length=64 strategy='fedhap'")
+    assert done.returncode == 0, done.stderr
+    assert "code-length = 64" in done.stdout and 'strategy = "fedhap"' in done.stdout
+    assert 'privacy-noise = "secure"' in done.stdout  # defaults are resolved too
+    toml = _check("--run-config", "conf/fedhap.toml", "--quiet")
+    assert toml.returncode == 0 and toml.stdout == ""
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        "code-length=64 strategy='fedhap'",
+        'run-name="a b" learning-rate=1e-3 dp-sgd=true seed=7',
+        "dphe-clip=0.5  eval-every=2",
+        "conf/fedhap.toml",
+    ],
+)
+def test_run_config_parses_as_flower_parses_it(override):
+    from flwr.common.config import parse_config_args
+
+    from settings.check import parse_run_config
+
+    assert parse_run_config([override]) == parse_config_args([override])
+
+
+def test_settings_strategies_match_the_registry():
+    from strategies.registry import registered_strategies
+
+    assert sorted(STRATEGIES) == sorted(registered_strategies())
+
+
+def _record(exc: BaseException) -> logging.LogRecord:
+    try:
+        raise exc
+    except BaseException:
+        return logging.LogRecord(
+            "flwr",
+            logging.ERROR,
+            __file__,
+            1,
+            "%s raised an exception",
+            ("ServerApp",),
+            sys.exc_info(),
+        )
+
+
+def test_serverapp_config_error_is_one_line_other_errors_keep_traceback():
+    fmt = logging.Formatter("%(levelname)s: %(message)s")
+    record = _record(ConfigError("code-length=7: accepted are integers in 8..256"))
+    assert ConfigErrorOneLine().filter(record)
+    text = fmt.format(record)
+    assert text == "ERROR: run config: code-length=7: accepted are integers in 8..256"
+    other = _record(RuntimeError("boom"))
+    assert ConfigErrorOneLine().filter(other)
+    assert "Traceback" in fmt.format(other)
+
+
+def test_progress_lines_and_eta():
+    assert eta_text(3, 10, []) == ""
+    assert eta_text(3, 10, [2.0, 4.0]) == " | ETA 21 s"
+    assert eta_text(10, 10, [2.0]) == ""
+    assert eta_text(0, 30, [5.0]) == " | ETA 2 min 30 s"
+    assert format_seconds(3725) == "1 h 2 min"
+    progress = SweepProgress(4, done=1)
+    line = progress.line("run-b: mAP 0.5")
+    assert line.startswith("[2/4, ETA ") and line.endswith("] run-b: mAP 0.5")
+    progress.line("c")
+    assert progress.line("d").startswith("[4/4, ETA done]")
+
+
+def test_status_without_a_started_run_is_a_failure(tmp_path, capsys):
+    log = tmp_path / "last-run.log"
+    log.write_text("Flower configuration not found.\n")
+    assert status_main(str(tmp_path), str(log)) == 1
+    assert "did not start" in capsys.readouterr().err
+
+
+def _make_run(tmp_path: Path, run_config: str, clients: int = 3):
+    env = {**os.environ, "NUM_CLIENTS": str(clients)}
+    env.pop("MAKEFLAGS", None)
+    return subprocess.run(
+        ["make", "--no-print-directory", "run", f"RUN_CONFIG={run_config}"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+
+
+def test_make_run_refuses_a_bad_value_before_anything_starts(tmp_path):
+    done = _make_run(tmp_path, "'code-length=7'")
+    assert done.returncode == 2
+    out = (done.stdout + done.stderr).strip().splitlines()
+    errors = [line for line in out if "code-length=7" in line]
+    assert errors == [
+        "error: run config: code-length=7: accepted are integers in 8..256"
+    ]
+    assert "SuperLink" not in done.stdout + done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
+
+
+@pytest.mark.e2e
+def test_make_run_fails_when_the_serverapp_refuses_the_data(tmp_path):
+    # passes the local check (the file exists and is readable) but is no .npz:
+    # the ServerApp refuses it in one ERROR line, the run ends failed, make fails
+    bad = tmp_path / "features.npz"
+    bad.write_text("not an archive")
+    config = (
+        f"'dataset=\"npz\" data-path=\"{bad}\" rounds=1 "
+        f"results-dir=\"{tmp_path / 'results'}\"'"
+    )
+    done = _make_run(tmp_path, config)
+    text = done.stdout + done.stderr
+    assert done.returncode != 0, text[-3000:]
+    config_lines = [line for line in text.splitlines() if "run config:" in line]
+    assert len(config_lines) == 1, config_lines
+    assert "could not be read as a .npz archive" in config_lines[0]
+    assert "Traceback" not in text
+    assert "ended finished:failed" in text
