@@ -26,6 +26,17 @@ folder                 contents (who mounts it)
 ``clientapp-<i>/``     ``ca.crt``, ``superexec.secret``, ``client-<i>.json`` (the
                        ClientApp executor of node ``i``; node config
                        ``dphe-key-bundle`` points here)
+``supernode-<i>/``     also ``trusted-entities.yaml``: the FAB signing key's
+                       public half, for ``flower-supernode --trusted-entities``
+``fleet-gateway/``     ``ca.crt``, ``server.crt``/``server.key`` (SANs
+                       ``fleet-gateway``, loopback names and ``--superlink-san``):
+                       the Fleet-only listener the SuperNodes connect to
+``fab-registry/``      ``ca.crt``, ``server.crt``/``server.key`` (SANs
+                       ``fab-registry``, loopback names): where the SuperLink
+                       fetches signed FABs (``deploy/fab_registry.py``)
+``fab-signing/``       ``fab-signing.key`` (Ed25519, OpenSSH), ``fab-signing.pub``,
+                       ``key-id``: the operator's FAB signing key. Mounted nowhere;
+                       ``python -m deploy.fab_registry sign`` reads it on the host
 ``public-keys/``       ``supernode-<i>.pub``: what ``flwr supernode register`` reads
 ``flwr-home/``         ``config.toml`` with connections ``fedhash``
                        (``127.0.0.1:<port>``, TLS with ``ca/ca.crt``) and
@@ -54,18 +65,22 @@ import secrets
 import shutil
 import sys
 import tempfile
+import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 DEFAULT_OUT = Path("deploy/credentials")
 MARKER = ".fedhash-credentials"
 SUPERLINK_SERVICE = "superlink"
+FLEET_GATEWAY_SERVICE = "fleet-gateway"
+FAB_REGISTRY_SERVICE = "fab-registry"
+TRUSTED_ENTITIES_FILE = "trusted-entities.yaml"
 KEYHOLDER_SERVICE = "keyholder"
 COMPOSE_SUPERLINK_PORT = 8000
 CONNECTION = "fedhash"
@@ -121,6 +136,25 @@ class Credentials:
     def flwr_home(self) -> Path:
         """``FLWR_HOME`` for the host's ``flwr`` CLI."""
         return self.root / "flwr-home"
+
+    @property
+    def fleet_gateway(self) -> Path:
+        """The Fleet gateway's folder (the SuperNodes' only way in)."""
+        return self.root / FLEET_GATEWAY_SERVICE
+
+    @property
+    def fab_registry(self) -> Path:
+        """The signed-FAB registry's folder."""
+        return self.root / FAB_REGISTRY_SERVICE
+
+    @property
+    def fab_signing_key(self) -> Path:
+        """The operator's FAB signing key (Ed25519, OpenSSH); mounted nowhere."""
+        return self.root / "fab-signing" / "fab-signing.key"
+
+    def trusted_entities(self, index: int) -> Path:
+        """SuperNode ``index``'s ``--trusted-entities`` file."""
+        return self.supernode(index) / TRUSTED_ENTITIES_FILE
 
 
 def _write(path: Path, data: bytes, *, secret: bool) -> None:
@@ -249,6 +283,31 @@ def make_auth_key_pair(comment: str) -> tuple[bytes, bytes]:
     return private, public + f" {comment}\n".encode()
 
 
+def make_fab_signing_key(comment: str) -> tuple[bytes, bytes, str]:
+    """Return an Ed25519 FAB signing key as OpenSSH ``(private, public, key id)``.
+
+    Flower 1.42's SuperNode accepts only Ed25519 trusted entities
+    (``_validate_public_keys_ed25519``) and looks signatures up by key id; Flower Hub
+    ids look like ``fpk_<uuid>``, and so do ours.
+    """
+    key = ed25519.Ed25519PrivateKey.generate()
+    private = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.OpenSSH,
+        serialization.NoEncryption(),
+    )
+    public = key.public_key().public_bytes(
+        serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
+    )
+    return private, public + f" {comment}".encode(), f"fpk_{uuid.uuid4()}"
+
+
+def trusted_entities_yaml(entities: dict[str, str]) -> bytes:
+    """``--trusted-entities`` YAML: ``{key id: 'ssh-ed25519 ...'}``."""
+    lines = [f"{key_id}: '{public}'" for key_id, public in entities.items()]
+    return ("\n".join(lines) + "\n").encode()
+
+
 def connection_toml(
     *, address: str, root_certificates: str, with_insecure: bool = False
 ) -> str:
@@ -366,7 +425,25 @@ def generate(
     _write(creds.superlink / "superexec.secret", link_secret, secret=True)
     _write(creds.serverapp / "superexec.secret", link_secret, secret=True)
     server(creds.keyholder, [KEYHOLDER_SERVICE, *LOOPBACK_NAMES])
-    for folder in (creds.superlink, creds.serverapp, creds.keyholder):
+    # the SuperNodes reach the SuperLink through the gateway, under the same names
+    server(
+        creds.fleet_gateway, [FLEET_GATEWAY_SERVICE, *LOOPBACK_NAMES, *superlink_sans]
+    )
+    server(creds.fab_registry, [FAB_REGISTRY_SERVICE, *LOOPBACK_NAMES])
+    signing_private, signing_public, signing_id = make_fab_signing_key("fab-signing")
+    _write(creds.fab_signing_key, signing_private, secret=True)
+    _write(
+        creds.fab_signing_key.with_suffix(".pub"), signing_public + b"\n", secret=False
+    )
+    _write(creds.fab_signing_key.with_name("key-id"), signing_id.encode(), secret=False)
+    trusted = trusted_entities_yaml({signing_id: signing_public.decode()})
+    for folder in (
+        creds.superlink,
+        creds.serverapp,
+        creds.keyholder,
+        creds.fleet_gateway,
+        creds.fab_registry,
+    ):
         _write(folder / "ca.crt", ca_pem, secret=False)
     for i in range(num_supernodes):
         node, app = creds.supernode(i), creds.clientapp(i)
@@ -374,6 +451,7 @@ def generate(
         _write(node / "auth.key", private, secret=True)
         _write(node / "auth.pub", public, secret=False)
         _write(creds.public_key(i), public, secret=False)
+        _write(creds.trusted_entities(i), trusted, secret=False)
         server(node, [supernode_service(i), *LOOPBACK_NAMES])
         node_secret = secret()
         _write(node / "superexec.secret", node_secret, secret=True)

@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = ROOT / "docker-compose.yml"
 _VAR = re.compile(r"\$\{(\w+)(?::?-([^}]*))?\}")
 _HOST_PORT = re.compile(r"^([a-z][a-z0-9-]*):(\d+)$")
+_URL = re.compile(r"^(https?://)([a-z][a-z0-9-]*):(\d+)(/.*)?$")
 
 
 def interpolate(value: Any, env: Mapping[str, str] | None = None) -> Any:
@@ -175,6 +176,22 @@ class LocalPlan:
         for arg in raw[1:]:
             out.append(self._arg(name, service, prev, arg, node_config_edit))
             prev = arg
+        return out
+
+    def environment(self, name: str) -> dict[str, str]:
+        """The service's ``environment``, runnable here (URLs and paths mapped)."""
+        service = self.compose["services"][name]
+        out = {}
+        for key, value in (service.get("environment") or {}).items():
+            value = str(value)
+            url = _URL.match(value)
+            if url and url.group(2) in self.compose["services"]:
+                port = self.port(url.group(2), int(url.group(3)))
+                value = f"{url.group(1)}127.0.0.1:{port}{url.group(4) or ''}"
+            elif value.startswith("/"):
+                host = container_to_host(service, value, self.rebase)
+                value = str(host) if host is not None else value
+            out[key] = value
         return out
 
     def _arg(

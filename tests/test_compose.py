@@ -24,6 +24,8 @@ from packaging.requirements import Requirement
 from packaging.version import Version
 
 from crypto.keyholder_service import build_parser as keyholder_parser
+from deploy.fab_registry import build_parser as registry_parser
+from deploy.fleet_gateway import build_parser as gateway_parser
 from deploy.generate import COMPOSE_SUPERLINK_PORT, generate
 from deploy.register import build_parser as register_parser
 from tests.compose_local import (
@@ -83,6 +85,11 @@ def known_flags(command: list[str]) -> set[str] | None:
         parser = keyholder_parser()
     elif command[:3] == ["python", "-m", "deploy.register"]:
         parser = register_parser()
+    elif command[:3] == ["python", "-m", "deploy.fleet_gateway"]:
+        parser = gateway_parser()
+    elif command[:4] == ["python", "-m", "deploy.fab_registry", "serve"]:
+        sub = next(a for a in registry_parser()._actions if a.choices)
+        parser = sub.choices["serve"]
     elif command[:2] == ["python", "-c"]:
         return None
     else:
@@ -105,6 +112,8 @@ def test_compose_files_are_yaml_with_known_services(name: str, compose: dict):
             "register-supernodes",
             "serverapp",
             "keyholder",
+            "fleet-gateway",
+            "fab-registry",
             *SUPERNODES,
             *CLIENTAPPS,
         }
@@ -314,6 +323,91 @@ def test_credentials_data_and_results_never_enter_a_fab():
         "deploy/credentials/flwr-home/config.toml": b"",
         "deploy/data/supernode-0/x.json": b"{}",
         "deploy/results/run/summary.json": b"{}",
+        "deploy/fabs/fedhash/fedhash/0.1.0.json": b"{}",  # signatures
     }
     kept = set(filter_paths_for_publish(files))
     assert kept == {".gitignore", "pyproject.toml", "deploy/generate.py"}
+
+
+CONTROL_LISTENER = "superlink"  # Flower 1.42: Fleet, Control, Runtime on one port
+OPERATOR_SIDE = {"superlink", "register-supernodes", "fleet-gateway", "fab-registry"}
+
+
+def _members(services: dict, network: str) -> set[str]:
+    return {n for n, s in services.items() if network in s.get("networks", [])}
+
+
+def test_no_supernode_shares_a_network_with_the_control_api(compose: dict):
+    services, networks = compose["services"], compose["networks"]
+    control = set(services[CONTROL_LISTENER]["networks"])
+    for name in (*SUPERNODES, *CLIENTAPPS):
+        shared = control & set(services[name]["networks"])
+        assert not shared, f"{name} shares {shared} with the Control API listener"
+    # the SuperLink's networks: the operator's side only
+    for network in control:
+        assert _members(services, network) <= OPERATOR_SIDE | {"serverapp"}, network
+    # the SuperNodes' network holds SuperNodes and the Fleet-only gateway, nothing
+    # else; the gateway's way to the SuperLink is a network of those two only
+    for name in SUPERNODES:
+        for network in services[name]["networks"]:
+            if network.startswith("node-"):
+                continue
+            assert _members(services, network) == {*SUPERNODES, "fleet-gateway"}
+        target = flags(services[name]["command"])["--superlink"]
+        assert target.split(":")[0] == "fleet-gateway", name
+    gateway = flags(services["fleet-gateway"]["command"])
+    assert gateway["--superlink"] == f"{CONTROL_LISTENER}:{COMPOSE_SUPERLINK_PORT}"
+    inner = set(services["fleet-gateway"]["networks"]) & control
+    assert len(inner) == 1
+    assert _members(services, inner.pop()) == {"fleet-gateway", CONTROL_LISTENER}
+    # internal networks stay internal; only `control` (host loopback) and `fleet`
+    # have a route out
+    outside = {n for n, cfg in networks.items() if not (cfg or {}).get("internal")}
+    assert outside == {"control", "fleet"}
+    # the Control API port is published on the host's loopback only; the gateway's
+    # port defaults to loopback too (FEDHASH_FLEET_BIND opens it for remote nodes)
+    assert services[CONTROL_LISTENER]["ports"] == ["127.0.0.1:8000:8000"]
+    assert services["fleet-gateway"]["ports"] == ["127.0.0.1:9092:9092"]
+    # registration runs on the operator's side, against the SuperLink's own port
+    assert set(services["register-supernodes"]["networks"]) <= control
+
+
+def test_supernodes_run_only_signed_fabs(compose: dict, creds):
+    services = compose["services"]
+    for i, name in enumerate(SUPERNODES):
+        node = flags(services[name]["command"])
+        assert node["--trusted-entities"] == "/credentials/trusted-entities.yaml"
+        path = container_to_host(
+            services[name], node["--trusted-entities"], lambda s: _cred(creds, s)
+        )
+        assert path == creds.trusted_entities(i)
+        entities = yaml.safe_load(path.read_text())
+        key_id = (creds.fab_signing_key.parent / "key-id").read_text().strip()
+        assert list(entities) == [key_id]
+        public = creds.fab_signing_key.with_suffix(".pub").read_text().strip()
+        assert entities[key_id] == public and public.startswith("ssh-ed25519 ")
+    # the signing key is the operator's: mounted nowhere
+    for service in services.values():
+        for mount in mounts(service):
+            assert "fab-signing" not in mount.source
+    # the SuperLink fetches FABs and their signatures from the private registry
+    env = services["superlink"]["environment"]
+    registry = flags(services["fab-registry"]["command"])
+    assert env["FLWR_SUPERGRID_API_URL"] == (
+        f"https://fab-registry:{registry['--port']}/v1"
+    )
+    assert env["REQUESTS_CA_BUNDLE"] == "/credentials/ca.crt"
+    assert set(services["fab-registry"]["networks"]) <= set(
+        services["superlink"]["networks"]
+    )
+    assert all(m.read_only for m in mounts(services["fab-registry"]))
+    insecure = load_compose(ROOT / "docker-compose.insecure.yml")["services"]
+    for name in SUPERNODES:  # signing stays on without TLS
+        assert "--trusted-entities" in insecure[name]["command"]
+        assert "fleet-gateway:9092" in insecure[name]["command"]
+    assert "--insecure" in insecure["fleet-gateway"]["command"]
+
+
+def _cred(creds, source: str) -> Path:
+    assert source.startswith("./deploy/credentials/"), source
+    return creds.root / source[len("./deploy/credentials/") :]

@@ -10,12 +10,18 @@ A fourth SuperNode is registered but its DPHE key bundle is missing: it must fai
 discovery with an error naming ``dphe-key-bundle`` while the run goes on with the
 other three. Every process is started in its own session and stopped by its
 process group id.
+
+The SuperNodes reach the SuperLink only through ``fleet-gateway`` (Fleet API only;
+the Control API is on the SuperLink's own port) and run only FABs signed by the
+operator's key (``--trusted-entities``), which the SuperLink fetches with their
+signatures from ``fab-registry``.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import ssl
 import subprocess
@@ -40,7 +46,13 @@ from crypto import (
     load_client_bundle,
 )
 from crypto.keyholder import read_streams_file, write_streams_file
-from deploy.generate import Credentials, generate, make_auth_key_pair
+from deploy.generate import (
+    Credentials,
+    connection_toml,
+    generate,
+    make_auth_key_pair,
+    make_fab_signing_key,
+)
 from settings.keyholder_streams import run_streams
 from tests.compose_local import (
     ROOT,
@@ -87,7 +99,32 @@ class Deployment:
     def service_env(self, name: str) -> dict[str, str]:
         home = self.tmp / "homes" / name
         home.mkdir(parents=True, exist_ok=True)
-        return {**self.env, "FLWR_HOME": str(home)}
+        extra = {}
+        if name in self.plan.compose["services"]:
+            extra = self.plan.environment(name)
+        return {**self.env, **extra, "FLWR_HOME": str(home)}
+
+    @property
+    def registry(self) -> Path:
+        """Host folder of the fab-registry's /fabs (compose: ./deploy/fabs)."""
+        service = self.plan.compose["services"]["fab-registry"]
+        return container_to_host(service, "/fabs", self.plan.rebase)
+
+    def sign(self, key: Path, key_id: str | None = None) -> str:
+        """The operator's step: sign this repository's FAB; return its app spec."""
+        cmd = [sys.executable, "-m", "deploy.fab_registry", "sign", str(ROOT)]
+        cmd += ["--key", str(key), "--registry", str(self.registry)]
+        cmd += ["--key-id", key_id] if key_id else []
+        proc = subprocess.run(
+            cmd, cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
+        )
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return re.search(r"flwr run (@\S+)", proc.stdout).group(1)
+
+    @property
+    def host_env(self) -> dict[str, str]:
+        """Environment of the operator's ``flwr`` on the host."""
+        return {**self.env, "FLWR_HOME": str(self.creds.flwr_home)}
 
     def workdir(self, name: str) -> Path:
         service = self.plan.compose["services"][name]
@@ -208,7 +245,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory):
             creds.keyholder / "keyholder-streams.json",
             run_streams({**tomllib.loads(PRESET.read_text()), **FAST}, key_bits=512),
         )
-        for name in ("superlink", "keyholder", "serverapp"):
+        for name in ("superlink", "keyholder", "serverapp", "fab-registry"):
             dep.start(name)
         for i in nodes:
             dep.start(f"clientapp-{i}")
@@ -228,6 +265,14 @@ def deployment(tmp_path_factory: pytest.TempPathFactory):
         # compose mounts the registrar's config.toml read-only: nothing is written
         assert [p.name for p in creds.flwr_home.iterdir()] == ["config.toml"]
         assert (creds.flwr_home / "config.toml").read_bytes() == config_toml
+        # the SuperNodes' only way in: the Fleet-only listener
+        dep.start("fleet-gateway")
+        _wait_https(
+            f"https://127.0.0.1:{plan.port('fleet-gateway', 9092)}/health",
+            creds.ca_cert,
+            dep.procs["fleet-gateway"],
+            60,
+        )
         for i in nodes:
             dep.start(f"supernode-{i}", node_config_edit=four_partitions)
         _wait_https(
@@ -250,7 +295,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory):
     assert all(p.poll() is not None for p in dep.procs.values())
 
 
-def _run_config(dep: Deployment, path: Path) -> Path:
+def _run_config(dep: Deployment, path: Path, **extra) -> Path:
     """conf/deploy-fedhap-dphe.toml with the serverapp's paths mapped, plus FAST."""
     serverapp = dep.plan.compose["services"]["serverapp"]
     config = tomllib.loads(PRESET.read_text())
@@ -262,6 +307,7 @@ def _run_config(dep: Deployment, path: Path) -> Path:
         "keyholder:8765", keyholder
     )
     config.update(FAST)
+    config.update(extra)
     path.write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in config.items()))
     return path
 
@@ -270,18 +316,24 @@ def test_fedhap_with_dphe_runs_on_the_deployment(deployment: Deployment):
     dep = deployment
     run_config = _run_config(dep, dep.tmp / "run.toml")
     results = dep.tmp / "results"  # deploy/results, mounted at /app/results
-    cmd = [str(BIN / "flwr"), "run", str(ROOT), "fedhash", "--stream"]
+    # the operator signs the FAB; the SuperLink fetches it, signatures included,
+    # from the registry, and the SuperNodes verify them (--trusted-entities)
+    app = dep.sign(dep.creds.fab_signing_key)
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert app == f"@fedhash/fedhash=={version}"
+    cmd = [str(BIN / "flwr"), "run", app, "fedhash", "--stream"]
     cmd += ["--run-config", str(run_config)]
     proc = subprocess.run(
         cmd,
         cwd=dep.tmp,
-        env={**dep.env, "FLWR_HOME": str(dep.creds.flwr_home)},
+        env=dep.host_env,
         capture_output=True,
         text=True,
         timeout=420,
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
+    assert "/v1/hub/fetch-fab" in dep.log("fab-registry")
     runs = [p for p in results.iterdir() if p.is_dir()]
     assert len(runs) == 1 and not runs[0].name.endswith(".incomplete"), out[-4000:]
     config = json.loads((runs[0] / "config.json").read_text())
@@ -448,3 +500,179 @@ def test_keyholder_serves_only_the_serverapp(deployment: Deployment):
     # a client without the CA certificate cannot even connect
     with pytest.raises(urllib.error.URLError, match="CERTIFICATE_VERIFY_FAILED"):
         urllib.request.urlopen(url + "/v1/health", timeout=10)
+
+
+FAB_REFUSED = "failed discovery: The FAB could not be verified"
+
+
+def _refused_run(dep: Deployment, app: str, name: str) -> tuple[str, str]:
+    """Submit ``app``; wait until every SuperNode answered with the FAB error.
+
+    The ServerApp would go on waiting for usable nodes, so the run is stopped as
+    soon as all of them refused (``flwr stop``). Returns ``(run id, output)``.
+    """
+    config = _run_config(
+        dep, dep.tmp / f"{name}.toml", **{"results-dir": str(dep.tmp / name)}
+    )
+    log = dep.tmp / "logs" / f"{name}.log"
+    cmd = [str(BIN / "flwr"), "run", app, "fedhash", "--stream"]
+    cmd += ["--run-config", str(config)]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            cmd,
+            cwd=dep.tmp,
+            env=dep.host_env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    run_id = None
+    try:
+        _wait_for(
+            lambda: (
+                log.read_text().count(FAB_REFUSED) >= GOOD_NODES + 1
+                or proc.poll() is not None
+            ),
+            180,
+            f"{name}: every SuperNode to refuse the FAB",
+        )
+        text = log.read_text()
+        match = re.search(r"Successfully started run (\d+)", text)
+        assert match, text[-3000:]
+        run_id = match.group(1)
+    finally:
+        if run_id is not None:
+            subprocess.run(
+                [str(BIN / "flwr"), "stop", run_id, "fedhash"],
+                cwd=dep.tmp,
+                env=dep.host_env,
+                capture_output=True,
+                timeout=60,
+                check=False,
+            )
+        _signal_group(proc, signal.SIGKILL)
+        proc.wait()
+    return run_id, log.read_text()
+
+
+def _assert_refused_by_every_node(dep: Deployment, run_id: str, out: str, why: str):
+    # every node answered the ServerApp's first message with Flower's INVALID_FAB
+    # error instead of running the ClientApp (4 distinct nodes)
+    refusing = set(re.findall(r"node (\d+) " + FAB_REFUSED, out))
+    assert len(refusing) == GOOD_NODES + 1, out[-3000:]
+    assert "Discovery:" not in out  # no node got as far as describing itself
+    for i in range(GOOD_NODES + 1):
+        log = dep.log(f"supernode-{i}")
+        assert f"[RUN {run_id}]" in log
+        assert why in log, log[-2000:]
+
+
+def test_unsigned_fab_is_refused_by_the_supernodes(deployment: Deployment):
+    # `flwr run <dir>`: the FAB arrives without signatures (Flower 1.42 attaches
+    # them only to FABs fetched from the Hub, here the registry); the very same
+    # bytes ran above when signed
+    run_id, out = _refused_run(deployment, str(ROOT), "unsigned")
+    _assert_refused_by_every_node(
+        deployment,
+        run_id,
+        out,
+        "App verification is not supported by the connected SuperLink",
+    )
+
+
+def test_fab_signed_by_an_untrusted_key_is_refused(deployment: Deployment):
+    dep = deployment
+    private, _, key_id = make_fab_signing_key("rogue")
+    key = dep.tmp / "rogue-signing.key"
+    key.write_bytes(private)
+    key.chmod(0o600)
+    # a signer the nodes do not trust, even under the trusted key's id
+    trusted_id = (dep.creds.fab_signing_key.parent / "key-id").read_text().strip()
+    try:
+        for n, signer_id in enumerate((key_id, trusted_id)):
+            app = dep.sign(key, signer_id)
+            run_id, out = _refused_run(dep, app, f"untrusted-{n}")
+            if signer_id == key_id:
+                why = "FAB verification failed: the provided trusted entities"
+            else:  # same id, wrong key: the Ed25519 signature does not verify
+                why = "FAB verification failed"
+            _assert_refused_by_every_node(dep, run_id, out, why)
+    finally:
+        dep.sign(dep.creds.fab_signing_key)  # the registry serves the good one again
+
+
+def test_supernodes_reach_only_the_fleet_api(deployment: Deployment):
+    dep = deployment
+    ca = ssl.create_default_context(cafile=str(dep.creds.ca_cert))
+    link = f"https://127.0.0.1:{dep.plan.port('superlink', 8000)}"
+    gateway = f"https://127.0.0.1:{dep.plan.port('fleet-gateway', 9092)}"
+    assert link != gateway
+    # every SuperNode is configured with the gateway's address only
+    for i in range(GOOD_NODES + 1):
+        cmd = dep.plan.command(f"supernode-{i}")
+        assert cmd[cmd.index("--superlink") + 1] == gateway.removeprefix("https://")
+
+    def post(base: str, path: str) -> int:
+        request = urllib.request.Request(base + path, data=b"", method="POST")
+        request.add_header("Content-Type", "application/protobuf")
+        try:
+            with urllib.request.urlopen(request, timeout=10, context=ca) as response:
+                return response.status
+        except urllib.error.HTTPError as error:
+            error.close()
+            return error.code
+
+    before = dep.log("fleet-gateway").count("refused")
+    for path in (
+        "/v1/control/register-node",
+        "/v1/control/start-run",
+        "/v1/control/list-runs",
+        "/v1/runtime/get-nodes",
+        "/v1/fleet/../control/start-run",
+        "/v1/fleet/%2e%2e/control/start-run",
+        "//v1/control/start-run",
+        "/docs",
+        "/openapi.json",
+    ):
+        assert post(gateway, path) == 404, path
+        if path.startswith("/v1/control/"):
+            assert post(link, path) != 404, path  # served on the SuperLink's port
+    assert dep.log("fleet-gateway").count("refused") >= before + 9
+    # the Fleet API's own registration is off (SuperNode authentication)
+    assert post(gateway, "/v1/fleet/register-node") in (401, 403, 412)
+    with urllib.request.urlopen(gateway + "/health", timeout=10, context=ca) as r:
+        assert r.status == 200
+
+    # `flwr supernode register` through the Fleet address fails; the key stays
+    # unknown, so a SuperNode with it is refused below
+    private, public = make_auth_key_pair("sybil")
+    home = dep.tmp / "homes" / "sybil-cli"
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.toml").write_text(
+        connection_toml(
+            address=gateway.removeprefix("https://"),
+            root_certificates=str(dep.creds.ca_cert),
+        )
+    )
+    (dep.tmp / "sybil.pub").write_bytes(public)
+    proc = subprocess.run(
+        [str(BIN / "flwr"), "supernode", "register", str(dep.tmp / "sybil.pub")],
+        cwd=dep.tmp,
+        env={**dep.env, "FLWR_HOME": str(home)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode != 0, proc.stdout + proc.stderr
+    key = dep.tmp / "sybil.key"
+    key.write_bytes(private)
+    key.chmod(0o600)
+
+    def edit(cmd):
+        cmd[cmd.index("--auth-supernode-private-key") + 1] = str(key)
+        return cmd + ["--max-retries", "0"]
+
+    rogue = _rogue_supernode(dep, "sybil", edit)
+    assert rogue.returncode != 0
+    assert "Failed to activate SuperNode" in rogue.stdout, rogue.stdout[-2000:]

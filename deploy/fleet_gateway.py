@@ -1,0 +1,272 @@
+"""The SuperNodes' only way to the SuperLink: ``python -m deploy.fleet_gateway``.
+
+Usage: ``python -m deploy.fleet_gateway --superlink superlink:8000 --root-certificates
+CA --host 0.0.0.0 --port 9092 --ssl-certfile CRT --ssl-keyfile KEY [--insecure]``.
+
+Flower 1.42's SuperLink serves its Fleet, Control and Runtime APIs from one HTTP
+listener (``superlink/cli/flower_superlink.py``: ``_run_superlink_http_api`` runs one
+``uvicorn`` server for the app that ``superlink/main.py`` builds with all three
+routers; ``--fleet-api-address`` and ``--control-api-address`` are deprecated and only
+start legacy gRPC servers behind internal switches). The open-source Control API
+has no user authentication: whoever reaches that port can submit runs and register
+SuperNode keys (``/v1/control/register-node``).
+
+So the SuperLink is put on networks no SuperNode is on, and the SuperNodes talk to
+this gateway instead. It is a separate listener that serves exactly the Fleet API:
+
+* ``POST`` on the paths of Flower's own Fleet router
+  (``flwr.superlink.routers.fleet.router``, all under ``/v1/fleet/``) and ``GET`` /
+  ``HEAD /health`` are forwarded unchanged (body and headers, so SuperNode
+  authentication, which signs a timestamp header, still works end to end) to the
+  SuperLink over TLS, verified against the deployment's CA;
+* everything else (the Control API ``/v1/control/*``, the Runtime API
+  ``/v1/runtime/*``, ``/docs``, ``/openapi.json``, any other path or method) is
+  answered ``404`` here and never reaches the SuperLink. Paths are compared exactly,
+  so ``..``, ``//`` or percent-encoding cannot reach another route.
+
+The gateway has no credentials of its own beyond its TLS certificate; it does not
+weaken SuperNode authentication, which the SuperLink still checks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import ssl
+import sys
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
+from typing import Any
+
+import httpx
+
+FLEET_PREFIX = "/v1/fleet/"
+HEALTH = "/health"
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+    }
+)
+DEFAULT_MAX_BODY = 512 * 1024 * 1024  # bytes of one request
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+log = logging.getLogger("fleet_gateway")
+
+
+def fleet_paths() -> frozenset[str]:
+    """Return the paths of Flower's Fleet API router (all ``/v1/fleet/...``)."""
+    from flwr.superlink.routers.fleet.router import router  # noqa: PLC0415
+
+    paths = frozenset(route.path for route in router.routes)
+    if not paths or not all(p.startswith(FLEET_PREFIX) for p in paths):
+        raise RuntimeError(f"unexpected Fleet routes in this Flower: {sorted(paths)}")
+    return paths
+
+
+def allowed(method: str, path: str, fleet: frozenset[str]) -> bool:
+    """Whether the gateway forwards ``method path``."""
+    if path == HEALTH:
+        return method in ("GET", "HEAD")
+    return method == "POST" and path in fleet
+
+
+class FleetGateway:
+    """ASGI app: forward allowed requests to ``upstream``, refuse the rest."""
+
+    def __init__(
+        self,
+        upstream: str,
+        *,
+        verify: ssl.SSLContext | bool = True,
+        fleet: frozenset[str] | None = None,
+        max_body: int = DEFAULT_MAX_BODY,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.upstream = upstream.rstrip("/")
+        self.fleet = fleet if fleet is not None else fleet_paths()
+        self.max_body = max_body
+        self._verify = verify
+        self._transport = transport
+        self._client: httpx.AsyncClient | None = None
+        self.refused = 0
+
+    def client(self) -> httpx.AsyncClient:
+        """Return the upstream HTTP client (created in the server's event loop)."""
+        if self._client is None:
+            self._client = httpx.AsyncClient(
+                verify=self._verify,
+                transport=self._transport,
+                timeout=httpx.Timeout(connect=10.0, read=600.0, write=600.0, pool=30.0),
+                follow_redirects=False,
+                trust_env=False,
+            )
+        return self._client
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Serve one ASGI connection."""
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return  # websockets: not served
+        method, path = scope["method"], scope["path"]
+        raw_path = scope.get("raw_path") or path.encode()
+        if raw_path.decode("latin-1") != path or not allowed(method, path, self.fleet):
+            self.refused += 1
+            client = scope.get("client") or ("?", 0)
+            log.warning("refused %s %r from %s", method, raw_path, client[0])
+            await _respond(send, 404, b'{"detail":"Not Found"}')
+            return
+        body = bytearray()
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if len(body) > self.max_body:
+                await _respond(send, 413, b'{"detail":"Request too large"}')
+                return
+            if not message.get("more_body"):
+                break
+        headers = [
+            (k.decode("latin-1"), v.decode("latin-1"))
+            for k, v in scope["headers"]
+            if k.decode("latin-1").lower() not in HOP_BY_HOP
+        ]
+        request = self.client().build_request(
+            method, self.upstream + path, headers=headers, content=bytes(body)
+        )
+        try:
+            response = await self.client().send(request, stream=True)
+        except httpx.HTTPError as error:
+            log.error("SuperLink unreachable: %s", error)
+            await _respond(send, 502, b'{"detail":"SuperLink unreachable"}')
+            return
+        try:
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": response.status_code,
+                    "headers": [
+                        (k, v)
+                        for k, v in response.headers.raw
+                        if k.decode("latin-1").lower() not in HOP_BY_HOP
+                    ],
+                }
+            )
+            async for chunk in response.aiter_raw():
+                await send(
+                    {"type": "http.response.body", "body": chunk, "more_body": True}
+                )
+            await send({"type": "http.response.body", "body": b""})
+        finally:
+            await response.aclose()
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                if self._client is not None:
+                    await self._client.aclose()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+
+async def _respond(send: Send, status: int, body: bytes) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Return the argument parser."""
+    parser = argparse.ArgumentParser(
+        prog="python -m deploy.fleet_gateway",
+        description="Serve only Flower's Fleet API (and /health) of a SuperLink, so "
+        "that SuperNodes never reach its Control or Runtime API.",
+    )
+    parser.add_argument(
+        "--superlink", required=True, help="SuperLink host:port (all its APIs)"
+    )
+    parser.add_argument(
+        "--root-certificates", default=None, help="CA certificate of the SuperLink"
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    parser.add_argument("--port", type=int, default=9092, help="port to listen on")
+    parser.add_argument("--ssl-certfile", default=None, help="gateway certificate")
+    parser.add_argument("--ssl-keyfile", default=None, help="gateway private key")
+    parser.add_argument(
+        "--insecure",
+        action="store_true",
+        help="plain HTTP on both sides (docker-compose.insecure.yml only)",
+    )
+    parser.add_argument(
+        "--max-body-bytes", type=int, default=DEFAULT_MAX_BODY, help="request limit"
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the gateway; 2 on a refused argument."""
+    args = build_parser().parse_args(argv)
+    if args.insecure:
+        scheme, verify = "http", False
+    else:
+        if not (args.ssl_certfile and args.ssl_keyfile and args.root_certificates):
+            print(
+                "fleet_gateway: --ssl-certfile, --ssl-keyfile and --root-certificates "
+                "are required (or --insecure)",
+                file=sys.stderr,
+            )
+            return 2
+        scheme = "https"
+        verify = ssl.create_default_context(cafile=args.root_certificates)
+    logging.basicConfig(
+        level=logging.INFO, format="%(levelname)s %(name)s: %(message)s"
+    )
+    app = FleetGateway(
+        f"{scheme}://{args.superlink}", verify=verify, max_body=args.max_body_bytes
+    )
+    log.info(
+        "serving the Fleet API of %s://%s on %s:%d (%d routes); all else 404",
+        scheme,
+        args.superlink,
+        args.host,
+        args.port,
+        len(app.fleet),
+    )
+    import uvicorn  # noqa: PLC0415
+
+    uvicorn.run(
+        app,
+        host=args.host,
+        port=args.port,
+        ssl_certfile=None if args.insecure else args.ssl_certfile,
+        ssl_keyfile=None if args.insecure else args.ssl_keyfile,
+        log_level="info",
+        access_log=False,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
