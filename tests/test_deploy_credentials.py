@@ -11,6 +11,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import (
     load_pem_private_key,
     load_ssh_private_key,
+    load_ssh_public_key,
 )
 from flwr.cli.supernode.register import try_load_public_key
 from flwr.supercore.primitives.asymmetric import public_key_to_bytes
@@ -48,6 +49,10 @@ def test_server_certificates_are_signed_by_the_ca_for_their_names(creds):
         creds.superlink: {"superlink", "localhost", "127.0.0.1", "::1"}
         | {"flwr.example.org", "10.0.0.5"},
         creds.keyholder: {"keyholder", "localhost", "127.0.0.1"},
+        # remote SuperNodes reach the gateway under the SuperLink's extra names
+        creds.fleet_gateway: {"fleet-gateway", "localhost", "127.0.0.1"}
+        | {"flwr.example.org", "10.0.0.5"},
+        creds.fab_registry: {"fab-registry", "localhost", "127.0.0.1"},
         **{creds.supernode(i): {f"supernode-{i}", "localhost"} for i in range(N)},
     }
     for folder, names in expected.items():
@@ -102,6 +107,7 @@ def test_each_folder_holds_only_what_its_service_may_read(creds):
             "server.crt",
             "server.key",
             "superexec.secret",
+            "trusted-entities.yaml",
         }
         assert names(creds.clientapp(i)) == {
             "ca.crt",
@@ -177,3 +183,31 @@ def test_overwrite_replaces_everything_and_no_dphe_skips_bundles(tmp_path):
     assert (out / "superlink" / "server.crt").read_bytes() != first
     assert (out / "supernode-3" / "auth.key").is_file()
     assert not list(out.rglob("*.json"))
+
+
+def test_fab_signing_key_and_trusted_entities_are_what_flower_loads(creds):
+    from flwr.supercore.primitives.asymmetric_ed25519 import load_private_key
+    from flwr.supernode.cli.flower_supernode import (
+        _try_obtain_trusted_entities,
+        _validate_public_keys_ed25519,
+    )
+
+    def names(folder):
+        return {p.name for p in folder.iterdir()}
+
+    signing = creds.fab_signing_key.parent
+    assert names(signing) == {"fab-signing.key", "fab-signing.pub", "key-id"}
+    assert stat.S_IMODE(creds.fab_signing_key.stat().st_mode) == 0o600
+    key = load_private_key(creds.fab_signing_key)  # what `flwr app review` loads
+    key_id = (signing / "key-id").read_text().strip()
+    assert key_id.startswith("fpk_")
+    for i in range(N):
+        # what `flower-supernode --trusted-entities` reads and checks
+        entities = _try_obtain_trusted_entities(creds.trusted_entities(i))
+        _validate_public_keys_ed25519(entities)
+        assert list(entities) == [key_id]
+        assert load_ssh_public_key(entities[key_id].encode()) == key.public_key()
+    for folder in (creds.fleet_gateway, creds.fab_registry):
+        assert names(folder) == {"ca.crt", "server.crt", "server.key"}
+    # the signing key is in no service's folder
+    assert [p for p in creds.root.rglob("fab-signing.key")] == [creds.fab_signing_key]

@@ -30,6 +30,7 @@ import time
 import tomllib
 import urllib.error
 import urllib.request
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -110,9 +111,9 @@ class Deployment:
         service = self.plan.compose["services"]["fab-registry"]
         return container_to_host(service, "/fabs", self.plan.rebase)
 
-    def sign(self, key: Path, key_id: str | None = None) -> str:
+    def sign(self, key: Path, key_id: str | None = None, app: Path = ROOT) -> str:
         """The operator's step: sign this repository's FAB; return its app spec."""
-        cmd = [sys.executable, "-m", "deploy.fab_registry", "sign", str(ROOT)]
+        cmd = [sys.executable, "-m", "deploy.fab_registry", "sign", str(app)]
         cmd += ["--key", str(key), "--registry", str(self.registry)]
         cmd += ["--key-id", key_id] if key_id else []
         proc = subprocess.run(
@@ -505,18 +506,14 @@ def test_keyholder_serves_only_the_serverapp(deployment: Deployment):
 FAB_REFUSED = "failed discovery: The FAB could not be verified"
 
 
-def _refused_run(dep: Deployment, app: str, name: str) -> tuple[str, str]:
-    """Submit ``app``; wait until every SuperNode answered with the FAB error.
-
-    The ServerApp would go on waiting for usable nodes, so the run is stopped as
-    soon as all of them refused (``flwr stop``). Returns ``(run id, output)``.
-    """
-    config = _run_config(
-        dep, dep.tmp / f"{name}.toml", **{"results-dir": str(dep.tmp / name)}
+def _submit(dep: Deployment, app: str, name: str, **config) -> tuple:
+    """``flwr run app --stream`` in the background; wait for its run id."""
+    path = _run_config(
+        dep, dep.tmp / f"{name}.toml", **{"results-dir": str(dep.tmp / name), **config}
     )
     log = dep.tmp / "logs" / f"{name}.log"
     cmd = [str(BIN / "flwr"), "run", app, "fedhash", "--stream"]
-    cmd += ["--run-config", str(config)]
+    cmd += ["--run-config", str(path)]
     with log.open("wb") as out:
         proc = subprocess.Popen(
             cmd,
@@ -526,79 +523,113 @@ def _refused_run(dep: Deployment, app: str, name: str) -> tuple[str, str]:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    run_id = None
+    started = re.compile(r"Successfully started run (\d+)")
     try:
         _wait_for(
-            lambda: (
-                log.read_text().count(FAB_REFUSED) >= GOOD_NODES + 1
-                or proc.poll() is not None
-            ),
-            180,
-            f"{name}: every SuperNode to refuse the FAB",
+            lambda: started.search(log.read_text()) or proc.poll() is not None,
+            120,
+            f"{name}: the run to start",
         )
-        text = log.read_text()
-        match = re.search(r"Successfully started run (\d+)", text)
-        assert match, text[-3000:]
-        run_id = match.group(1)
-    finally:
-        if run_id is not None:
-            subprocess.run(
-                [str(BIN / "flwr"), "stop", run_id, "fedhash"],
-                cwd=dep.tmp,
-                env=dep.host_env,
-                capture_output=True,
-                timeout=60,
-                check=False,
-            )
+    except BaseException:
         _signal_group(proc, signal.SIGKILL)
         proc.wait()
-    return run_id, log.read_text()
+        raise
+    match = started.search(log.read_text())
+    assert match, log.read_text()[-3000:]
+    return match.group(1), proc, log
 
 
-def _assert_refused_by_every_node(dep: Deployment, run_id: str, out: str, why: str):
-    # every node answered the ServerApp's first message with Flower's INVALID_FAB
-    # error instead of running the ClientApp (4 distinct nodes)
-    refusing = set(re.findall(r"node (\d+) " + FAB_REFUSED, out))
-    assert len(refusing) == GOOD_NODES + 1, out[-3000:]
-    assert "Discovery:" not in out  # no node got as far as describing itself
-    for i in range(GOOD_NODES + 1):
-        log = dep.log(f"supernode-{i}")
-        assert f"[RUN {run_id}]" in log
-        assert why in log, log[-2000:]
+def _finish(dep: Deployment, run: tuple, done, what: str) -> str:
+    """Wait until ``done(output)``; stop the run and its stream; return the output."""
+    run_id, proc, log = run
+    try:
+        _wait_for(lambda: done(log.read_text()) or proc.poll() is not None, 180, what)
+    finally:
+        subprocess.run(
+            [str(BIN / "flwr"), "stop", run_id, "fedhash"],
+            cwd=dep.tmp,
+            env=dep.host_env,
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+        _signal_group(proc, signal.SIGKILL)
+        proc.wait()
+    return log.read_text()
 
 
-def test_unsigned_fab_is_refused_by_the_supernodes(deployment: Deployment):
-    # `flwr run <dir>`: the FAB arrives without signatures (Flower 1.42 attaches
-    # them only to FABs fetched from the Hub, here the registry); the very same
-    # bytes ran above when signed
-    run_id, out = _refused_run(deployment, str(ROOT), "unsigned")
-    _assert_refused_by_every_node(
-        deployment,
-        run_id,
-        out,
-        "App verification is not supported by the connected SuperLink",
-    )
+def _app_variant(dep: Deployment, name: str) -> Path:
+    """This app plus one file: a FAB of its own hash.
+
+    The SuperLink keeps one signature set per FAB hash (last write wins), so runs
+    submitted at the same time must not share FAB bytes.
+    """
+    folder = dep.tmp / "apps" / name
+    fab = next(dep.registry.rglob("*.fab"))
+    with zipfile.ZipFile(fab) as bundle:
+        for member in bundle.namelist():
+            if not member.startswith(".info/"):
+                bundle.extract(member, folder)
+    (folder / "VARIANT.md").write_text(f"{name}\n")
+    return folder
 
 
-def test_fab_signed_by_an_untrusted_key_is_refused(deployment: Deployment):
+def _refused_by_every_node(out: str) -> bool:
+    return len(set(re.findall(r"node (\d+) " + FAB_REFUSED, out))) == GOOD_NODES + 1
+
+
+def test_supernodes_run_only_fabs_signed_by_a_trusted_entity(
+    deployment: Deployment,
+):
+    """Unsigned and foreign-signed FABs are refused by every SuperNode.
+
+    Together, concurrently (each costs a ServerApp start): ``flwr run <dir>`` (the
+    FAB arrives without signatures: Flower 1.42 attaches them only to FABs
+    fetched from the Hub, here the registry) and the registry serving a FAB signed
+    by a key the nodes do not trust. The trusted-id-but-wrong-key case is in
+    tests/test_fleet_gateway.py.
+    """
     dep = deployment
-    private, _, key_id = make_fab_signing_key("rogue")
+    private, _, rogue_id = make_fab_signing_key("rogue")
     key = dep.tmp / "rogue-signing.key"
     key.write_bytes(private)
     key.chmod(0o600)
-    # a signer the nodes do not trust, even under the trusted key's id
-    trusted_id = (dep.creds.fab_signing_key.parent / "key-id").read_text().strip()
+    unsigned, untrusted = _app_variant(dep, "unsigned"), _app_variant(dep, "untrusted")
+    runs = {"unsigned": _submit(dep, str(unsigned), "unsigned")}
     try:
-        for n, signer_id in enumerate((key_id, trusted_id)):
-            app = dep.sign(key, signer_id)
-            run_id, out = _refused_run(dep, app, f"untrusted-{n}")
-            if signer_id == key_id:
-                why = "FAB verification failed: the provided trusted entities"
-            else:  # same id, wrong key: the Ed25519 signature does not verify
-                why = "FAB verification failed"
-            _assert_refused_by_every_node(dep, run_id, out, why)
+        app = dep.sign(key, rogue_id, app=untrusted)
+        runs["untrusted"] = _submit(dep, app, "untrusted")
     finally:
         dep.sign(dep.creds.fab_signing_key)  # the registry serves the good one again
+    why = {
+        "unsigned": "App verification is not supported by the connected SuperLink",
+        "untrusted": "FAB verification failed: the provided trusted entities",
+    }
+    for name, run in runs.items():
+        out = _finish(dep, run, _refused_by_every_node, f"{name}: refusals")
+        # every node answered the ServerApp's first message with Flower's
+        # INVALID_FAB error instead of running the ClientApp
+        assert _refused_by_every_node(out), out[-3000:]
+        assert "Discovery:" not in out  # no node got as far as describing itself
+        for i in range(GOOD_NODES + 1):
+            log = dep.log(f"supernode-{i}")
+            assert f"[RUN {run[0]}]" in log
+            assert why[name] in log, log[-2000:]
+
+
+def test_seeded_privacy_noise_is_refused_by_the_deployment(deployment: Deployment):
+    # a signed FAB, but a run config the deployed ServerApp must refuse: with
+    # seeded noise the server could rebuild every flip and DP-SGD draw
+    dep = deployment
+    app = dep.sign(dep.creds.fab_signing_key)
+    run = _submit(dep, app, "seeded", **{"privacy-noise": "seeded"})
+    out = _finish(
+        dep, run, lambda text: "simulation engine only" in text, "the refusal"
+    )
+    assert "privacy-noise='seeded'" in out and "simulation engine only" in out, out
+    assert "Discovery:" not in out and not (dep.tmp / "seeded").exists()
+    for i in range(GOOD_NODES + 1):  # no node ever got a message of this run
+        assert f"[RUN {run[0]}]" not in dep.log(f"supernode-{i}")
 
 
 def test_supernodes_reach_only_the_fleet_api(deployment: Deployment):
