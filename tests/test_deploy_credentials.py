@@ -98,6 +98,7 @@ def test_each_folder_holds_only_what_its_service_may_read(creds):
         "server.crt",
         "server.key",
         "keyholder.json",
+        "keyholder-streams.json",  # the stream parameters it pins (issue 12)
     }
     for i in range(N):
         assert names(creds.supernode(i)) == {
