@@ -14,6 +14,12 @@ reply is sent, :func:`finish_train_reply` turns it into what the run asks for:
   MetricRecord is sent *empty*: ``num-examples`` travels as the encrypted weight,
   ``train-loss`` inside the encrypted vector, and no other per-client statistic
   leaves in clear (the server reports the aggregate loss).
+* ``dphe-block-sparsity``: under DPHE the top-k keeps whole packed blocks of the
+  phi-permuted space (:func:`hashing.update_sparsity.block_top_k_sparsify`; the
+  loss and weight coordinates' blocks always), so a user encrypts only
+  ``num_blocks - floor(update-sparsity * num_blocks)`` blocks; ``dphe-obfuscators``
+  picks the ``r**n`` source (:mod:`crypto.obfuscators`; a DJN table is built once
+  per node process).
 * ``dphe-prototypes`` (FedHAP): the ``prototypes`` upload is replaced by an encrypted
   ``dphe-prototypes`` record of :func:`hashing.prototypes.prototype_sum_vector`
   (weight 1, stream ``prototypes``), so the server learns only the per-class totals.
@@ -27,12 +33,27 @@ sampling rate; ``privacy/`` owns that record).
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
-from crypto import STREAM_MODEL, STREAM_PROTOTYPES, AggregationContext, encrypt_update
+from crypto import (
+    STREAM_MODEL,
+    STREAM_PROTOTYPES,
+    AggregationContext,
+    coordinate_blocks,
+    encrypt_update,
+    make_obfuscators,
+)
+from crypto.obfuscators import ObfuscatorSource
 from hashing.prototypes import prototype_sum_vector
-from hashing.update_sparsity import flatten_arrays, sparsify_update, unflatten_arrays
+from hashing.update_sparsity import (
+    block_top_k_sparsify,
+    flatten_arrays,
+    sparsify_update,
+    unflatten_arrays,
+)
 from settings import keys as K
 from settings.dphe_setup import (
     ClientBundle,
@@ -103,9 +124,10 @@ def finish_train_reply(
     reference, ref_layout = flatten_arrays(_numpy(global_arrays))
     if layout != ref_layout:
         raise ValueError("the trained model's arrays differ from the global model's")
+    blocky = settings.secure_aggregation == "dphe" and settings.dphe_block_sparsity
     update = sparsify_update(
         local - reference,
-        sparsity=settings.update_sparsity,
+        sparsity=0.0 if blocky else settings.update_sparsity,
         l1=settings.elastic_net_l1,
         l2=settings.elastic_net_l2,
     )
@@ -132,6 +154,7 @@ def finish_train_reply(
         rng,
         context=AggregationContext(session, STREAM_MODEL, server_round),
         uniform=False,
+        block_sparsity=settings.update_sparsity if blocky else 0.0,
     )
     reply[K.METRICS] = MetricRecord()  # nothing about this client in clear
     if settings.dphe_prototypes and K.PROTOTYPES in reply:
@@ -180,10 +203,22 @@ def _encrypted(
     *,
     context: AggregationContext,
     uniform: bool,
+    block_sparsity: float = 0.0,
 ) -> ArrayRecord:
     params = dphe_params(
         settings, dimension=vector.size, key_bits=bundle.key_bits, uniform=uniform
     )
+    if block_sparsity > 0:
+        # whole phi-space blocks; the last value (the loss) and the weight
+        # coordinate (index D) are never dropped
+        blocks = coordinate_blocks(bundle, params, context)
+        vector = block_top_k_sparsify(
+            vector,
+            sparsity=block_sparsity,
+            blocks=blocks,
+            num_blocks=params.num_blocks,
+            always=blocks[-2:],
+        )
     encrypted = encrypt_update(
         vector,
         weight=weight,
@@ -191,8 +226,15 @@ def _encrypted(
         params=params,
         context=context,
         rng=rng,
+        obfuscators=_obfuscators(bundle.n, settings.dphe_obfuscators),
     )
     return dphe_record(encrypted, key_bits=bundle.key_bits)
+
+
+@functools.lru_cache(maxsize=8)
+def _obfuscators(n: int, name: str) -> ObfuscatorSource:
+    """Return the obfuscator source for the key ``n`` (a DJN table: once per node)."""
+    return make_obfuscators(name, n)
 
 
 def _numpy(record: ArrayRecord) -> dict[str, np.ndarray]:

@@ -20,6 +20,7 @@ keyholder K   :class:`KeyholderBundle`: secret key, phi seed, every MAC key, aut
 Modules: :mod:`crypto.permutation` (seeded permutations), :mod:`crypto.fixed_point`
 (encoding, scale, clipping, headroom), :mod:`crypto.packing`, :mod:`crypto.keys`,
 :mod:`crypto.dphe` (parameters, client encryption, wire formats),
+:mod:`crypto.obfuscators` (full, DJN short-exponent and precomputed ``r**n``),
 :mod:`crypto.aggregator`, :mod:`crypto.keyholder`, :mod:`crypto.naive` (element-wise
 baseline), :mod:`crypto.keyholder_service` (FastAPI; not imported here) and
 :mod:`crypto.keyholder_client`.
@@ -42,7 +43,10 @@ from crypto.dphe import (
     EncryptedUpdate,
     Shard,
     auto_capacity,
+    block_capacity,
+    coordinate_blocks,
     encrypt_update,
+    kept_blocks,
 )
 from crypto.fixed_point import FixedPointParams, max_packing, quantize
 from crypto.keyholder import (
@@ -65,6 +69,13 @@ from crypto.keys import (
     load_keyholder_bundle,
 )
 from crypto.naive import naive_aggregate, naive_decrypt, naive_encrypt
+from crypto.obfuscators import (
+    OBFUSCATORS,
+    DJNObfuscators,
+    FullObfuscators,
+    ObfuscatorPool,
+    make_obfuscators,
+)
 from crypto.packing import pack, unpack
 from crypto.permutation import keyed_permutation
 
@@ -76,6 +87,7 @@ __all__ = [
     "ARRAY_SHARD_SIZES",
     "ARRAY_TOUCH_MAC",
     "MIN_CONTRIBUTORS",
+    "OBFUSCATORS",
     "STREAM_MODEL",
     "STREAM_PROTOTYPES",
     "AggregateRefused",
@@ -84,25 +96,32 @@ __all__ = [
     "AggregatorBundle",
     "ClientBundle",
     "DPHEAggregator",
+    "DJNObfuscators",
     "DPHEParams",
     "EncryptedSum",
     "EncryptedUpdate",
     "FixedPointParams",
+    "FullObfuscators",
     "KeyPaths",
     "Keyholder",
     "KeyholderBundle",
     "KeyholderLike",
+    "ObfuscatorPool",
     "RemoteKeyholder",
     "Shard",
     "auto_capacity",
+    "block_capacity",
+    "coordinate_blocks",
     "decode_average",
     "encrypt_update",
     "generate_keys",
     "key_id_of",
     "keyed_permutation",
+    "kept_blocks",
     "load_aggregator_bundle",
     "load_client_bundle",
     "load_keyholder_bundle",
+    "make_obfuscators",
     "max_packing",
     "naive_aggregate",
     "naive_decrypt",

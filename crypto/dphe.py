@@ -64,6 +64,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
+from gmpy2 import mpz
 
 from crypto.fixed_point import (
     TAG_BITS,
@@ -73,6 +74,7 @@ from crypto.fixed_point import (
     quantize,
 )
 from crypto.keys import MAC_KEY_BYTES, ClientBundle
+from crypto.obfuscators import FullObfuscators, ObfuscatorPool, ObfuscatorSource
 from crypto.packing import pack
 
 KEY_ID_BYTES = 32
@@ -258,6 +260,63 @@ def auto_capacity(num_blocks: int) -> int:
     _check_int("num_blocks", num_blocks, 1)
     low = math.ceil(num_blocks / AUTO_SHARDS)
     return min(d for d in _divisors(int(num_blocks)) if d >= low)
+
+
+def kept_blocks(num_blocks: int, sparsity: float) -> int:
+    """Blocks a block-sparse user keeps: ``num_blocks - floor(sparsity * num_blocks)``.
+
+    Parameters
+    ----------
+    num_blocks : int
+        Number of blocks, ``>= 1``.
+    sparsity : float
+        Fraction of blocks zeroed, in ``[0, 1)``.
+
+    Returns
+    -------
+    int
+        ``k`` in ``[1, num_blocks]``.
+    """
+    _check_int("num_blocks", num_blocks, 1)
+    if not 0 <= sparsity < 1:
+        raise ValueError(f"sparsity must be in [0, 1), got {sparsity}")
+    return max(1, num_blocks - math.floor(sparsity * num_blocks + 1e-9))
+
+
+def block_capacity(num_blocks: int, keep: int) -> int:
+    """Capacity for block-sparse users: the smallest divisor of ``num_blocks >= keep``.
+
+    A user that touches at most ``keep`` blocks then always sends exactly one
+    padded shard of ``M`` blocks: the aggregator learns nothing from its size.
+    """
+    _check_int("keep", keep, 1)
+    return min(d for d in _divisors(int(num_blocks)) if d >= keep)
+
+
+def coordinate_blocks(
+    bundle: ClientBundle, params: DPHEParams, context: AggregationContext
+) -> np.ndarray:
+    """Phi-space block of every coordinate for one aggregation (users only).
+
+    Parameters
+    ----------
+    bundle : ClientBundle
+        The user's bundle (holds the phi seed).
+    params : DPHEParams
+        The aggregation's parameters.
+    context : AggregationContext
+        Session, stream and round (phi is fresh per aggregation).
+
+    Returns
+    -------
+    np.ndarray
+        ``(D + 1,)`` int64: coordinate ``i`` (the weight coordinate last) is packed
+        into phi-space block ``phi[i] // packing``. Block-structured sparsity
+        (:func:`hashing.update_sparsity.block_top_k_sparsify`) keeps whole blocks,
+        so sparsity and packing multiply.
+    """
+    phi = bundle.phi(params.padded_dimension, context.phi_context)
+    return phi // params.packing
 
 
 @dataclass(frozen=True)
@@ -808,6 +867,7 @@ def encrypt_update(
     params: DPHEParams,
     context: AggregationContext,
     rng: np.random.Generator,
+    obfuscators: ObfuscatorPool | ObfuscatorSource | None = None,
 ) -> EncryptedUpdate:
     """Encrypt one user's update with DPHE (Algorithm 1, steps 3-4), tags and MAC.
 
@@ -833,6 +893,12 @@ def encrypt_update(
         lets neither the aggregator (no phi seed) nor another user (no own seed)
         predict which blocks are dummies; results stay reproducible for a seeded
         ``rng``. Paillier randomness comes from the OS, not from ``rng``.
+    obfuscators : ObfuscatorPool or ObfuscatorSource, optional
+        Where the ``r**n`` of each ciphertext comes from
+        (:mod:`crypto.obfuscators`): a pool filled offline (one value popped per
+        ciphertext), a DJN source, or, by default, fresh full-length ``r**n`` from
+        the OS CSPRNG (as python-paillier). Each ciphertext is
+        ``(1 + n * plaintext) * r**n mod n**2``, computed in gmpy2.
 
     Returns
     -------
@@ -865,21 +931,26 @@ def encrypt_update(
     touched = np.unique(positions // packing)
     blocks = _shard_blocks(touched, params, _private_generator(bundle, rng))
     phi_n = bundle.phi_n(num_blocks)
-    public_key = bundle.public_key
+    n = mpz(bundle.n)
+    nsquare = n * n
+    if obfuscators is None:
+        obfuscators = FullObfuscators(bundle.n)
+    if obfuscators.n != n:
+        raise ValueError("obfuscators were made for another public key")
+    draw = getattr(obfuscators, "take", None) or obfuscators.draw
     slot_bits = params.slot_bits
     tags = block_tags(bundle.mac_key, context, params)
     shards = []
     for shard_blocks in blocks:
-        ciphertexts = [
-            public_key.raw_encrypt(
-                tagged_plaintext(
-                    pack(encoded[b * packing : (b + 1) * packing].tolist(), slot_bits),
-                    int(tags[b]),
-                    params,
-                )
+        ciphertexts = []
+        for b in shard_blocks.tolist():
+            plaintext = tagged_plaintext(
+                pack(encoded[b * packing : (b + 1) * packing].tolist(), slot_bits),
+                int(tags[b]),
+                params,
             )
-            for b in shard_blocks.tolist()
-        ]
+            # g = n + 1: g**m = 1 + n*m (mod n**2); plaintext < n (max_packing)
+            ciphertexts.append(int((n * plaintext + 1) * draw() % nsquare))
         shards.append(
             Shard(block_ids=phi_n[shard_blocks].copy(), ciphertexts=ciphertexts)
         )

@@ -36,6 +36,8 @@ from crypto import (
     FixedPointParams,
     KeyholderBundle,
     auto_capacity,
+    block_capacity,
+    kept_blocks,
     load_aggregator_bundle,
     load_client_bundle,
     load_keyholder_bundle,
@@ -130,7 +132,9 @@ def dphe_params(
     """DPHE parameters for a vector of ``dimension`` values and a ``key_bits`` key.
 
     ``dphe-packing = 0`` packs as many slots per plaintext as the key allows;
-    ``dphe-pad = true`` with ``dphe-capacity = 0`` uses :func:`crypto.auto_capacity`.
+    ``dphe-pad = true`` with ``dphe-capacity = 0`` uses :func:`crypto.auto_capacity`,
+    or, for the model stream (``uniform`` False) with ``dphe-block-sparsity``,
+    :func:`crypto.block_capacity` of the blocks a user keeps (one shard always).
 
     Raises
     ------
@@ -148,9 +152,15 @@ def dphe_params(
             f"is 0 (= {most}) or 1..{most}"
         )
     capacity = settings.dphe_capacity
+    num_blocks = -(-(dimension + 1) // packing)
     try:
         if settings.dphe_pad and capacity == 0:
-            capacity = auto_capacity(-(-(dimension + 1) // packing))
+            if settings.dphe_block_sparsity and not uniform:
+                # every user touches at most k blocks: one shard of M >= k blocks
+                keep = kept_blocks(num_blocks, settings.update_sparsity)
+                capacity = block_capacity(num_blocks, keep)
+            else:
+                capacity = auto_capacity(num_blocks)
         params = DPHEParams(
             dimension=dimension,
             packing=packing,

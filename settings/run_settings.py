@@ -38,6 +38,8 @@ STRATEGIES = ("fedavg", "fedprox", "fedhap", "pfmh")
 that ``python -m settings check`` refuses an unknown name without importing torch."""
 DPHE_STRATEGIES = ("fedavg", "fedprox", "fedhap")
 DPHE_WEIGHTINGS = ("num-examples", "uniform")
+DPHE_OBFUSCATORS = ("full", "djn")
+"""Names of ``crypto.obfuscators.OBFUSCATORS`` (a test keeps the two equal)."""
 # the DPHE paper's condition (Section 2.5): an aggregate of fewer than 3 users
 # would let one user (or the server) recover another's update
 DPHE_MIN_CONTRIBUTORS = 3
@@ -125,6 +127,8 @@ class RunSettings:
     dphe_capacity: int = 0
     dphe_pad: bool = True
     dphe_prototypes: bool = False
+    dphe_block_sparsity: bool = False
+    dphe_obfuscators: str = "full"
     pfmh_mode: str = "personalized"
     pfmh_variant: str = "full"
     pfmh_tau: float = 0.07
@@ -310,6 +314,15 @@ class RunSettings:
                 raise ConfigError(f"{key}={value}: must be a finite number >= 0")
         _choice(K.SECURE_AGGREGATION, self.secure_aggregation, SECURE_AGGREGATIONS)
         _choice(K.DPHE_WEIGHTING, self.dphe_weighting, DPHE_WEIGHTINGS)
+        _choice(K.DPHE_OBFUSCATORS, self.dphe_obfuscators, DPHE_OBFUSCATORS)
+        if self.dphe_block_sparsity and (
+            self.secure_aggregation != "dphe" or self.update_sparsity <= 0
+        ):
+            raise ConfigError(
+                f'{K.DPHE_BLOCK_SPARSITY}=true needs {K.SECURE_AGGREGATION}="dphe" and '
+                f"{K.UPDATE_SPARSITY} > 0: it applies the top-k to DPHE's packed "
+                "blocks of the phi-permuted space"
+            )
         if self.dphe_packing < 0:
             raise ConfigError(
                 f"{K.DPHE_PACKING}={self.dphe_packing}: accepted is 0 (as many values "
