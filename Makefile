@@ -15,7 +15,7 @@ ifeq ($(VERBOSE),)
 export PYTHONWARNINGS := ignore::FutureWarning:ray._private.worker
 endif
 
-.PHONY: install run check-config test lint bench-retrieval bench-round-time bench-fedhap-cost clean-superlink \
+.PHONY: install run check-config test test-fast lint bench-retrieval bench-round-time bench-fedhap-cost clean-superlink \
 	deploy-credentials deploy-constraints
 
 install: $(STAMP)
@@ -54,6 +54,11 @@ clean-superlink:
 
 test: install
 	$(PY) -m pytest -q
+
+# The fast subset: everything but the real Flower runs and the loopback deployment
+# (pytest marker e2e).
+test-fast: install
+	$(PY) -m pytest -q -m "not e2e"
 
 lint: install
 	$(VENV)/bin/ruff check .
