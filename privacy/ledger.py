@@ -343,7 +343,9 @@ class PrivacyLedger:
         Returns
         -------
         str
-            The table, one line per row; only the header when empty.
+            The table, one line per row; only the header when empty. Each distinct
+            charge note (e.g. that seeded noise gives no guarantee against the
+            server) follows as a ``note:`` line.
 
         """
         header = ("client", "mechanism", "unit", "charges", "epsilon", "delta")
@@ -371,6 +373,9 @@ class PrivacyLedger:
             ]
             lines.append("  ".join(cells).rstrip())
         lines.insert(1, "  ".join("-" * w for w in widths))
+        # notes that qualify the charges (e.g. seeded noise) close the table, once each
+        notes = sorted({c.note for c in self._charges if c.note})
+        lines += [f"note: {note}" for note in notes]
         return "\n".join(lines)
 
 

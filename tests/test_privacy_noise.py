@@ -81,3 +81,16 @@ def test_serverapp_refuses_seeded_noise_outside_simulation():
     )
     with pytest.raises(ConfigError, match="simulation engine only"):
         app._main(FakeGrid({}), context)  # a deployment's grid is not InMemoryGrid
+
+
+def test_ledger_table_carries_the_seeded_warning():
+    from privacy.ledger import PrivacyLedger
+    from privacy.noise import SEEDED_WARNING
+
+    ledger = PrivacyLedger()
+    ledger.charge(0, 1, "random-flipping/codes", epsilon=3.0, unit="per code")
+    assert "note:" not in ledger.table()
+    ledger.charge(
+        0, 2, "random-flipping/codes", epsilon=3.0, unit="per code", note=SEEDED_WARNING
+    )
+    assert ledger.table().splitlines()[-1] == f"note: {SEEDED_WARNING}"
