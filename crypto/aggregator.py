@@ -262,6 +262,10 @@ class DPHEAggregator:
         who = f"client {client_id}"
         if not update.shards:
             raise ValueError(f"{who}: update has no shards")
+        if params.single_shard and len(update.shards) != 1:
+            raise ValueError(
+                f"{who}: {len(update.shards)} shards; single_shard params allow one"
+            )
         ids = []
         ciphertexts: list[mpz] = []
         n = self._n

@@ -124,7 +124,13 @@ class DPHEParams:
         Encryption capacity ``M``: most blocks per shard (0 = one shard, no limit).
     pad : bool
         Pad every shard to exactly ``M`` blocks with dummy blocks; needs
-        ``capacity > 0`` dividing ``num_blocks``.
+        ``capacity > 0`` dividing ``num_blocks`` (unless ``single_shard``).
+    single_shard : bool
+        Every user touches at most ``M`` blocks (block-structured sparsity keeps
+        ``M`` blocks) and sends exactly one shard of ``M`` blocks, padded: the
+        aggregator learns nothing from its size. Needs ``pad``; ``M`` need not
+        divide ``num_blocks``. A user touching more blocks is refused at
+        encryption, an update of several shards by the aggregator.
 
     Raises
     ------
@@ -137,6 +143,7 @@ class DPHEParams:
     fixed_point: FixedPointParams = FixedPointParams()
     capacity: int = 0
     pad: bool = False
+    single_shard: bool = False
 
     def __post_init__(self) -> None:
         self._check_fields()
@@ -155,7 +162,14 @@ class DPHEParams:
             raise ValueError(f"pad must be a bool, got {type(self.pad).__name__}")
         if self.pad and self.capacity == 0:
             raise ValueError("pad=True needs capacity > 0 (capacity=0 means one shard)")
-        if self.pad and self.num_blocks % self.capacity:
+        if not isinstance(self.single_shard, bool):
+            raise ValueError("single_shard must be a bool")
+        if self.single_shard and not (self.pad and self.capacity <= self.num_blocks):
+            raise ValueError(
+                "single_shard=True needs pad=True and 0 < capacity <= num_blocks = "
+                f"{self.num_blocks}, got pad={self.pad}, capacity={self.capacity}"
+            )
+        if self.pad and not self.single_shard and self.num_blocks % self.capacity:
             raise ValueError(
                 f"with pad=True, capacity must divide num_blocks = {self.num_blocks} "
                 f"(dimension {self.dimension} + 1 weight coordinate in blocks of "
@@ -226,6 +240,8 @@ class DPHEParams:
         ValueError
             If a field is missing, unknown or out of range.
         """
+        if isinstance(data, Mapping) and "single_shard" not in data:
+            data = {**data, "single_shard": False}  # streams files before issue 16
         fields = _exact_fields(cls, data, "params")
         fields["fixed_point"] = FixedPointParams.from_dict(fields["fixed_point"])
         return cls(**fields)
@@ -817,9 +833,7 @@ class EncryptedSum:
                 "blocks",
                 "mac",
             }:
-                raise ValueError(
-                    "each contribution must be {client_id, blocks, mac}"
-                )
+                raise ValueError("each contribution must be {client_id, blocks, mac}")
             client_id = item["client_id"]
             if isinstance(client_id, bool) or not isinstance(client_id, int):
                 raise ValueError("contribution client_id must be an integer")
@@ -976,6 +990,11 @@ def _shard_blocks(
     capacity = params.capacity
     if capacity == 0:
         return [rng.permutation(touched)]
+    if params.single_shard and len(touched) > capacity:
+        raise ValueError(
+            f"the update touches {len(touched)} blocks, more than the single "
+            f"shard's capacity {capacity} (sparsify by blocks first)"
+        )
     count = math.ceil(len(touched) / capacity)
     if params.pad:
         untouched = np.setdiff1d(

@@ -36,7 +36,6 @@ from crypto import (
     FixedPointParams,
     KeyholderBundle,
     auto_capacity,
-    block_capacity,
     kept_blocks,
     load_aggregator_bundle,
     load_client_bundle,
@@ -134,7 +133,8 @@ def dphe_params(
     ``dphe-packing = 0`` packs as many slots per plaintext as the key allows;
     ``dphe-pad = true`` with ``dphe-capacity = 0`` uses :func:`crypto.auto_capacity`,
     or, for the model stream (``uniform`` False) with ``dphe-block-sparsity``,
-    :func:`crypto.block_capacity` of the blocks a user keeps (one shard always).
+    exactly the blocks a user keeps (:func:`crypto.kept_blocks`; one padded shard,
+    ``single_shard``; ``dphe-capacity`` is then ignored).
 
     Raises
     ------
@@ -153,20 +153,21 @@ def dphe_params(
         )
     capacity = settings.dphe_capacity
     num_blocks = -(-(dimension + 1) // packing)
+    single = False
     try:
-        if settings.dphe_pad and capacity == 0:
-            if settings.dphe_block_sparsity and not uniform:
-                # every user touches at most k blocks: one shard of M >= k blocks
-                keep = kept_blocks(num_blocks, settings.update_sparsity)
-                capacity = block_capacity(num_blocks, keep)
-            else:
-                capacity = auto_capacity(num_blocks)
+        if settings.dphe_block_sparsity and not uniform:
+            # every user touches at most k blocks: one padded shard of k blocks
+            capacity = kept_blocks(num_blocks, settings.update_sparsity)
+            single = settings.dphe_pad
+        elif settings.dphe_pad and capacity == 0:
+            capacity = auto_capacity(num_blocks)
         params = DPHEParams(
             dimension=dimension,
             packing=packing,
             fixed_point=fp,
             capacity=capacity,
             pad=settings.dphe_pad,
+            single_shard=single,
         )
         params.validate(key_bits)
     except ValueError as exc:

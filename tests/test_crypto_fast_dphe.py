@@ -177,6 +177,27 @@ def test_block_top_k_keeps_whole_blocks_and_forced_ones():
         block_top_k_sparsify(update, sparsity=0.5, blocks=blocks[:3], num_blocks=4)
 
 
+def test_single_shard_params_and_refusals(keys):
+    with pytest.raises(ValueError, match="single_shard=True needs pad"):
+        DPHEParams(dimension=10, packing=1, fixed_point=FP, single_shard=True)
+    params = DPHEParams(
+        dimension=10, packing=1, fixed_point=FP, capacity=3, pad=True, single_shard=True
+    )
+    assert DPHEParams.from_dict(params.to_dict()) == params
+    old = dataclasses.replace(params, capacity=11, single_shard=False).to_dict()
+    del old["single_shard"]  # a streams file written before issue 16
+    assert DPHEParams.from_dict(old).single_shard is False
+    with pytest.raises(ValueError, match="more than the single shard"):
+        encrypt_update(
+            np.full(10, 0.5),
+            weight=1,
+            bundle=keys["clients"][0],
+            params=params,
+            context=AggregationContext(bytes(16), "model", 1),
+            rng=np.random.default_rng(0),
+        )
+
+
 def test_kept_blocks_and_capacity():
     assert kept_blocks(4260, 0.9) == 426
     assert block_capacity(4260, 426) == 426
@@ -189,9 +210,15 @@ def test_block_sparse_users_send_one_padded_shard_and_decrypt(keys):
     packing = 4
     num_blocks = -(-(dim + 1) // packing)
     keep = kept_blocks(num_blocks, 0.9)
-    capacity = block_capacity(num_blocks, keep)
+    capacity = keep
+    assert num_blocks % capacity  # no divisor needed with single_shard
     params = DPHEParams(
-        dimension=dim, packing=packing, fixed_point=FP, capacity=capacity, pad=True
+        dimension=dim,
+        packing=packing,
+        fixed_point=FP,
+        capacity=capacity,
+        pad=True,
+        single_shard=True,
     )
     keyholder = Keyholder(keys["keyholder"], {"model": params})
     context = AggregationContext(keyholder.session_id(), "model", 1)
