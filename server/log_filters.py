@@ -13,10 +13,19 @@ still ends as failed. Any other exception keeps its traceback.
 from __future__ import annotations
 
 import logging
+import os
 
 from settings.run_settings import ConfigError
 
 FLWR_LOGGER = "flwr"
+VERBOSE_ENV = "FEDHASH_VERBOSE"
+"""Set (``make run VERBOSE=1`` does) to keep the records :class:`Unactionable` drops."""
+
+UNACTIONABLE = (
+    # our strategies evaluate on the server (retrieval needs the query set there),
+    # so fraction-evaluate = 0 is by design, not a user's mistake
+    "fraction_evaluate is set to 0.0",
+)
 
 
 class ConfigErrorOneLine(logging.Filter):
@@ -33,8 +42,20 @@ class ConfigErrorOneLine(logging.Filter):
         return True
 
 
+class Unactionable(logging.Filter):
+    """Drop Flower warnings about our own design choices (:data:`UNACTIONABLE`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Keep the record unless its message starts with a known unactionable text."""
+        message = record.getMessage()
+        return not any(message.startswith(text) for text in UNACTIONABLE)
+
+
 def install() -> None:
-    """Add the filter to Flower's logger once (idempotent)."""
+    """Add the filters to Flower's logger once (idempotent)."""
     logger = logging.getLogger(FLWR_LOGGER)
     if not any(isinstance(f, ConfigErrorOneLine) for f in logger.filters):
         logger.addFilter(ConfigErrorOneLine())
+    verbose = os.environ.get(VERBOSE_ENV, "") not in ("", "0")
+    if not verbose and not any(isinstance(f, Unactionable) for f in logger.filters):
+        logger.addFilter(Unactionable())

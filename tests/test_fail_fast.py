@@ -110,6 +110,19 @@ def test_serverapp_config_error_is_one_line_other_errors_keep_traceback():
     assert "Traceback" in fmt.format(other)
 
 
+def test_unactionable_flower_warnings_are_dropped():
+    from server.log_filters import Unactionable
+
+    def record(msg: str) -> logging.LogRecord:
+        return logging.LogRecord("flwr", logging.WARNING, __file__, 1, msg, (), None)
+
+    quiet = Unactionable()
+    assert not quiet.filter(
+        record("fraction_evaluate is set to 0.0. Federated evaluation will be skipped.")
+    )
+    assert quiet.filter(record("round 3: dropping reply from node 7: bad shape"))
+
+
 def test_progress_lines_and_eta():
     assert eta_text(3, 10, []) == ""
     assert eta_text(3, 10, [2.0, 4.0]) == " | ETA 21 s"
