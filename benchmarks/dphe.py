@@ -36,6 +36,7 @@ import argparse
 import dataclasses
 import json
 import math
+import os
 import platform
 import secrets
 import sys
@@ -49,25 +50,37 @@ sys.path.insert(0, str(ROOT))
 
 import gmpy2  # noqa: E402
 import numpy as np  # noqa: E402
+from phe import paillier  # noqa: E402
 
 from crypto import (  # noqa: E402
     AggregationContext,
+    DJNObfuscators,
     DPHEAggregator,
     DPHEParams,
+    EncryptedUpdate,
+    FullObfuscators,
     Keyholder,
+    ObfuscatorPool,
+    auto_capacity,
+    coordinate_blocks,
     decode_average,
     encrypt_update,
     generate_keys,
+    kept_blocks,
     load_aggregator_bundle,
     load_client_bundle,
     load_keyholder_bundle,
+    make_obfuscators,
     max_packing,
     naive_aggregate,
     naive_decrypt,
     naive_encrypt,
     quantize,
 )
-from hashing.update_sparsity import top_k_sparsify  # noqa: E402
+from hashing.update_sparsity import (  # noqa: E402
+    block_top_k_sparsify,
+    top_k_sparsify,
+)
 from settings.dphe_setup import fixed_point  # noqa: E402
 from settings.run_model import build_run_model  # noqa: E402
 from settings.run_settings import RunSettings  # noqa: E402
@@ -182,7 +195,7 @@ def _run(method: str, ups: list[np.ndarray], params: DPHEParams, keys: dict) -> 
     if method == "naive":
         t = time.perf_counter()
         cts = [
-            naive_encrypt(u, weight=1, public_key=public, params=params.fixed_point)
+            naive_encrypt(u, weight=1, public_key=public, params=params)
             for u in ups
         ]
         enc = time.perf_counter() - t
@@ -191,7 +204,7 @@ def _run(method: str, ups: list[np.ndarray], params: DPHEParams, keys: dict) -> 
         agg = time.perf_counter() - t
         t = time.perf_counter()
         sums = naive_decrypt(
-            summed, keys["keyholder"].private_key, clients, params.fixed_point
+            summed, keys["keyholder"].private_key, clients, params
         )
         dec = time.perf_counter() - t
     else:
@@ -301,21 +314,438 @@ def security_overhead(keys: dict, settings: RunSettings, dim: int) -> dict:
     }
 
 
-def main() -> None:
-    """Run every configuration; write JSON; print the table and ratios."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--key-bits", type=int, default=2048)
-    parser.add_argument("--clients", type=int, default=3)
-    parser.add_argument("--budget-s", type=float, default=20.0)
-    parser.add_argument("--out", default=str(ROOT / "benchmarks/results/dphe.json"))
-    parser.add_argument(
-        "--security-only",
-        action="store_true",
-        help="only the tags/MACs overhead rows (merged into an existing --out)",
-    )
-    args = parser.parse_args()
+# --- issue 16: packed DPHE against TenSEAL CKKS, measured ----------------------------
 
-    settings = RunSettings(dphe_weighting="uniform")
+
+def model_dimension(settings: RunSettings, name: str) -> int:
+    """Values of the app's model stream: the model's values plus the loss (+1)."""
+    over = {"mlp": {"model": "mlp"}, "cnn": {}}[name]
+    shape = (64,) if name == "mlp" else (1, 8, 8)
+    model = build_run_model(dataclasses.replace(settings, **over), shape)
+    return sum(int(v.numel()) for v in model.state_dict().values()) + 1
+
+
+def ckks_client(ups: list[np.ndarray]) -> dict:
+    """TenSEAL CKKS (N = 8192, scale 2**40, 4,096 slots): dense encryption per client.
+
+    Clients hold a public context only (no secret key); the sum is computed on
+    deserialised ciphertexts and decrypted with the secret context, as a keyholder
+    would. Returns ``{"available": False}`` when tenseal is not installed.
+    """
+    try:
+        import tenseal as ts
+    except ImportError:
+        return {
+            "available": False,
+            "note": "tenseal is not installed: `pip install -e .[ckks-bench]` "
+            "(benchmark-only extra); the CKKS baseline and the ratio are skipped",
+        }
+    secret = ts.context(
+        ts.SCHEME_TYPE.CKKS,
+        poly_modulus_degree=8192,
+        coeff_mod_bit_sizes=[60, 40, 40, 60],
+    )
+    secret.global_scale = 2.0**40
+    public = ts.context_from(secret.serialize(save_secret_key=False))
+    slots = 4096
+    dim = ups[0].size
+    t = time.perf_counter()
+    blobs = []
+    for u in ups:
+        blobs.append(
+            [
+                ts.ckks_vector(public, u[i : i + slots].tolist()).serialize()
+                for i in range(0, dim, slots)
+            ]
+        )
+    enc = (time.perf_counter() - t) / len(ups)
+    t = time.perf_counter()
+    total = None
+    for client in blobs:
+        vecs = [ts.ckks_vector_from(public, b) for b in client]
+        total = (
+            vecs if total is None else [a + b for a, b in zip(total, vecs, strict=True)]
+        )
+    agg = time.perf_counter() - t
+    t = time.perf_counter()
+    values = []
+    for v in total:
+        v.link_context(secret)
+        values.extend(v.decrypt())
+    dec = time.perf_counter() - t
+    average = np.asarray(values[:dim]) / len(ups)
+    error = float(np.max(np.abs(average - np.mean(ups, axis=0))))
+    return {
+        "available": True,
+        "tenseal": ts.__version__,
+        "poly_modulus_degree": 8192,
+        "scale_bits": 40,
+        "slots": slots,
+        "ciphertexts_per_client": len(blobs[0]),
+        "upload_bytes_per_client": float(sum(len(b) for b in blobs[0])),
+        "client_s": enc,
+        "aggregate_s": agg,
+        "decrypt_s": dec,
+        "max_abs_error": error,
+    }
+
+
+def dphe_round(
+    ups: list[np.ndarray],
+    keys: dict,
+    fp,
+    *,
+    sparsity: float,
+    structure: str,
+    obfuscators: str,
+    pool_workers: int = 0,
+) -> dict:
+    """One measured DPHE round of ``len(ups)`` clients with every keyholder check.
+
+    Client time (per client) = sparsify (element-wise top-k, or block top-k in
+    this round's phi-space) + ``encrypt_update`` (quantize, pack, block tags,
+    touch-set MAC, one obfuscator per block, padding) + wire serialisation. With
+    ``pool_workers`` > 0 the obfuscators of the round (exactly ``capacity``: one
+    padded shard) are precomputed first, on that many processes, and reported as
+    ``precompute_s``; a DJN source's one-off table is ``setup_s``.
+    """
+    key_bits = keys["aggregator"].key_bits
+    dim = ups[0].size
+    packing = max_packing(key_bits, fp)
+    num_blocks = math.ceil((dim + 1) / packing)
+    block = structure == "block"
+    if block:
+        capacity = kept_blocks(num_blocks, sparsity)
+    else:
+        capacity = auto_capacity(num_blocks)
+    params = DPHEParams(
+        dimension=dim,
+        packing=packing,
+        fixed_point=fp,
+        capacity=capacity,
+        pad=True,
+        single_shard=block,
+    )
+    keyholder = Keyholder(keys["keyholder"], {"model": params})
+    context = AggregationContext(keyholder.session_id(), "model", 1)
+    rng = np.random.default_rng(0)
+    n = keys["aggregator"].n
+    t = time.perf_counter()
+    sources = [make_obfuscators(obfuscators, n) for _ in ups]
+    setup = (time.perf_counter() - t) / len(ups)
+    precompute = 0.0
+    if pool_workers:
+        pools = [ObfuscatorPool(s) for s in sources]
+        t = time.perf_counter()
+        for pool in pools:
+            pool.precompute(capacity, workers=pool_workers)
+        precompute = (time.perf_counter() - t) / len(ups)
+        sources = pools
+    sent = []
+    sparse_ups = []
+    t = time.perf_counter()
+    for i, u in enumerate(ups):
+        bundle = keys["clients"][i]
+        if structure == "block":
+            blocks = coordinate_blocks(bundle, params, context)
+            s = block_top_k_sparsify(
+                u,
+                sparsity=sparsity,
+                blocks=blocks,
+                num_blocks=num_blocks,
+                always=blocks[-2:],
+            )
+        else:
+            s = top_k_sparsify(u, sparsity=sparsity)
+        sparse_ups.append(s)
+        encrypted = encrypt_update(
+            s,
+            weight=1,
+            bundle=bundle,
+            params=params,
+            context=context,
+            rng=rng,
+            obfuscators=sources[i],
+        )
+        sent.append(encrypted.to_arrays(key_bits))
+    client = (time.perf_counter() - t) / len(ups)
+    online_draws = sum(getattr(s, "drawn_online", 0) for s in sources)
+    t = time.perf_counter()
+    aggregator = DPHEAggregator(keys["aggregator"], params, context)
+    for i, arrays in enumerate(sent):
+        aggregator.add(i, EncryptedUpdate.from_arrays(arrays, key_bits=key_bits))
+    encrypted_sum = aggregator.result()
+    agg = time.perf_counter() - t
+    t = time.perf_counter()
+    sums = keyholder.decrypt_aggregate(encrypted_sum)
+    dec = time.perf_counter() - t
+    average, _ = decode_average(np.asarray(sums), params)
+    error = float(np.max(np.abs(average - np.mean(sparse_ups, axis=0))))
+    bound = 0.5 * 2.0**-fp.scale_bits + 1e-12
+    if error > bound:
+        raise AssertionError(f"decrypted average off by {error} > bound {bound}")
+    width = 2 * key_bits // 8
+    cts = float(np.mean([a["ciphertexts"].shape[0] for a in sent]))
+    return {
+        "structure": structure,
+        "obfuscators": obfuscators,
+        "pool_workers": pool_workers,
+        "sparsity": sparsity,
+        "packing": packing,
+        "num_blocks": num_blocks,
+        "capacity": capacity,
+        "ciphertexts_per_client": cts,
+        "decrypted_blocks": len(encrypted_sum.block_ids),
+        "upload_bytes_per_client": cts * (width + 8),
+        "setup_s": setup,
+        "precompute_s": precompute,
+        "online_obfuscator_draws": online_draws,
+        "client_s": client,
+        "aggregate_s": agg,
+        "keyholder_s": dec,
+        "total_per_client_s": setup + precompute + client + (agg + dec) / len(ups),
+        "max_abs_error": error,
+        "error_bound": bound,
+        "measured": True,
+    }
+
+
+def naive_sample(ups: list[np.ndarray], keys: dict, fp, sample: int) -> dict:
+    """Per-value Paillier on the first ``sample`` values, run and checked for real.
+
+    The full-model row is that measured time scaled by ``(D + 1) / (sample + 1)``
+    (every value costs the same: one encryption, one multiplication per client, one
+    decryption): marked ``"extrapolated_from_sample"``.
+    """
+    part = [u[:sample] for u in ups]
+    params = DPHEParams(dimension=sample, packing=1, fixed_point=fp)
+    run = _run("naive", part, params, keys)
+    scale = (ups[0].size + 1) / (sample + 1)
+    return {
+        "sample_values": sample,
+        "sample": run,
+        "scale": scale,
+        "client_s": run["encrypt_s"] * scale,
+        "aggregate_s": run["aggregate_s"] * len(ups) * scale,
+        "keyholder_s": run["decrypt_s"] * len(ups) * scale,
+        "total_per_client_s": (run["encrypt_s"] + run["aggregate_s"] + run["decrypt_s"])
+        * scale,
+        "measured": False,
+        "extrapolated_from_sample": True,
+    }
+
+
+CNN_VARIANTS = (
+    # (label, structure, obfuscators, pool workers); the first is the app's fast path
+    ("block-djn", "block", "djn", 0),
+    ("block-djn-pool2", "block", "djn", 2),
+    ("block-full", "block", "full", 0),
+    ("block-full-pool2", "block", "full", 2),
+    ("element-full", "element", "full", 0),
+)
+
+
+def cnn_goals(keys: dict, settings: RunSettings, args: argparse.Namespace) -> dict:
+    """Measure the issue-16 goal rows: default cnn, 90% sparsity, every row real."""
+    fp = fixed_point(settings)
+    dim = model_dimension(settings, "cnn")
+    ups = updates(dim, 0.0, args.clients, seed=16)  # dense; each row sparsifies
+    out = {"dimension": dim, "clients": args.clients, "sparsity": args.sparsity}
+    out["ckks"] = ckks_client(ups)
+    print(f"ckks: {json.dumps(out['ckks'])}", flush=True)
+    rows = {}
+    for label, structure, obf, workers in CNN_VARIANTS:
+        if label == "element-full" and args.quick:
+            continue
+        rows[label] = dphe_round(
+            ups,
+            keys,
+            fp,
+            sparsity=args.sparsity,
+            structure=structure,
+            obfuscators=obf,
+            pool_workers=workers,
+        )
+        print(f"dphe {label}: {json.dumps(rows[label])}", flush=True)
+    out["dphe"] = rows
+    out["naive"] = naive_sample(ups, keys, fp, args.naive_sample)
+    print(f"naive: {json.dumps(out['naive'])}", flush=True)
+    return out
+
+
+def cnn_summary(cnn: dict) -> dict:
+    """Return the goal fields, from the app's fast path (block, DJN, no pool)."""
+    head = cnn["dphe"]["block-djn"]
+    ckks = cnn["ckks"]
+    summary = {
+        "row": "block-djn",
+        "client_s": head["client_s"],
+        "precompute_s": head["setup_s"] + head["precompute_s"],
+        "precompute_note": "one-off DJN fixed-base table per node and key (s); "
+        "pooled rows report the per-round obfuscator precomputation separately",
+        "keyholder_s": head["keyholder_s"],
+        "packed_vs_naive": cnn["naive"]["total_per_client_s"]
+        / head["total_per_client_s"],
+        "packed_vs_naive_note": "naive extrapolated from a measured sample; packed "
+        "total counts setup + precompute + client + aggregate and keyholder shares",
+        "ckks_client_s": ckks.get("client_s"),
+        "dphe_vs_ckks_client_s_ratio": (
+            head["client_s"] / ckks["client_s"] if ckks.get("available") else None
+        ),
+        "dphe_vs_ckks_client_plus_precompute_ratio": (
+            (head["client_s"] + head["setup_s"] + head["precompute_s"])
+            / ckks["client_s"]
+            if ckks.get("available")
+            else None
+        ),
+    }
+    for label, row in cnn["dphe"].items():
+        if ckks.get("available"):
+            summary[f"{label}_vs_ckks_client_s_ratio"] = (
+                row["client_s"] / ckks["client_s"]
+            )
+    return summary
+
+
+def round_ratio(args: argparse.Namespace) -> dict:
+    """End-to-end FedAvg rounds (mlp, digits, ``--round-clients``): plain vs DPHE.
+
+    Two real simulations (Flower + Ray, in-process) in this run: plaintext FedAvg
+    (dense updates, the default) and DPHE with ``update-sparsity = 0.9``,
+    ``dphe-block-sparsity = true``, ``dphe-obfuscators = "djn"``, a fresh 2048-bit
+    key and the in-process keyholder (every check on). Seconds per round are the
+    differences of ``elapsed_s`` between rounds 2 .. R-1 (no evaluation; round 1
+    holds the actors' start and the DJN table).
+    """
+    from experiments.simulate import simulate
+    from server.results import read_rounds
+
+    base = {
+        "model": "mlp",
+        "code-length": 32,
+        "min-train-nodes": 3,
+        "rounds": args.round_rounds,
+        "eval-every": args.round_rounds,
+        "seed": 0,
+    }
+    secure = {
+        "secure-aggregation": "dphe",
+        "update-sparsity": 0.9,
+        "dphe-block-sparsity": True,
+        "dphe-obfuscators": "djn",
+    }
+    out: dict = {"clients": args.round_clients, "rounds": args.round_rounds}
+    with tempfile.TemporaryDirectory() as tmp:
+        keys = Path(tmp) / "keys"
+        generate_keys(keys, num_clients=args.round_clients, key_bits=2048)
+        for name, over in (
+            ("plain", {}),
+            ("dphe", {**secure, "dphe-key-dir": str(keys)}),
+        ):
+            run_dir = simulate(
+                {**base, **over, "results-dir": str(Path(tmp) / name)},
+                num_clients=args.round_clients,
+            )
+            rows = read_rounds(run_dir)
+            elapsed = {r["round"]: r["elapsed_s"] for r in rows}
+            per = [elapsed[r] - elapsed[r - 1] for r in range(2, args.round_rounds)]
+            out[name] = {
+                "config": {**base, **{k: v for k, v in over.items() if "dir" not in k}},
+                "round_s": per,
+                "round_s_mean": float(np.mean(per)),
+                "dphe": [r.get("dphe") for r in rows if r.get("dphe")][:1],
+            }
+            print(f"round {name}: {json.dumps(out[name])}", flush=True)
+    out["ratio"] = out["dphe"]["round_s_mean"] / out["plain"]["round_s_mean"]
+    return out
+
+
+def avenues(keys: dict, settings: RunSettings) -> dict:
+    """Measure the unit costs behind the choices: obfuscators, cores, slot width."""
+    fp = fixed_point(settings)
+    n = keys["aggregator"].n
+    reps = 40
+    res: dict = {}
+    full = FullObfuscators(n)
+    t = time.perf_counter()
+    for _ in range(reps):
+        full.draw()
+    res["full_obfuscator_ms"] = (time.perf_counter() - t) / reps * 1e3
+    public = keys["aggregator"].public_key
+    t = time.perf_counter()
+    for _ in range(reps):
+        public.raw_encrypt(12345)
+    res["phe_raw_encrypt_ms"] = (time.perf_counter() - t) / reps * 1e3
+    t = time.perf_counter()
+    djn = DJNObfuscators(n)
+    res["djn_table_s"] = time.perf_counter() - t
+    t = time.perf_counter()
+    for _ in range(reps * 5):
+        djn.draw()
+    res["djn_obfuscator_ms"] = (time.perf_counter() - t) / (reps * 5) * 1e3
+    t = time.perf_counter()
+    for _ in range(reps):
+        gmpy2.powmod(djn.n + 7, gmpy2.mpz(secrets.randbits(1024)), djn.nsquare)
+    res["djn_without_table_ms"] = (time.perf_counter() - t) / reps * 1e3
+    for workers in (1, 2):
+        pool = ObfuscatorPool(full)
+        t = time.perf_counter()
+        pool.precompute(64, workers=workers)
+        res[f"full_precompute_64_workers{workers}_s"] = time.perf_counter() - t
+    res["cores_speedup"] = (
+        res["full_precompute_64_workers1_s"] / res["full_precompute_64_workers2_s"]
+    )
+    key_bits = keys["aggregator"].key_bits
+    slots = {}
+    for summands in (128, 16, 8):
+        f = dataclasses.replace(fp, max_summands=summands)
+        slots[summands] = {
+            "slot_bits": f.slot_bits,
+            "packing": max_packing(key_bits, f),
+        }
+    res["slots_by_max_summands"] = slots
+    res["wider_slots_gain_8_vs_128"] = slots[8]["packing"] / slots[128]["packing"]
+    return res
+
+
+def key3072(settings: RunSettings) -> dict:
+    """Per-value cost at 3072 bits (full and DJN obfuscators) against 2048 bits."""
+    fp = fixed_point(settings)
+    out = {}
+    for bits in (2048, 3072):
+        pub, priv = paillier.generate_paillier_keypair(n_length=bits)
+        full = FullObfuscators(pub.n)
+        djn = DJNObfuscators(pub.n)
+        reps = 20
+        t = time.perf_counter()
+        for _ in range(reps):
+            full.draw()
+        f_ms = (time.perf_counter() - t) / reps * 1e3
+        t = time.perf_counter()
+        for _ in range(reps * 5):
+            djn.draw()
+        d_ms = (time.perf_counter() - t) / (reps * 5) * 1e3
+        c = pub.raw_encrypt(5)
+        t = time.perf_counter()
+        for _ in range(reps):
+            priv.raw_decrypt(c)
+        dec_ms = (time.perf_counter() - t) / reps * 1e3
+        packing = max_packing(bits, fp)
+        out[bits] = {
+            "packing": packing,
+            "full_ms_per_value": f_ms / packing,
+            "djn_ms_per_value": d_ms / packing,
+            "decrypt_ms_per_value": dec_ms / packing,
+        }
+    return out
+
+
+def grid(keys: dict, settings: RunSettings, args: argparse.Namespace) -> dict:
+    """Run the earlier grid: 3 models x 3 sparsities x naive / DPHE / packed.
+
+    Element-wise top-k and full obfuscators; rows measured within ``--budget-s``,
+    else estimated from unit costs (``"measured": false``).
+    """
 
     def size(input_shape: tuple[int, ...], **over: str) -> int:
         model = build_run_model(dataclasses.replace(settings, **over), input_shape)
@@ -323,38 +753,9 @@ def main() -> None:
 
     models = {
         "linear-2048x101": 2048 * 101 + 101,
-        # the app's default: digits (1x8x8 images) -> model "auto" = cnn, 32 bits
         "default-cnn-32b": size((1, 8, 8)),
         "mlp-32b": size((64,), model="mlp"),
     }
-    with tempfile.TemporaryDirectory() as tmp:
-        paths = generate_keys(
-            Path(tmp) / "keys",
-            num_clients=args.clients,
-            key_bits=args.key_bits,
-            allow_test_keys=args.key_bits not in (2048, 3072),
-        )
-        keys = {
-            "aggregator": load_aggregator_bundle(paths.aggregator),
-            "keyholder": load_keyholder_bundle(paths.keyholder),
-            "clients": [
-                load_client_bundle(p, client_id=i) for i, p in enumerate(paths.clients)
-            ],
-        }
-    security = {
-        name: security_overhead(keys, settings, models[name])
-        for name in ("mlp-32b",)  # the cnn (6,152 blocks x 3 clients) takes > 8 min
-    }
-    for name, row in security.items():
-        print(f"security overhead {name}: {json.dumps(row)}", flush=True)
-    if args.security_only:
-        out_path = Path(args.out)
-        old = json.loads(out_path.read_text()) if out_path.is_file() else {}
-        old["security_overhead"] = security
-        out_path.parent.mkdir(parents=True, exist_ok=True)
-        out_path.write_text(json.dumps(old, indent=2))
-        print(f"wrote {args.out}")
-        return
     units = unit_costs(keys["aggregator"].public_key, keys["keyholder"].private_key)
     print(
         f"{args.key_bits}-bit Paillier: encrypt {units['encrypt_s'] * 1e3:.2f} ms, "
@@ -416,36 +817,171 @@ def main() -> None:
         for r in ratios
         if r["sparsity"] == 0.9
     ]
-    out = {
-        "benchmark": "dphe",
-        "units": units,
-        "settings": {
-            "key_bits": args.key_bits,
-            "clients": args.clients,
-            "budget_s": args.budget_s,
-            "weighting": "uniform",
-            "scale_bits": settings.dphe_scale_bits,
-            "clip": settings.dphe_clip,
-            "max_contributors": settings.dphe_max_contributors,
-        },
-        "rows": rows,
-        "ratios": ratios,
-        "security_overhead": security,
-        "targets_at_90_percent_sparsity": targets,
-        "machine": {
-            "python": platform.python_version(),
-            "processor": platform.processor() or platform.machine(),
-        },
-    }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=2))
     for r in ratios:
         print(
             f"{r['model']:>16} {r['sparsity']:>5.0%}: packed is "
             f"{r['naive_over_packed']:.1f}x faster than naive, "
             f"{r['dphe_over_packed']:.1f}x faster than DPHE (packing 1)"
         )
+    return {
+        "units": units,
+        "rows": rows,
+        "ratios": ratios,
+        "targets_at_90_percent_sparsity": targets,
+    }
+
+
+PARTS = ("cnn", "round", "avenues", "key3072", "security", "grid")
+
+
+def main() -> None:
+    """Run the chosen parts; merge them into the JSON; print the summary."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--key-bits", type=int, default=2048)
+    parser.add_argument("--clients", type=int, default=3)
+    parser.add_argument("--sparsity", type=float, default=0.9)
+    parser.add_argument("--budget-s", type=float, default=20.0)
+    parser.add_argument("--naive-sample", type=int, default=1000)
+    parser.add_argument("--round-clients", type=int, default=5)
+    parser.add_argument("--round-rounds", type=int, default=6)
+    parser.add_argument(
+        "--part",
+        default="cnn,round,avenues",
+        help=f"comma-separated parts of {PARTS} (each merged into --out)",
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="cnn: skip the element-wise baseline row"
+    )
+    parser.add_argument("--out", default=str(ROOT / "benchmarks/results/dphe.json"))
+    args = parser.parse_args()
+    parts = [p for p in args.part.split(",") if p]
+    unknown = set(parts) - set(PARTS)
+    if unknown:
+        parser.error(f"unknown parts {sorted(unknown)}; accepted: {PARTS}")
+    out_path = Path(args.out)
+    out = json.loads(out_path.read_text()) if out_path.is_file() else {}
+    settings = RunSettings(dphe_weighting="uniform")
+    keys = None
+    if set(parts) & {"cnn", "avenues", "security", "grid"}:
+        keys = _keys(args.clients, args.key_bits)
+    out["benchmark"] = "dphe"
+    out["machine"] = {
+        "python": platform.python_version(),
+        "processor": platform.processor() or platform.machine(),
+        "cpus": os.cpu_count(),
+    }
+    if "cnn" in parts:
+        cnn = cnn_goals(keys, settings, args)
+        cnn["settings"] = {
+            "key_bits": args.key_bits,
+            "clients": args.clients,
+            "weighting": "uniform",
+            "scale_bits": settings.dphe_scale_bits,
+            "clip": settings.dphe_clip,
+            "max_contributors": settings.dphe_max_contributors,
+            "pad": True,
+        }
+        out["cnn"] = cnn
+    if "round" in parts:
+        out["round"] = round_ratio(args)
+    if "avenues" in parts:
+        out["avenues"] = avenues(keys, settings)
+        print(f"avenues: {json.dumps(out['avenues'])}", flush=True)
+    if "key3072" in parts:
+        out["key3072"] = key3072(settings)
+        print(f"key3072: {json.dumps(out['key3072'])}", flush=True)
+    if "security" in parts:
+        out["security_overhead"] = {
+            "mlp-32b": security_overhead(
+                keys, settings, model_dimension(settings, "mlp")
+            )
+        }
+    if "grid" in parts:
+        out.update(grid(keys, settings, args))
+    summary = dict(out.get("summary", {}))
+    if "cnn" in out:
+        summary["cnn"] = cnn_summary(out["cnn"])
+    if "round" in out:
+        summary["round_ratio_dphe_vs_plain"] = out["round"]["ratio"]
+        summary["round_s_plain"] = out["round"]["plain"]["round_s_mean"]
+        summary["round_s_dphe"] = out["round"]["dphe"]["round_s_mean"]
+    summary["goals"] = _goals(summary)
+    out["summary"] = summary
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    out_path.write_text(json.dumps(out, indent=2) + "\n")
+    print_summary(out)
     print(f"wrote {args.out}")
+
+
+def _goals(summary: dict) -> dict:
+    cnn = summary.get("cnn", {})
+    ratio = cnn.get("dphe_vs_ckks_client_s_ratio")
+    return {
+        "dphe_vs_ckks_client_s_ratio<=1": None if ratio is None else ratio <= 1.0,
+        "packed_vs_naive>=500": (
+            None if "packed_vs_naive" not in cnn else cnn["packed_vs_naive"] >= 500
+        ),
+        "round_ratio<=3": (
+            None
+            if "round_ratio_dphe_vs_plain" not in summary
+            else summary["round_ratio_dphe_vs_plain"] <= 3.0
+        ),
+    }
+
+
+def print_summary(out: dict) -> None:
+    """Print the short table of the cnn rows and the goal figures."""
+    cnn = out.get("cnn")
+    if cnn:
+        print(
+            f"default cnn ({cnn['dimension']} values + weight), {cnn['clients']} "
+            f"clients, {cnn['sparsity']:.0%} sparsity, per client per round:"
+        )
+        print(
+            f"{'row':>18} {'ct/client':>9} {'setup s':>8} {'precomp s':>9} "
+            f"{'client s':>9} {'keyholder s':>11} {'upload MB':>9}"
+        )
+        ckks = cnn["ckks"]
+        if ckks.get("available"):
+            print(
+                f"{'ckks (tenseal)':>18} {ckks['ciphertexts_per_client']:>9} "
+                f"{0:>8.2f} {0:>9.2f} {ckks['client_s']:>9.3f} "
+                f"{ckks['decrypt_s']:>11.3f} "
+                f"{ckks['upload_bytes_per_client'] / 1e6:>9.2f}"
+            )
+        else:
+            print(f"{'ckks (tenseal)':>18} skipped: {ckks['note']}")
+        for label, r in cnn["dphe"].items():
+            print(
+                f"{label:>18} {r['ciphertexts_per_client']:>9.0f} "
+                f"{r['setup_s']:>8.2f} {r['precompute_s']:>9.2f} "
+                f"{r['client_s']:>9.3f} {r['keyholder_s']:>11.3f} "
+                f"{r['upload_bytes_per_client'] / 1e6:>9.2f}"
+            )
+        nv = cnn["naive"]
+        print(
+            f"{'naive (extrap.)':>18} {cnn['dimension'] + 1:>9} {0:>8.2f} "
+            f"{0:>9.2f} {nv['client_s']:>9.1f} {nv['keyholder_s']:>11.1f} "
+            f"{(cnn['dimension'] + 1) * 2 * 2048 / 8 / 1e6:>9.2f}"
+        )
+    print(json.dumps(out.get("summary", {}), indent=1))
+
+
+def _keys(clients: int, key_bits: int) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = generate_keys(
+            Path(tmp) / "keys",
+            num_clients=clients,
+            key_bits=key_bits,
+            allow_test_keys=key_bits not in (2048, 3072),
+        )
+        return {
+            "aggregator": load_aggregator_bundle(paths.aggregator),
+            "keyholder": load_keyholder_bundle(paths.keyholder),
+            "clients": [
+                load_client_bundle(p, client_id=i) for i, p in enumerate(paths.clients)
+            ],
+        }
 
 
 if __name__ == "__main__":

@@ -260,3 +260,34 @@ def test_block_sparsity_setting_needs_dphe_and_sparsity():
     with pytest.raises(ConfigError, match="dphe-obfuscators"):
         RunSettings(dphe_obfuscators="short").validate()
     assert dataclasses.replace(RunSettings(), dphe_obfuscators="djn")
+
+
+def test_aggregator_refuses_several_shards_under_single_shard(keys):
+    params = DPHEParams(
+        dimension=10, packing=1, fixed_point=FP, capacity=3, pad=True, single_shard=True
+    )
+    context = AggregationContext(bytes(16), "model", 1)
+    encrypted = encrypt_update(
+        np.r_[0.5, np.zeros(9)],
+        weight=1,
+        bundle=keys["clients"][0],
+        params=params,
+        context=context,
+        rng=np.random.default_rng(0),
+    )
+    assert encrypted.shard_sizes == [3]
+    shard = encrypted.shards[0]
+    split = dataclasses.replace(
+        encrypted,
+        shards=[
+            dataclasses.replace(
+                shard, block_ids=shard.block_ids[:1], ciphertexts=shard.ciphertexts[:1]
+            ),
+            dataclasses.replace(
+                shard, block_ids=shard.block_ids[1:], ciphertexts=shard.ciphertexts[1:]
+            ),
+        ],
+    )
+    aggregator = DPHEAggregator(keys["aggregator"], params, context)
+    with pytest.raises(ValueError, match="single_shard params allow one"):
+        aggregator.add(0, split)
