@@ -23,7 +23,7 @@ QUIET :=
 endif
 
 .PHONY: install run check-config test test-fast lint bench-retrieval bench-round-time bench-fedhap-cost clean-superlink \
-	deploy-credentials deploy-constraints
+	deploy-credentials deploy-constraints test-containers
 
 install: $(STAMP)
 
@@ -90,3 +90,12 @@ deploy-constraints: install
 	{ grep '^#' deploy/constraints.txt; $(VENV)/bin/pip freeze --exclude-editable \
 	  | grep -viE '^(nvidia-|triton==|cuda-|pytest==|iniconfig==|pluggy==|ruff==|faiss-cpu==)'; \
 	} > deploy/constraints.txt.new && mv deploy/constraints.txt.new deploy/constraints.txt
+
+# Opt-in, not part of `make test`: the deployment in real containers (docs/deploy.md,
+# tests/test_containers.py). Needs Docker with Compose v2, free loopback ports 8000
+# and 9092, and several GB. FEDHASH_PYTHON_IMAGE / FEDHASH_TORCH_INDEX_URL (build
+# args) and FEDHASH_CONTAINER_SCALE=N (scale-out to N SuperNodes) pass through.
+test-containers: install
+	@start=$$(date +%s); FEDHASH_CONTAINER_TESTS=1 $(PY) -m pytest -q -s -rs \
+	  -p no:cacheprovider tests/test_containers.py; rc=$$?; \
+	  echo "make test-containers: $$(( $$(date +%s) - start )) s wall, exit $$rc"; exit $$rc

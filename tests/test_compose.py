@@ -9,7 +9,10 @@ the same commands as processes.
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -411,3 +414,188 @@ def test_supernodes_run_only_signed_fabs(compose: dict, creds):
 def _cred(creds, source: str) -> Path:
     assert source.startswith("./deploy/credentials/"), source
     return creds.root / source[len("./deploy/credentials/") :]
+
+
+# --- issue 15: build arguments, health checks, docs/deploy.md, scale-out, `config`
+
+_COMPOSE_V2 = (
+    shutil.which("docker") is not None
+    and subprocess.run(
+        ["docker", "compose", "version"], capture_output=True, check=False
+    ).returncode
+    == 0
+)
+needs_compose = pytest.mark.skipif(
+    not _COMPOSE_V2, reason="docker compose (v2) not installed"
+)
+LONG_RUNNING = {
+    "superlink",
+    "fleet-gateway",
+    "fab-registry",
+    "serverapp",
+    "keyholder",
+    *SUPERNODES,
+    *CLIENTAPPS,
+}
+
+
+def _compose_config(*files: str, env: dict[str, str] | None = None) -> dict:
+    """``docker compose -f ... config --format json``, in the repository."""
+    args = [a for f in files for a in ("-f", f)]
+    base = {k: v for k, v in os.environ.items() if not k.startswith("FEDHASH_")}
+    proc = subprocess.run(
+        ["docker", "compose", *args, "config", "--format", "json"],
+        cwd=ROOT,
+        env={**base, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_build_arguments_come_from_the_environment(compose: dict):
+    args = compose["services"]["superlink"]["build"]["args"]
+    raw = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    raw_args = raw["x-fedhash-image"]["build"]["args"]
+    # unset: Docker Hub's image and the PyTorch CPU index; set but empty: the torch
+    # index is pip's default (`-`, not `:-`, so that empty stays empty)
+    assert raw_args["PYTHON_IMAGE"] == "${FEDHASH_PYTHON_IMAGE:-python:3.11-slim-bookworm}"
+    assert raw_args["TORCH_INDEX_URL"] == (
+        "${FEDHASH_TORCH_INDEX_URL-https://download.pytorch.org/whl/cpu}"
+    )
+    assert args["TORCH_INDEX_URL"] == "https://download.pytorch.org/whl/cpu"
+    text = (ROOT / "deploy/Dockerfile").read_text()
+    assert "ARG PYTHON_IMAGE=python:3.11-slim-bookworm" in text
+    assert "ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu" in text
+    # an empty index drops --index-url; no `# syntax=` frontend to pull
+    assert '${TORCH_INDEX_URL:+--index-url "${TORCH_INDEX_URL}"}' in text
+    assert not re.search(r"^# ?syntax=", text, flags=re.M)
+
+
+@needs_compose
+def test_docker_compose_config_passes_build_arguments_through():
+    default = _compose_config("docker-compose.yml")
+    offline = _compose_config(
+        "docker-compose.yml",
+        env={"FEDHASH_PYTHON_IMAGE": "local/python:3.11", "FEDHASH_TORCH_INDEX_URL": ""},
+    )
+    for name in LONG_RUNNING:
+        assert default["services"][name]["build"]["args"] == {
+            "PYTHON_IMAGE": "python:3.11-slim-bookworm",
+            "TORCH_INDEX_URL": "https://download.pytorch.org/whl/cpu",
+            "APP_UID": "1000",
+            "APP_GID": "1000",
+        }
+        built = offline["services"][name]["build"]["args"]
+        assert built["PYTHON_IMAGE"] == "local/python:3.11"
+        assert built["TORCH_INDEX_URL"] == ""
+
+
+@needs_compose
+def test_docker_compose_config_accepts_the_cuda_and_insecure_overrides():
+    """Validated with `docker compose config` only: not run on a GPU here."""
+    cuda = _compose_config("docker-compose.yml", "docker-compose.cuda.yml")
+    for name in CLIENTAPPS:
+        service = cuda["services"][name]
+        assert service["image"] == "fedhash:cuda"
+        assert service["build"]["args"]["TORCH_INDEX_URL"] == "https://pypi.org/simple"
+        device = service["deploy"]["resources"]["reservations"]["devices"][0]
+        assert device["driver"] == "nvidia" and device["capabilities"] == ["gpu"]
+    assert cuda["services"]["superlink"]["image"] == "fedhash:cpu"
+    insecure = _compose_config("docker-compose.yml", "docker-compose.insecure.yml")
+    for name in (*SUPERNODES, *CLIENTAPPS, "serverapp"):
+        test = " ".join(insecure["services"][name]["healthcheck"]["test"])
+        assert "http://" in test, name  # plain HTTP where the service is insecure
+
+
+def test_every_long_running_service_has_a_tls_health_check(compose: dict):
+    services = compose["services"]
+    assert "healthcheck" not in services["register-supernodes"]  # one-shot
+    for name in LONG_RUNNING:
+        check = services[name]["healthcheck"]
+        test = " ".join(check["test"])
+        assert check["test"][:2] == ["CMD", "python"], name
+        assert "https://" in test and "cafile='/credentials/ca.crt'" in test, name
+        assert check["retries"] * int(check["interval"].rstrip("s")) >= 60, name
+    for i in range(NUM_NODES):  # each executor checks the Runtime API it serves
+        assert f"https://supernode-{i}:9094/health" in " ".join(
+            services[f"clientapp-{i}"]["healthcheck"]["test"]
+        )
+        assert services[f"clientapp-{i}"]["depends_on"] == {
+            f"supernode-{i}": {"condition": "service_healthy"}
+        }
+
+
+def test_docs_deploy_blocks_are_the_commands_the_container_test_runs(compose: dict):
+    from tests.test_containers import APP, doc_blocks
+
+    blocks = doc_blocks()
+    assert list(blocks) == ["credentials", "owner", "up", "run", "results", "down"]
+    assert "python -m deploy.generate\n" in blocks["credentials"] + "\n"
+    assert "--run-config deploy/smoke-run.toml" in blocks["credentials"]
+    assert "docker compose up --build -d --wait" in blocks["up"]
+    assert f"flwr run {APP} fedhash --stream --run-config deploy/smoke-run.toml" in (
+        blocks["run"].replace("\\\n  ", "")
+    )
+    assert blocks["down"] == "docker compose down -v"
+    # the folders the blocks create are the compose file's bind mounts
+    made = set()
+    for word in blocks["credentials"].split():
+        if word.startswith("deploy/data/supernode-{"):
+            made |= {f"deploy/data/supernode-{i}" for i in range(NUM_NODES)}
+        elif word.startswith("deploy/"):
+            made.add(word)
+    for service in compose["services"].values():
+        for mount in mounts(service):
+            source = mount.source.removeprefix("./")
+            if source.startswith(("deploy/data", "deploy/results", "deploy/fabs")):
+                assert source in made, source
+    # the smoke config is a DPHE run config the settings accept (container paths)
+    from settings.run_settings import RunSettings
+
+    smoke = tomllib.loads((ROOT / "deploy/smoke-run.toml").read_text())
+    preset = tomllib.loads((ROOT / "conf/deploy-fedhap-dphe.toml").read_text())
+    assert {k: smoke[k] for k in preset} == preset
+    assert RunSettings.from_config(smoke).secure_aggregation == "dphe"
+
+
+def test_scale_override_adds_nodes_with_their_own_keys_partitions_and_data():
+    from deploy.scale import override
+
+    data = override(6)
+    services = data["services"]
+    assert set(services) == {
+        *(f"supernode-{i}" for i in range(6)),
+        *(f"clientapp-{i}" for i in range(3, 6)),
+    }
+    for i in range(6):
+        config = node_config(services[f"supernode-{i}"]["command"])
+        assert config["partition-id"] == i and config["num-partitions"] == 6
+    for i in range(3, 6):
+        node, app = services[f"supernode-{i}"], services[f"clientapp-{i}"]
+        assert f"./deploy/credentials/supernode-{i}:/credentials:ro" in node["volumes"]
+        assert f"./deploy/data/supernode-{i}:/data:ro" in app["volumes"]
+        assert node["networks"] == ["fleet", f"node-{i}"]
+        assert app["networks"] == [f"node-{i}"]
+        assert f"supernode-{i}:9094" in app["command"]
+        assert data["networks"][f"node-{i}"] == {"internal": True}
+    with pytest.raises(ValueError):
+        override(2)
+
+
+@needs_compose
+def test_docker_compose_config_accepts_the_scale_override(tmp_path):
+    from deploy.scale import write
+
+    path = write(6, ROOT / f".scale-test-{os.getpid()}.yml")
+    try:
+        merged = _compose_config("docker-compose.yml", path.name)
+    finally:
+        path.unlink()
+    services = merged["services"]
+    assert {f"supernode-{i}" for i in range(6)} <= set(services)
+    assert services["clientapp-5"]["image"] == "fedhash:cpu"
+    assert merged["networks"]["node-5"]["internal"] is True

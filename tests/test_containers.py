@@ -1,0 +1,722 @@
+"""The deployment in real containers: ``make test-containers`` (opt-in).
+
+Skipped unless ``FEDHASH_CONTAINER_TESTS=1`` (the make target sets it): it needs a
+Docker engine with Compose v2, builds a multi-GB image and takes minutes.
+
+The commands are docs/deploy.md's blocks marked ``<!-- test-containers: NAME -->``,
+run verbatim with ``bash -e`` in a copy of the repository (compose project
+``fedhash-test``), ``FEDHASH_*`` exports carried from block to block. In order:
+
+1. ``credentials``, ``owner``, ``up`` (build, ``--wait`` for every health check),
+   ``run`` (sign the FAB, ``flwr run`` of FedHAP + DPHE with encrypted prototypes
+   over TLS from the host), ``results``: the run finished with 3 contributors per
+   round, the privacy ledger and 4 keyholder decryptions; prints the time from
+   ``docker compose up`` to the first finished round.
+2. Negative cases in containers: unregistered SuperNode key refused; SuperNode and
+   ClientApp containers reach neither the SuperLink (Control API) nor the keyholder;
+   the gateway answers 404 to the Control API; unsigned and untrusted FABs refused by
+   every SuperNode.
+3. Faults: ``docker compose stop supernode-2`` after round 1 of a 4-round run, then
+   ``start``; then ``docker compose kill keyholder``. Outcomes printed and checked.
+4. ``down`` (``docker compose down -v``); nothing of the project is left.
+5. With ``FEDHASH_CONTAINER_SCALE=N`` (N > 3): the scale-out commands of
+   docs/deploy.md with N SuperNodes, a 2-round run with N contributors, ``down -v``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import tomllib
+import zipfile
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.skipif(
+    os.environ.get("FEDHASH_CONTAINER_TESTS") != "1",
+    reason="opt-in: make test-containers (needs a Docker engine)",
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+DOC = ROOT / "docs" / "deploy.md"
+PROJECT = "fedhash-test"
+NODES = 3
+APP = (
+    "@fedhash/fedhash=="
+    + tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+)
+REFUSED = "failed discovery: The FAB could not be verified"
+_BLOCK = re.compile(r"<!-- test-containers: (\S+) -->\n```bash\n(.*?)\n```", re.S)
+
+
+def doc_blocks(path: Path = DOC) -> dict[str, str]:
+    """docs/deploy.md's blocks that this test runs, by name, in file order."""
+    return dict(_BLOCK.findall(path.read_text()))
+
+
+def say(*parts) -> None:
+    print("[containers]", *parts, flush=True)
+
+
+class Session:
+    """A copy of the repository and a shell-like environment for the doc's blocks."""
+
+    def __init__(self, work: Path) -> None:
+        self.work = work
+        self.envfile = work.parent / "exports.sh"
+        self.envfile.write_text("")
+        self.logs = work.parent / "logs"
+        self.logs.mkdir(exist_ok=True)
+        self.env = {
+            **os.environ,
+            "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+            "COMPOSE_PROJECT_NAME": PROJECT,
+            "COMPOSE_PROGRESS": "plain",
+        }
+        self.blocks = doc_blocks()
+        self.compose_files: list[str] = []
+        self.timings: dict[str, float] = {}
+
+    def script(self, name: str) -> str:
+        return (
+            f"set -e\nsource {self.envfile}\n{self.blocks[name]}\n"
+            f"export -p | grep -E '^declare -x FEDHASH_' > {self.envfile} || true\n"
+        )
+
+    def block(self, name: str, timeout: float = 900) -> str:
+        """Run a doc block to its end; return its output (it must succeed)."""
+        say(f"block {name}:", self.blocks[name].replace("\n", " ; ")[:300])
+        start = time.monotonic()
+        proc = subprocess.run(
+            ["bash", "-c", self.script(name)],
+            cwd=self.work,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        self.timings[name] = time.monotonic() - start
+        out = proc.stdout + proc.stderr
+        (self.logs / f"{name}.log").write_text(out)
+        assert proc.returncode == 0, f"block {name} failed:\n{out[-5000:]}"
+        return out
+
+    def background(self, name: str, cmd: list[str] | None = None) -> tuple:
+        """Start a doc block (or ``cmd``) in its own session; return (proc, log)."""
+        log = self.logs / f"{name}.log"
+        args = ["bash", "-c", self.script(name)] if cmd is None else cmd
+        with log.open("wb") as out:
+            proc = subprocess.Popen(
+                args,
+                cwd=self.work,
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        return proc, log
+
+    def compose(self, *args: str, timeout: float = 300, check: bool = True):
+        files = [a for f in self.compose_files for a in ("-f", f)]
+        proc = subprocess.run(
+            ["docker", "compose", *files, *args],
+            cwd=self.work,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        if check:
+            assert proc.returncode == 0, proc.stdout + proc.stderr
+        return proc
+
+    def config(self) -> dict:
+        return json.loads(self.compose("config", "--format", "json").stdout)
+
+    def logs_of(self, service: str) -> str:
+        return self.compose("logs", "--no-color", service).stdout
+
+    def flwr(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+        home = self.work / "deploy" / "credentials" / "flwr-home"
+        return subprocess.run(
+            [str(BIN / "flwr"), *args],
+            cwd=self.work,
+            env={**self.env, "FLWR_HOME": str(home)},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+
+    @property
+    def results(self) -> Path:
+        return self.work / "deploy" / "results"
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
+
+
+def _wait_for(predicate, timeout: float, what: str, step: float = 1.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(what)
+        time.sleep(step)
+
+
+def _rows(run_dir: Path) -> list[dict]:
+    path = run_dir / "rounds.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+
+
+def _run_dir(results: Path, run_id: str) -> Path | None:
+    for name in (run_id, run_id + ".incomplete"):
+        if (results / name).is_dir():
+            return results / name
+    return None
+
+
+def _leftovers() -> str:
+    label = f"label=com.docker.compose.project={PROJECT}"
+    out = []
+    for kind in ("ps -a", "network ls", "volume ls"):
+        proc = subprocess.run(
+            ["docker", *kind.split(), "-q", "--filter", label],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        out += proc.stdout.split()
+    return " ".join(out)
+
+
+def _down(session: Session) -> None:
+    proc = session.compose("down", "-v", "--remove-orphans", timeout=300, check=False)
+    say("down:", proc.returncode, (proc.stdout + proc.stderr).strip()[-300:])
+
+
+@pytest.fixture(scope="module")
+def session(tmp_path_factory: pytest.TempPathFactory):
+    if shutil.which("docker") is None:
+        pytest.fail("no docker CLI: install an engine (docs/deploy.md, Requirements)")
+    version = subprocess.run(
+        ["docker", "compose", "version"], capture_output=True, text=True, check=False
+    )
+    assert version.returncode == 0, "docker compose (v2 plugin) is required"
+    for port in (8000, 9092):
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                pytest.fail(f"127.0.0.1:{port} is in use: stop that deployment first")
+    assert not _leftovers(), (
+        f"compose project {PROJECT} exists: docker compose -p {PROJECT} down -v"
+    )
+    tmp = tmp_path_factory.mktemp("containers")
+    work = tmp / "fedhash"
+    files = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout.split(b"\0")
+    for name in filter(None, (f.decode() for f in files)):
+        source = ROOT / name
+        if source.is_file():
+            (work / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, work / name)
+    s = Session(work)
+    say(
+        "work dir",
+        work,
+        "image env:",
+        {
+            k: os.environ.get(k)
+            for k in ("FEDHASH_PYTHON_IMAGE", "FEDHASH_TORCH_INDEX_URL")
+        },
+    )
+    try:
+        s.block("credentials", timeout=600)
+        s.block("owner")
+        s.t_up = time.monotonic()
+        s.block("up", timeout=1800)
+        s.t_healthy = time.monotonic()
+        say(f"up --build --wait: {s.t_healthy - s.t_up:.1f} s to all healthy")
+        yield s
+    finally:
+        _down(s)
+        s.compose_files = ["docker-compose.yml", "docker-compose.scale.yml"]
+        if (work / "docker-compose.scale.yml").exists():
+            _down(s)
+        left = _leftovers()
+        say("leftovers of project", PROJECT, ":", left or "none")
+        say("timings (s):", {k: round(v, 1) for k, v in s.timings.items()})
+    assert not left
+
+
+def test_every_service_is_healthy(session: Session):
+    rows = session.compose("ps", "-a", "--format", "json").stdout
+    services = [json.loads(x) for x in rows.splitlines() if x.strip()]
+    if len(services) == 1 and isinstance(services[0], list):
+        services = services[0]
+    state = {
+        s["Service"]: (s["State"], s.get("Health", ""), s.get("ExitCode"))
+        for s in services
+    }
+    say("services:", state)
+    for name, (st, health, code) in state.items():
+        if name == "register-supernodes":
+            assert st == "exited" and code == 0, state
+        else:
+            assert st == "running" and health == "healthy", (name, state[name])
+    assert len(state) == 6 + 2 * NODES
+    registered = session.logs_of("register-supernodes")
+    assert registered.count("registered as node") == NODES, registered
+
+
+def test_fedhap_dphe_run_with_ledger_and_decryptions(session: Session):
+    s = session
+    proc, log = s.background("run")
+    started = re.compile(r"Successfully started run (\d+)")
+    try:
+        run_id = _wait_for(
+            lambda: (
+                (m := started.search(log.read_text()))
+                and m.group(1)
+                or (proc.poll() is not None and "exited")
+            ),
+            300,
+            "the run to start",
+        )
+        assert run_id != "exited", log.read_text()[-4000:]
+
+        def first_round():
+            run_dir = _run_dir(s.results, run_id)
+            return run_dir and any(r["round"] >= 1 for r in _rows(run_dir))
+
+        _wait_for(lambda: first_round() or proc.poll() is not None, 900, "round 1")
+        t_first = time.monotonic()
+        say(
+            f"time from `docker compose up` to the first finished round: "
+            f"{t_first - s.t_up:.1f} s (services healthy after {s.t_healthy - s.t_up:.1f} s;"
+            f" round 1 done {t_first - s.t_healthy:.1f} s after that, incl. signing)"
+        )
+        assert proc.wait(timeout=900) == 0, log.read_text()[-4000:]
+    finally:
+        if proc.poll() is None:
+            _kill(proc)
+    out = log.read_text()
+    run_dir = s.results / run_id
+    assert run_dir.is_dir(), (list(s.results.iterdir()), out[-3000:])
+    config = json.loads((run_dir / "config.json").read_text())
+    summary = json.loads((run_dir / "summary.json").read_text())
+    rows = _rows(run_dir)
+    assert config["config"]["strategy"] == "fedhap"
+    assert config["config"]["secure-aggregation"] == "dphe"
+    assert config["config"]["dphe-prototypes"] is True
+    assert [n["partition_id"] for n in config["nodes"]] == list(range(NODES))
+    trained = [r for r in rows if r["round"] > 0]
+    assert [r["dphe"]["contributors"] for r in trained] == [NODES] * 2
+    assert all(r.get("prototype_classes") == 10 for r in trained)
+    assert summary["final_round"] == 2
+    assert summary["final"]["map_all"] > summary["initial_map_all"]
+    assert "keyholder service https://keyholder:8765" in out
+    # privacy ledger: 2 rounds of prototype flips at 4 per bit, 16 bits, per record
+    from privacy.ledger import PrivacyLedger
+
+    ledger = PrivacyLedger.read(run_dir / "privacy_ledger.json")
+    assert ledger.clients() == tuple(range(NODES))
+    for client in range(NODES):
+        assert ledger.total(client, "per record")[0] == pytest.approx(2 * 16 * 4.0)
+    assert not any("SEEDED" in c.note for c in ledger.charges)
+    # the keyholder decrypted the model and the prototype sums once per round
+    listing = s.block("results")
+    assert listing.split()[-1] == "4", listing
+    assert run_id in listing
+    say(
+        f"run {run_id}: mAP {summary['initial_map_all']:.3f} -> "
+        f"{summary['final']['map_all']:.3f}, contributors "
+        f"{[r['dphe']['contributors'] for r in trained]}, 4 keyholder decryptions, "
+        f"ledger per-record epsilon {2 * 16 * 4.0} per client"
+    )
+    s.run_id = run_id
+
+
+def _supernode_command(s: Session, i: int = 0) -> list[str]:
+    return list(s.config()["services"][f"supernode-{i}"]["command"])
+
+
+def test_supernode_with_an_unregistered_key_is_refused(session: Session, tmp_path):
+    from deploy.generate import make_auth_key_pair
+
+    s = session
+    rogue = s.work / "rogue-key"
+    rogue.mkdir(exist_ok=True)
+    (rogue / "auth.key").write_bytes(make_auth_key_pair("rogue")[0])
+    (rogue / "auth.key").chmod(0o600)
+    uid = (
+        int(os.environ.get("FEDHASH_UID", "1000")) if os.getuid() == 0 else os.getuid()
+    )
+    if os.getuid() == 0:
+        for path in (rogue, rogue / "auth.key"):
+            os.chown(path, uid, uid)
+    cmd = _supernode_command(s)
+    cmd[cmd.index("--auth-supernode-private-key") + 1] = "/rogue/auth.key"
+    cmd[cmd.index("--port") + 1] = "9099"
+    proc = s.compose(
+        "run",
+        "--rm",
+        "--no-deps",
+        "-T",
+        "-v",
+        f"{rogue}:/rogue:ro",
+        "supernode-0",
+        *cmd,
+        "--max-retries",
+        "0",
+        timeout=180,
+        check=False,
+    )
+    out = proc.stdout + proc.stderr
+    say("unregistered key: exit", proc.returncode, "|", _last_line(out, "activate"))
+    assert proc.returncode != 0, out[-3000:]
+    assert "Failed to activate SuperNode" in out, out[-3000:]
+    assert "No SuperNode found with the given public key" in s.logs_of("superlink")
+
+
+def _last_line(text: str, needle: str) -> str:
+    lines = [x for x in text.splitlines() if needle.lower() in x.lower()]
+    return lines[-1].strip()[:200] if lines else "(no line with " + needle + ")"
+
+
+PROBE = r"""
+import json, socket, ssl, sys, urllib.error, urllib.request
+out = {}
+for name, port in (("superlink", 8000), ("keyholder", 8765), ("fleet-gateway", 9092)):
+    try:
+        socket.getaddrinfo(name, port)
+        out[name] = "resolves"
+    except socket.gaierror:
+        out[name] = "no such host"
+for ip, port in json.loads(sys.argv[1]):
+    try:
+        socket.create_connection((ip, port), timeout=3).close()
+        out[f"{ip}:{port}"] = "connected"
+    except OSError as error:
+        out[f"{ip}:{port}"] = type(error).__name__
+if out["fleet-gateway"] == "resolves":
+    ca = ssl.create_default_context(cafile="/credentials/ca.crt")
+    for path in ("/v1/control/start-run", "/v1/control/register-node", "/v1/runtime/get-nodes"):
+        req = urllib.request.Request("https://fleet-gateway:9092" + path, data=b"", method="POST")
+        try:
+            out[path] = urllib.request.urlopen(req, timeout=10, context=ca).status
+        except urllib.error.HTTPError as error:
+            out[path] = error.code
+print(json.dumps(out))
+"""
+
+
+def _addresses(s: Session, service: str, port: int) -> list[tuple[str, int]]:
+    cid = s.compose("ps", "-q", service).stdout.strip()
+    info = json.loads(
+        subprocess.run(
+            ["docker", "inspect", cid], capture_output=True, text=True, check=True
+        ).stdout
+    )[0]
+    return [
+        (n["IPAddress"], port) for n in info["NetworkSettings"]["Networks"].values()
+    ]
+
+
+def test_supernodes_reach_neither_the_control_api_nor_the_keyholder(session: Session):
+    s = session
+    targets = _addresses(s, "superlink", 8000) + _addresses(s, "keyholder", 8765)
+    for service in ("supernode-0", "clientapp-0"):
+        proc = s.compose(
+            "exec",
+            "-T",
+            service,
+            "python",
+            "-c",
+            PROBE,
+            json.dumps(targets),
+            timeout=180,
+        )
+        seen = json.loads(proc.stdout.strip().splitlines()[-1])
+        say(f"{service} probes:", seen)
+        assert (
+            seen["superlink"] == "no such host" and seen["keyholder"] == "no such host"
+        )
+        for ip, port in targets:
+            assert seen[f"{ip}:{port}"] != "connected", (service, ip, port)
+        if service == "supernode-0":  # its one way in: the Fleet API only
+            assert seen["fleet-gateway"] == "resolves"
+            assert {seen[p] for p in seen if p.startswith("/v1/")} == {404}
+        else:
+            assert seen["fleet-gateway"] == "no such host"
+
+
+def _variant(s: Session, name: str) -> Path:
+    """This app plus one file: a FAB of its own hash (the SuperLink keeps one
+    signature set per FAB hash)."""
+    folder = s.work.parent / "apps" / name
+    fab = next((s.work / "deploy" / "fabs").rglob("*.fab"))
+    with zipfile.ZipFile(fab) as bundle:
+        for member in bundle.namelist():
+            if not member.startswith(".info/"):
+                bundle.extract(member, folder)
+    (folder / "VARIANT.md").write_text(f"{name}\n")
+    return folder
+
+
+def _run_config(s: Session, name: str, **extra) -> Path:
+    config = tomllib.loads((s.work / "deploy" / "smoke-run.toml").read_text())
+    config.update(extra)
+    path = s.work.parent / f"{name}.toml"
+    path.write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in config.items()))
+    return path
+
+
+def _submit(s: Session, app: str, name: str, config: Path) -> tuple:
+    home = s.work / "deploy" / "credentials" / "flwr-home"
+    cmd = [
+        "env",
+        f"FLWR_HOME={home}",
+        str(BIN / "flwr"),
+        "run",
+        app,
+        "fedhash",
+        "--stream",
+        "--run-config",
+        str(config),
+    ]
+    proc, log = s.background(name, cmd)
+    started = re.compile(r"Successfully started run (\d+)")
+    try:
+        found = _wait_for(
+            lambda: started.search(log.read_text()) or proc.poll() is not None,
+            180,
+            f"{name}: start",
+        )
+    except BaseException:
+        _kill(proc)
+        raise
+    match = started.search(log.read_text())
+    assert match, log.read_text()[-3000:]
+    del found
+    return match.group(1), proc, log
+
+
+def _stop_run(s: Session, run: tuple) -> None:
+    run_id, proc, _ = run
+    s.flwr("stop", run_id, "fedhash")
+    _kill(proc)
+
+
+def test_unsigned_and_untrusted_fabs_are_refused(session: Session):
+    from deploy.generate import make_fab_signing_key
+
+    s = session
+    key = s.work.parent / "rogue-signing.key"
+    private, _, rogue_id = make_fab_signing_key("rogue")
+    key.write_bytes(private)
+    key.chmod(0o600)
+    config = _run_config(s, "refused", **{"results-dir": "/app/results/refused"})
+    unsigned, untrusted = _variant(s, "unsigned"), _variant(s, "untrusted")
+    sign = [sys.executable, "-m", "deploy.fab_registry", "sign"]
+    registry = ["--registry", "deploy/fabs"]
+    runs = {"unsigned": _submit(s, str(unsigned), "unsigned", config)}
+    try:
+        subprocess.run(
+            [*sign, str(untrusted), *registry, "--key", str(key), "--key-id", rogue_id],
+            cwd=s.work,
+            env=s.env,
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+        runs["untrusted"] = _submit(s, APP, "untrusted", config)
+    finally:  # the registry serves the operator's FAB again
+        subprocess.run(
+            [
+                *sign,
+                ".",
+                *registry,
+                "--key",
+                "deploy/credentials/fab-signing/fab-signing.key",
+            ],
+            cwd=s.work,
+            env=s.env,
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+    why = {
+        "unsigned": "App verification is not supported by the connected SuperLink",
+        "untrusted": "FAB verification failed: the provided trusted entities",
+    }
+    try:
+        for name, run in runs.items():
+
+            def refused(log=run[2]):
+                return (
+                    len(set(re.findall(r"node (\d+) " + REFUSED, log.read_text())))
+                    == NODES
+                )
+
+            _wait_for(
+                lambda: refused() or run[1].poll() is not None, 300, f"{name} refusals"
+            )
+            out = run[2].read_text()
+            assert refused(), out[-3000:]
+            assert "Discovery:" not in out
+            for i in range(NODES):
+                log = s.logs_of(f"supernode-{i}")
+                assert f"[RUN {run[0]}]" in log and why[name] in log, log[-2000:]
+            say(
+                f"{name} FAB (run {run[0]}): refused by all {NODES} SuperNodes ({why[name]})"
+            )
+    finally:
+        for run in runs.values():
+            _stop_run(s, run)
+
+
+def test_faults_stopped_supernode_and_killed_keyholder(session: Session):
+    """Stop supernode-2 after round 1, start it again, then kill the keyholder.
+
+    Accepted outcomes (issue 15): while a node is away, a round either goes on
+    with >= 3 contributors or does not update (clear log); the restarted node
+    rejoins (a later round has 3 contributors); with the keyholder killed the run
+    ends with a clear error and its results stay ``<run-id>.incomplete``.
+    """
+    s = session
+    config = _run_config(s, "faults", rounds=4, **{"eval-every": 4})
+    run = _submit(s, APP, "faults", config)
+    run_id, proc, log = run
+    outcome = {}
+    try:
+
+        def rows():
+            d = _run_dir(s.results, run_id)
+            return _rows(d) if d else []
+
+        def done_rounds():
+            return max((r["round"] for r in rows()), default=-1)
+
+        _wait_for(lambda: done_rounds() >= 1 or proc.poll() is not None, 900, "round 1")
+        assert proc.poll() is None, log.read_text()[-3000:]
+        t_stop = time.monotonic()
+        s.compose("stop", "supernode-2", timeout=120)
+        say("fault: stopped supernode-2 after round 1")
+        # what the ServerApp does without it: give it 90 s
+        time.sleep(90)
+        away = log.read_text()
+        outcome["rounds while away"] = done_rounds()
+        s.compose("start", "supernode-2", timeout=120)
+        say(f"fault: started supernode-2 again after {time.monotonic() - t_stop:.0f} s")
+        _wait_for(lambda: done_rounds() >= 2 or proc.poll() is not None, 900, "round 2")
+        assert proc.poll() is None, log.read_text()[-3000:]
+        round2 = next(r for r in rows() if r["round"] == 2)
+        outcome["round 2 contributors"] = round2["dphe"]["contributors"]
+        outcome["while away"] = [
+            x.strip()[:160]
+            for x in away.splitlines()
+            if re.search(r"contributor|waiting|fail|error|node", x, re.I)
+        ][-6:]
+        # round 3 is underway: kill the keyholder
+        s.compose("kill", "keyholder", timeout=60)
+        t_kill = time.monotonic()
+        say("fault: killed the keyholder after round 2")
+        code = proc.wait(timeout=900)
+        outcome["run exit after keyholder kill"] = code
+        outcome["seconds to end"] = round(time.monotonic() - t_kill, 1)
+    finally:
+        if proc.poll() is None:
+            _stop_run(s, run)
+        s.compose("start", "keyholder", timeout=120, check=False)
+    out = log.read_text()
+    run_dir = _run_dir(s.results, run_id)
+    outcome["results"] = run_dir.name if run_dir else None
+    outcome["error"] = _last_line(out, "keyholder")
+    error_txt = run_dir / "error.txt" if run_dir else None
+    outcome["error.txt"] = (
+        error_txt.read_text().strip().splitlines()[-1][:200]
+        if error_txt and error_txt.exists()
+        else None
+    )
+    outcome["rounds written"] = [r["round"] for r in _rows(run_dir)] if run_dir else []
+    say("fault outcomes:", json.dumps(outcome, indent=1))
+    assert outcome["round 2 contributors"] == NODES  # supernode-2 rejoined
+    assert run_dir is not None and run_dir.name.endswith(".incomplete")
+    assert max(outcome["rounds written"]) == 2  # nothing after the keyholder died
+    assert outcome["error.txt"], "a failed run writes error.txt"
+
+
+def test_down_leaves_nothing(session: Session):
+    s = session
+    s.block("down", timeout=300)
+    assert not _leftovers()
+    say("down -v: nothing of project", PROJECT, "left")
+
+
+SCALE = int(os.environ.get("FEDHASH_CONTAINER_SCALE", "0") or 0)
+
+
+@pytest.mark.skipif(SCALE <= NODES, reason="FEDHASH_CONTAINER_SCALE=N (N > 3) runs it")
+def test_scale_out(session: Session):
+    s = session
+    n = SCALE
+    steps = [
+        f"python -m deploy.generate --supernodes {n} --overwrite",
+        "python -m settings.keyholder_streams --run-config deploy/smoke-run.toml"
+        " --out deploy/credentials/keyholder/keyholder-streams.json",
+        "mkdir -p " + " ".join(f"deploy/data/supernode-{i}" for i in range(n)),
+        f"python -m deploy.scale {n}",
+    ]
+    for step in steps:
+        proc = subprocess.run(
+            ["bash", "-c", step],
+            cwd=s.work,
+            env=s.env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+        assert proc.returncode == 0, step + "\n" + proc.stdout + proc.stderr
+    s.block("owner")
+    s.compose_files = ["docker-compose.yml", "docker-compose.scale.yml"]
+    t0 = time.monotonic()
+    s.compose("up", "--build", "-d", "--wait", "--wait-timeout", "900", timeout=1200)
+    say(f"scale-out: {n} SuperNodes healthy after {time.monotonic() - t0:.1f} s")
+    assert s.logs_of("register-supernodes").count("registered as node") == n
+    s.block("run", timeout=1500)
+    runs = sorted(p for p in s.results.iterdir() if (p / "summary.json").exists())
+    newest = max(runs, key=lambda p: p.stat().st_mtime)
+    config = json.loads((newest / "config.json").read_text())
+    rows = _rows(newest)
+    assert [n_["partition_id"] for n_ in config["nodes"]] == list(range(n))
+    contributors = [r["dphe"]["contributors"] for r in rows if r["round"] > 0]
+    say(f"scale-out run {newest.name}: contributors per round {contributors}")
+    assert contributors == [n] * 2
+    s.compose("down", "-v", timeout=300)
+    assert not _leftovers()
