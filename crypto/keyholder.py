@@ -46,6 +46,7 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import multiprocessing
 import os
 import threading
 from collections.abc import Mapping
@@ -69,6 +70,8 @@ from crypto.packing import unpack
 logger = logging.getLogger(__name__)
 
 MIN_CONTRIBUTORS = 3
+PARALLEL_MIN = 64
+"""Fewest ciphertexts worth forking decryption workers for."""
 """The paper's N >= 3 condition: fewer users would expose individual updates."""
 
 REFUSAL_CATEGORIES = (
@@ -138,6 +141,9 @@ class Keyholder:
         The pinned parameters of every stream this keyholder decrypts.
     min_contributors : int
         Smallest number of distinct users an aggregate must have, ``>= 3``.
+    workers : int
+        Processes that decrypt (1: this one; more: forked children, for large
+        aggregates, see :meth:`_raw_decrypt_all`). Every check is the same.
 
     Raises
     ------
@@ -152,6 +158,7 @@ class Keyholder:
         streams: Mapping[str, DPHEParams],
         *,
         min_contributors: int = MIN_CONTRIBUTORS,
+        workers: int = 1,
     ) -> None:
         if (
             isinstance(min_contributors, bool)
@@ -176,6 +183,9 @@ class Keyholder:
         self._nsquare = bundle.n * bundle.n
         self._streams = pinned
         self.min_contributors = min_contributors
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+            raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
+        self.workers = workers
         self._session = os.urandom(SESSION_BYTES)
         self._last_round: dict[str, int] = {}
         self._lock = threading.Lock()
@@ -244,6 +254,30 @@ class Keyholder:
         """
         with self._lock:
             return self._decrypt(encrypted_sum)
+
+    def _raw_decrypt_all(self, ciphertexts: list[int]) -> list[int]:
+        """Paillier-decrypt every ciphertext (CRT), on ``workers`` processes.
+
+        With ``workers > 1`` and at least :data:`PARALLEL_MIN` ciphertexts, forked
+        children of this process (which inherit the key; it is never serialised)
+        decrypt contiguous chunks; every check runs afterwards, here, as with one.
+        """
+        values = [int(c) for c in ciphertexts]
+        workers = self.workers
+        if workers <= 1 or len(values) < PARALLEL_MIN:
+            decrypt = self._private_key.raw_decrypt
+            return [decrypt(c) for c in values]
+        global _WORKER_KEY
+        _WORKER_KEY = self._private_key
+        try:
+            size = -(-len(values) // workers)
+            chunks = [values[i : i + size] for i in range(0, len(values), size)]
+            context = multiprocessing.get_context("fork")
+            with context.Pool(workers) as pool:
+                parts = pool.map(_decrypt_chunk, chunks)
+        finally:
+            _WORKER_KEY = None
+        return [p for part in parts for p in part]
 
     def _refuse(self, category: str, detail: str) -> Any:
         logger.warning("keyholder refused an aggregate (%s): %s", category, detail)
@@ -349,11 +383,10 @@ class Keyholder:
         data_mask = (1 << shift) - 1
         limit = 1 << (shift + tag_field_bits(params.fixed_point.max_summands))
         phi_space = np.zeros(params.num_blocks * packing, dtype=np.int64)
-        decrypt = self._private_key.raw_decrypt
-        for block, ciphertext in zip(
-            encrypted_sum.block_ids.tolist(), encrypted_sum.ciphertexts, strict=True
+        plaintexts = self._raw_decrypt_all(encrypted_sum.ciphertexts)
+        for block, plaintext in zip(
+            encrypted_sum.block_ids.tolist(), plaintexts, strict=True
         ):
-            plaintext = decrypt(int(ciphertext))
             expected = (int(high[block]) << 32) + int(low[block])
             if plaintext >= limit or plaintext >> shift != expected:
                 self._refuse("integrity", f"block {block}: tag check failed")
@@ -372,6 +405,13 @@ class Keyholder:
         if not summands <= total_weight <= summands * params.fixed_point.max_weight:
             self._refuse("integrity", "total weight out of range")
         return sums
+
+
+_WORKER_KEY: Any = None
+
+
+def _decrypt_chunk(ciphertexts: list[int]) -> list[int]:
+    return [_WORKER_KEY.raw_decrypt(c) for c in ciphertexts]
 
 
 def decode_average(sums: np.ndarray, params: DPHEParams) -> tuple[np.ndarray, int]:

@@ -14,6 +14,7 @@ import pytest
 
 from crypto import (
     OBFUSCATORS,
+    AggregateRefused,
     AggregationContext,
     DJNObfuscators,
     DPHEAggregator,
@@ -291,3 +292,47 @@ def test_aggregator_refuses_several_shards_under_single_shard(keys):
     aggregator = DPHEAggregator(keys["aggregator"], params, context)
     with pytest.raises(ValueError, match="single_shard params allow one"):
         aggregator.add(0, split)
+
+
+def test_keyholder_workers_decrypt_the_same_and_keep_every_check(keys):
+    dim = 300  # 301 ciphertexts: above PARALLEL_MIN, so workers > 1 fork
+    params = DPHEParams(dimension=dim, packing=1, fixed_point=FP)
+    rng = np.random.default_rng(5)
+    updates = [rng.normal(scale=0.1, size=dim) for _ in range(CLIENTS)]
+
+    def aggregate(keyholder: Keyholder):
+        context = AggregationContext(keyholder.session_id(), "model", 1)
+        aggregator = DPHEAggregator(keys["aggregator"], params, context)
+        for i, update in enumerate(updates):
+            encrypted = encrypt_update(
+                update,
+                weight=1,
+                bundle=keys["clients"][i],
+                params=params,
+                context=context,
+                rng=rng,
+                obfuscators=DJNObfuscators(keys["aggregator"].n),
+            )
+            aggregator.add(i, encrypted)
+        return aggregator.result()
+
+    results = []
+    nsquare = keys["aggregator"].n ** 2
+    for workers in (1, 2):
+        keyholder = Keyholder(keys["keyholder"], {"model": params}, workers=workers)
+        results.append(keyholder.decrypt_aggregate(aggregate(keyholder)))
+        # a ciphertext squared (the cube attack's cousin) fails the tag check
+        keyholder = Keyholder(keys["keyholder"], {"model": params}, workers=workers)
+        honest = aggregate(keyholder)
+        forged = dataclasses.replace(
+            honest,
+            ciphertexts=[
+                int(gmpy2.powmod(honest.ciphertexts[0], 2, nsquare)),
+                *honest.ciphertexts[1:],
+            ],
+        )
+        with pytest.raises(AggregateRefused, match=r"\(integrity\)"):
+            keyholder.decrypt_aggregate(forged)
+    np.testing.assert_array_equal(results[0], results[1])
+    with pytest.raises(ValueError, match="workers"):
+        Keyholder(keys["keyholder"], {"model": params}, workers=0)
