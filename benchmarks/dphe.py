@@ -396,7 +396,7 @@ def dphe_round(
     structure: str,
     obfuscators: str,
     pool_workers: int = 0,
-    keyholder_workers: int = 1,
+    keyholder_workers: int = 2,
 ) -> dict:
     """One measured DPHE round of ``len(ups)`` clients with every keyholder check.
 
@@ -493,6 +493,8 @@ def dphe_round(
         "keyholder_workers": keyholder_workers,
         "sparsity": sparsity,
         "packing": packing,
+        "slot_bits": fp.slot_bits,
+        "max_summands": fp.max_summands,
         "num_blocks": num_blocks,
         "capacity": capacity,
         "ciphertexts_per_client": cts,
@@ -537,15 +539,18 @@ def naive_sample(ups: list[np.ndarray], keys: dict, fp, sample: int) -> dict:
 
 
 CNN_VARIANTS = (
-    # (label, structure, obfuscators, pool workers, keyholder workers); the first
-    # is the app's fast path
-    ("block-djn", "block", "djn", 0, 1),
-    ("block-djn-keyholder2", "block", "djn", 0, 2),
-    ("block-djn-pool2", "block", "djn", 2, 1),
-    ("block-full", "block", "full", 0, 1),
-    ("block-full-pool2", "block", "full", 2, 1),
-    ("element-full", "element", "full", 0, 1),
+    # (label, structure, obfuscators, pool workers, keyholder threads); the first
+    # is the app's fast path (keyholder default: 2 decryption threads)
+    ("block-djn", "block", "djn", 0, 2),
+    ("block-djn-keyholder1", "block", "djn", 0, 1),
+    ("block-djn-pool2", "block", "djn", 2, 2),
+    ("block-full", "block", "full", 0, 2),
+    ("block-full-pool2", "block", "full", 2, 2),
+    ("element-full", "element", "full", 0, 2),
+    # wider slots: dphe-max-contributors = 16 instead of 128 (3 bits less per slot)
+    ("block-djn-max16", "block", "djn", 0, 2),
 )
+WIDER_SLOTS_SUMMANDS = 16
 
 
 def cnn_goals(keys: dict, settings: RunSettings, args: argparse.Namespace) -> dict:
@@ -560,10 +565,13 @@ def cnn_goals(keys: dict, settings: RunSettings, args: argparse.Namespace) -> di
     for label, structure, obf, workers, kh_workers in CNN_VARIANTS:
         if label == "element-full" and args.quick:
             continue
+        row_fp = fp
+        if label.endswith("-max16"):
+            row_fp = dataclasses.replace(fp, max_summands=WIDER_SLOTS_SUMMANDS)
         rows[label] = dphe_round(
             ups,
             keys,
-            fp,
+            row_fp,
             sparsity=args.sparsity,
             structure=structure,
             obfuscators=obf,

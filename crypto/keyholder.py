@@ -46,13 +46,14 @@ from __future__ import annotations
 import hmac
 import json
 import logging
-import multiprocessing
 import os
 import threading
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
+from gmpy2 import mpz, powmod_base_list
 
 from crypto.dphe import (
     SESSION_BYTES,
@@ -70,8 +71,10 @@ from crypto.packing import unpack
 logger = logging.getLogger(__name__)
 
 MIN_CONTRIBUTORS = 3
-PARALLEL_MIN = 64
-"""Fewest ciphertexts worth forking decryption workers for."""
+PARALLEL_MIN = 16
+"""Fewest ciphertexts worth splitting across decryption threads."""
+DEFAULT_WORKERS = 2
+"""Decryption threads (gmpy2 releases the GIL): both cores of a 2-core machine."""
 """The paper's N >= 3 condition: fewer users would expose individual updates."""
 
 REFUSAL_CATEGORIES = (
@@ -142,8 +145,8 @@ class Keyholder:
     min_contributors : int
         Smallest number of distinct users an aggregate must have, ``>= 3``.
     workers : int
-        Processes that decrypt (1: this one; more: forked children, for large
-        aggregates, see :meth:`_raw_decrypt_all`). Every check is the same.
+        Threads that run the decryption exponentiations (gmpy2 releases the GIL,
+        see :meth:`_raw_decrypt_all`); 1 = this thread only. Every check is the same.
 
     Raises
     ------
@@ -158,7 +161,7 @@ class Keyholder:
         streams: Mapping[str, DPHEParams],
         *,
         min_contributors: int = MIN_CONTRIBUTORS,
-        workers: int = 1,
+        workers: int = DEFAULT_WORKERS,
     ) -> None:
         if (
             isinstance(min_contributors, bool)
@@ -256,28 +259,40 @@ class Keyholder:
             return self._decrypt(encrypted_sum)
 
     def _raw_decrypt_all(self, ciphertexts: list[int]) -> list[int]:
-        """Paillier-decrypt every ciphertext (CRT), on ``workers`` processes.
+        """Paillier-decrypt every ciphertext with CRT, on ``workers`` threads.
 
-        With ``workers > 1`` and at least :data:`PARALLEL_MIN` ciphertexts, forked
-        children of this process (which inherit the key; it is never serialised)
-        decrypt contiguous chunks; every check runs afterwards, here, as with one.
+        The two exponentiations per ciphertext (``c**(p-1) mod p**2`` and
+        ``c**(q-1) mod q**2``) run in gmpy2's ``powmod_base_list``, which releases
+        the GIL, so ``workers`` threads use that many cores; the key never leaves
+        this process and every check runs afterwards, as with one.
         """
-        values = [int(c) for c in ciphertexts]
-        workers = self.workers
-        if workers <= 1 or len(values) < PARALLEL_MIN:
-            decrypt = self._private_key.raw_decrypt
-            return [decrypt(c) for c in values]
-        global _WORKER_KEY
-        _WORKER_KEY = self._private_key
-        try:
-            size = -(-len(values) // workers)
-            chunks = [values[i : i + size] for i in range(0, len(values), size)]
-            context = multiprocessing.get_context("fork")
-            with context.Pool(workers) as pool:
-                parts = pool.map(_decrypt_chunk, chunks)
-        finally:
-            _WORKER_KEY = None
-        return [p for part in parts for p in part]
+        key = self._private_key
+        p, q = mpz(key.p), mpz(key.q)
+        psquare, qsquare = p * p, q * q
+        values = [mpz(c) for c in ciphertexts]
+        workers = self.workers if len(values) >= PARALLEL_MIN else 1
+        size = max(1, -(-len(values) // workers))
+        chunks = [values[i : i + size] for i in range(0, len(values), size)]
+
+        def exponentiate(chunk: list[mpz]) -> tuple[list[mpz], list[mpz]]:
+            return (
+                powmod_base_list([c % psquare for c in chunk], p - 1, psquare),
+                powmod_base_list([c % qsquare for c in chunk], q - 1, qsquare),
+            )
+
+        if len(chunks) > 1:
+            with ThreadPoolExecutor(len(chunks)) as pool:
+                parts = list(pool.map(exponentiate, chunks))
+        else:
+            parts = [exponentiate(chunk) for chunk in chunks]
+        hp, hq, p_inverse = mpz(key.hp), mpz(key.hq), mpz(key.p_inverse)
+        out = []
+        for xs_p, xs_q in parts:
+            for x_p, x_q in zip(xs_p, xs_q, strict=True):
+                m_p = (x_p - 1) // p * hp % p
+                m_q = (x_q - 1) // q * hq % q
+                out.append(int(m_p + (m_q - m_p) * p_inverse % q * p))
+        return out
 
     def _refuse(self, category: str, detail: str) -> Any:
         logger.warning("keyholder refused an aggregate (%s): %s", category, detail)
@@ -405,13 +420,6 @@ class Keyholder:
         if not summands <= total_weight <= summands * params.fixed_point.max_weight:
             self._refuse("integrity", "total weight out of range")
         return sums
-
-
-_WORKER_KEY: Any = None
-
-
-def _decrypt_chunk(ciphertexts: list[int]) -> list[int]:
-    return [_WORKER_KEY.raw_decrypt(c) for c in ciphertexts]
 
 
 def decode_average(sums: np.ndarray, params: DPHEParams) -> tuple[np.ndarray, int]:
