@@ -665,7 +665,8 @@ def round_ratio(args: argparse.Namespace) -> dict:
     ``dphe-block-sparsity = true``, ``dphe-obfuscators = "djn"``, a fresh 2048-bit
     key and the in-process keyholder (every check on). Seconds per round are the
     differences of ``elapsed_s`` between rounds 2 .. R-1 (no evaluation; round 1
-    holds the actors' start and the DJN table).
+    holds the actors' start and the DJN table). The two alternate ``--round-reps``
+    times; the ratio is the median of the per-pair ratios of mean round times.
     """
     from experiments.simulate import simulate
     from server.results import read_rounds
@@ -684,29 +685,52 @@ def round_ratio(args: argparse.Namespace) -> dict:
         "dphe-block-sparsity": True,
         "dphe-obfuscators": "djn",
     }
-    out: dict = {"clients": args.round_clients, "rounds": args.round_rounds}
+    out: dict = {
+        "clients": args.round_clients,
+        "rounds": args.round_rounds,
+        "reps": args.round_reps,
+        "plain": [],
+        "dphe": [],
+    }
     with tempfile.TemporaryDirectory() as tmp:
         keys = Path(tmp) / "keys"
         generate_keys(keys, num_clients=args.round_clients, key_bits=2048)
-        for name, over in (
-            ("plain", {}),
-            ("dphe", {**secure, "dphe-key-dir": str(keys)}),
-        ):
-            run_dir = simulate(
-                {**base, **over, "results-dir": str(Path(tmp) / name)},
-                num_clients=args.round_clients,
-            )
-            rows = read_rounds(run_dir)
-            elapsed = {r["round"]: r["elapsed_s"] for r in rows}
-            per = [elapsed[r] - elapsed[r - 1] for r in range(2, args.round_rounds)]
-            out[name] = {
-                "config": {**base, **{k: v for k, v in over.items() if "dir" not in k}},
-                "round_s": per,
-                "round_s_mean": float(np.mean(per)),
-                "dphe": [r.get("dphe") for r in rows if r.get("dphe")][:1],
-            }
-            print(f"round {name}: {json.dumps(out[name])}", flush=True)
-    out["ratio"] = out["dphe"]["round_s_mean"] / out["plain"]["round_s_mean"]
+        # the machine is shared: plain and DPHE simulations alternate, --round-reps
+        # times, and the ratio is the median of the per-pair ratios
+        for rep in range(args.round_reps):
+            for name, over in (
+                ("plain", {}),
+                ("dphe", {**secure, "dphe-key-dir": str(keys)}),
+            ):
+                run_dir = simulate(
+                    {**base, **over, "results-dir": str(Path(tmp) / f"{name}{rep}")},
+                    num_clients=args.round_clients,
+                )
+                rows = read_rounds(run_dir)
+                elapsed = {r["round"]: r["elapsed_s"] for r in rows}
+                per = [elapsed[r] - elapsed[r - 1] for r in range(2, args.round_rounds)]
+                item = {
+                    "config": {
+                        **base,
+                        **{k: v for k, v in over.items() if "dir" not in k},
+                    },
+                    "round_s": per,
+                    "round_s_mean": float(np.mean(per)),
+                    "dphe": [r.get("dphe") for r in rows if r.get("dphe")][:1],
+                }
+                out[name].append(item)
+                print(f"round {name} rep {rep}: {json.dumps(item)}", flush=True)
+    out["pair_ratios"] = [
+        d["round_s_mean"] / p["round_s_mean"]
+        for p, d in zip(out["plain"], out["dphe"], strict=True)
+    ]
+    out["ratio"] = float(np.median(out["pair_ratios"]))
+    out["plain_round_s_median"] = float(
+        np.median([p["round_s_mean"] for p in out["plain"]])
+    )
+    out["dphe_round_s_median"] = float(
+        np.median([d["round_s_mean"] for d in out["dphe"]])
+    )
     return out
 
 
@@ -893,7 +917,8 @@ def main() -> None:
     parser.add_argument("--budget-s", type=float, default=20.0)
     parser.add_argument("--naive-sample", type=int, default=1000)
     parser.add_argument("--round-clients", type=int, default=5)
-    parser.add_argument("--round-rounds", type=int, default=6)
+    parser.add_argument("--round-rounds", type=int, default=8)
+    parser.add_argument("--round-reps", type=int, default=3)
     parser.add_argument(
         "--part",
         default="cnn,round,avenues",
@@ -956,8 +981,9 @@ def main() -> None:
         summary["cnn"] = cnn_summary(out["cnn"])
     if "round" in out:
         summary["round_ratio_dphe_vs_plain"] = out["round"]["ratio"]
-        summary["round_s_plain"] = out["round"]["plain"]["round_s_mean"]
-        summary["round_s_dphe"] = out["round"]["dphe"]["round_s_mean"]
+        summary["round_pair_ratios"] = out["round"]["pair_ratios"]
+        summary["round_s_plain"] = out["round"]["plain_round_s_median"]
+        summary["round_s_dphe"] = out["round"]["dphe_round_s_median"]
     summary["goals"] = _goals(summary)
     out["summary"] = summary
     out_path.parent.mkdir(parents=True, exist_ok=True)
