@@ -649,6 +649,17 @@ def cnn_summary(cnn: dict) -> dict:
         summary["ckks_client_s"] = float(
             np.median([p["ckks_client_s"] for p in paired])
         )
+    pool = cnn["dphe"].get("block-djn-pool2")
+    if pool and ckks.get("available"):
+        summary["offline_online"] = {
+            "row": "block-djn-pool2",
+            "client_s": pool["client_s"],
+            "precompute_s": pool["setup_s"] + pool["precompute_s"],
+            "vs_ckks_client_s_ratio": pool["client_s"]
+            / summary.get("ckks_client_s", ckks["client_s"]),
+            "note": "obfuscators of the round precomputed offline on 2 processes "
+            "(benchmark and crypto.ObfuscatorPool; the app draws online)",
+        }
     for label, row in cnn["dphe"].items():
         if ckks.get("available"):
             summary[f"{label}_vs_ckks_client_s_ratio"] = (
