@@ -1,33 +1,29 @@
-"""Cost of secure aggregation per client per round: naive Paillier vs DPHE vs packed.
+"""Cost of secure aggregation per client per round: DPHE against TenSEAL CKKS, naive.
 
-For two model updates -- (a) a 2048 x 101 linear classifier with bias (the DPHE
-paper's Caltech101 setting, 206,949 values), (b) this app's default hashing model
-(digits -> ``cnn``, 32 bits, 289,632 values) and (c) the ``mlp`` (24,864 values) --
-at 0%, 90% and 99% sparsity (top-k), it measures
-three ways of summing the updates of ``--clients`` users under a ``--key-bits``
-Paillier key:
+Parts (``--part a,b``; each merges its section into ``--out`` and the ``summary``
+is recomputed from every section present):
 
-* ``naive``: every value encrypted on its own (``crypto.naive``), no permutation;
-* ``dphe``: the paper's DPHE, ``packing = 1`` (one encrypted value per non-zero);
-* ``dphe-packed``: DPHE with as many slots per plaintext as the key holds.
+* ``cnn`` (issue 16 goals): the app's default ``cnn`` update (model + loss), 90%
+  sparsity, ``--clients`` 3, ``--key-bits`` 2048. TenSEAL CKKS dense encryption
+  (optional ``ckks-bench`` extra; skipped with a note when missing) against packed
+  DPHE rows -- block top-k or element-wise, DJN or full obfuscators, online or
+  precomputed on 2 processes, keyholder on 1 or 2 threads, wider slots -- each a
+  real round with every keyholder check, the decrypted average compared with the
+  plaintext one. Then ``--reps`` back-to-back CKKS / fast-path pairs (the machine
+  is shared) and per-value Paillier run on ``--naive-sample`` values and
+  extrapolated to the whole update (marked ``extrapolated_from_sample``).
+* ``round``: end-to-end Flower simulations, plaintext FedAvg against DPHE (``mlp``,
+  digits, ``--round-clients`` 5), alternating ``--round-reps`` times.
+* ``avenues`` / ``key3072``: unit costs behind the choices.
+* ``security``: the cost of tags, MACs and their checks (with vs without).
+* ``grid``: the earlier 3 models x 3 sparsities x naive / DPHE / packed grid.
 
-Reported per client per round: encryption time (client), aggregation time (the
-server's homomorphic sum, divided by the clients), decryption time (keyholder,
-divided by the clients), their total, and upload bytes (ciphertexts at
-``2 * key_bits / 8`` bytes each plus 8-byte block ids).
+Summary fields: ``summary.cnn.dphe_vs_ckks_client_s_ratio``,
+``summary.cnn.precompute_s``, ``summary.cnn.packed_vs_naive``,
+``summary.cnn.keyholder_s``, ``summary.round_ratio_dphe_vs_plain``.
 
-What is measured and what is extrapolated. Paillier encryption costs ~13 ms per
-value at 2048 bits here, so encrypting 207k values takes ~45 minutes per client.
-Each configuration is therefore run for real -- encrypt, aggregate, decrypt,
-decode, and the result checked against the plaintext average -- when its estimated
-time is within ``--budget-s``; otherwise its time is the exact number of operations
-(counted from the real supports and permutations) times the unit times measured at
-the start of the same run (``"measured": false``). Bytes are always exact.
-The weighting is uniform (the paper's average); fixed point is the run defaults.
-
-``python benchmarks/dphe.py [--key-bits 2048] [--clients 3] [--budget-s 20]``
-writes ``benchmarks/results/dphe.json`` and prints a table and the speed-up
-ratios against the targets (packed >= 50x naive, >= 5x DPHE at 90% sparsity).
+``python benchmarks/dphe.py --part cnn`` (about 9 minutes here),
+``--part round`` (about 6), ``--part avenues,key3072``.
 """
 
 from __future__ import annotations
