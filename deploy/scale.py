@@ -54,7 +54,7 @@ def _partitions(command: list[str], n: int) -> list[str]:
 
 
 def override(n: int, compose_file: Path = ROOT / "docker-compose.yml") -> dict:
-    """The override (a dict) that runs ``n`` SuperNodes."""
+    """Return the override (a dict) that runs ``n`` SuperNodes."""
     if n < BASE_NODES:
         raise ValueError(f"at least {BASE_NODES} SuperNodes, got {n}")
     base = yaml.safe_load(compose_file.read_text())

@@ -462,7 +462,9 @@ def test_build_arguments_come_from_the_environment(compose: dict):
     raw_args = raw["x-fedhash-image"]["build"]["args"]
     # unset: Docker Hub's image and the PyTorch CPU index; set but empty: the torch
     # index is pip's default (`-`, not `:-`, so that empty stays empty)
-    assert raw_args["PYTHON_IMAGE"] == "${FEDHASH_PYTHON_IMAGE:-python:3.11-slim-bookworm}"
+    assert (
+        raw_args["PYTHON_IMAGE"] == "${FEDHASH_PYTHON_IMAGE:-python:3.11-slim-bookworm}"
+    )
     assert raw_args["TORCH_INDEX_URL"] == (
         "${FEDHASH_TORCH_INDEX_URL-https://download.pytorch.org/whl/cpu}"
     )
@@ -480,7 +482,10 @@ def test_docker_compose_config_passes_build_arguments_through():
     default = _compose_config("docker-compose.yml")
     offline = _compose_config(
         "docker-compose.yml",
-        env={"FEDHASH_PYTHON_IMAGE": "local/python:3.11", "FEDHASH_TORCH_INDEX_URL": ""},
+        env={
+            "FEDHASH_PYTHON_IMAGE": "local/python:3.11",
+            "FEDHASH_TORCH_INDEX_URL": "",
+        },
     )
     for name in LONG_RUNNING:
         assert default["services"][name]["build"]["args"] == {
@@ -599,3 +604,67 @@ def test_docker_compose_config_accepts_the_scale_override(tmp_path):
     assert {f"supernode-{i}" for i in range(6)} <= set(services)
     assert services["clientapp-5"]["image"] == "fedhash:cpu"
     assert merged["networks"]["node-5"]["internal"] is True
+
+
+def _readme_block(after: str) -> str:
+    text = (ROOT / "README.md").read_text()
+    start = text.index("```bash\n", text.index(after)) + len("```bash\n")
+    return text[start : text.index("```\n", start)]
+
+
+def _commands(block: str) -> list[str]:
+    """Shell lines of a block: continuations joined, comments and spacing dropped."""
+    joined = re.sub(r"\\\n\s*", " ", block)
+    out = []
+    for line in joined.splitlines():
+        line = re.sub(r"\s+#.*$", "", line).strip()
+        if line and not line.startswith("#"):
+            out.append(re.sub(r"\s+", " ", line))
+    return out
+
+
+def test_readme_compose_commands_are_the_tested_ones():
+    """README "With Docker Compose" = docs/deploy.md's tested blocks (the run
+    config aside: the README runs the full preset, the test a 2-round one)."""
+    from tests.test_containers import doc_blocks
+
+    tested = {c for b in doc_blocks().values() for c in _commands(b)}
+    readme = _commands(_readme_block("**With Docker Compose**"))
+    assert len(readme) >= 8
+    for command in readme:
+        command = command.replace(
+            "conf/deploy-fedhap-dphe.toml", "deploy/smoke-run.toml"
+        )
+        assert command in tested, command
+
+
+_PROGRAMS = {
+    "flower-superlink": "superlink",
+    "python -m deploy.fab_registry serve": "fab-registry",
+    "python -m crypto.keyholder_service": "keyholder",
+    "python -m deploy.fleet_gateway": "fleet-gateway",
+    "flower-supernode": "supernode-0",
+}
+
+
+def test_readme_bare_process_commands_use_the_compose_flags(compose: dict):
+    """The bare-process path runs each service with the compose command's flags
+    (only --host may be left to its loopback default)."""
+    commands = _commands(_readme_block("**The same on bare processes**"))
+    seen = {}
+    for command in commands:
+        command = re.sub(r"^(\w+=\S+ )+", "", command)  # env assignments
+        command = command.split(" & ")[0].rstrip(" &")
+        for program, service in _PROGRAMS.items():
+            if command.startswith(program):
+                seen[service] = set(_FLAG.findall(command))
+        if command.startswith("flower-superexec"):
+            name = "serverapp" if "8000" in command else "clientapp-0"
+            seen[name] = set(_FLAG.findall(command))
+    assert set(seen) == {*_PROGRAMS.values(), "serverapp", "clientapp-0"}
+    for service, used in seen.items():
+        expected = {
+            a for a in compose["services"][service]["command"] if a.startswith("--")
+        }
+        assert used <= expected, (service, used - expected)
+        assert expected - used <= {"--host"}, (service, expected - used)
