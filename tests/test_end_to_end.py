@@ -200,7 +200,8 @@ def test_fedavg_with_dphe_end_to_end(tmp_path):
             "model": "mlp",  # 24,864 values to encrypt instead of the cnn's 289,632
             "min-train-nodes": 3,
             "update-sparsity": 0.9,
-            "dphe-capacity": 64,  # shards of at most 64 encrypted blocks
+            # padding is on by default with the automatic capacity M (a divisor of
+            # the block count, >= 1/4 of it): every client sends padded shards
             "secure-aggregation": "dphe",
             "dphe-key-dir": str(_dphe_keys(tmp_path)),
             "results-dir": str(tmp_path / "dphe"),
