@@ -780,7 +780,7 @@ def test_scale_out(session: Session):
     s.block("owner")
     s.compose_files = ["docker-compose.yml", "docker-compose.scale.yml"]
     t0 = time.monotonic()
-    s.compose("up", "--build", "-d", "--wait", "--wait-timeout", "900", timeout=1200)
+    s.compose("up", "--build", "-d", "--wait", "--wait-timeout", "600", timeout=900)
     say(f"scale-out: {n} SuperNodes healthy after {time.monotonic() - t0:.1f} s")
     assert s.logs_of("register-supernodes").count("registered as node") == n
     s.block("run", timeout=1200)
