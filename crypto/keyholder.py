@@ -212,6 +212,16 @@ class Keyholder:
         """Return the random 16-byte session id (fixed for this keyholder's life)."""
         return self._session
 
+    def decrypted_rounds(self) -> dict[str, int]:
+        """Last round decrypted per stream in this session (``{}`` while unused).
+
+        Not secret (the aggregator asked for those rounds). A session serves one
+        run: rounds must increase, so a second run starting at round 1 would be
+        refused as a replay; the server checks this before its first round.
+        """
+        with self._lock:
+            return dict(self._last_round)
+
     def parse_request(self, data: object) -> EncryptedSum:
         """Parse an ``EncryptedSum.to_json()`` object against the pinned streams.
 

@@ -108,6 +108,25 @@ class RemoteKeyholder:
             raise RuntimeError(f"keyholder at {self.url} answered a malformed session")
         return session
 
+    def decrypted_rounds(self) -> dict[str, int]:
+        """Last round decrypted per stream in the service's session (``{}``: unused).
+
+        Raises
+        ------
+        RuntimeError
+            If the keyholder is unreachable, rejects the token or answers garbage.
+        """
+        answer = self._request(SESSION_PATH, None)
+        rounds = answer.get("decrypted_rounds") if isinstance(answer, dict) else None
+        if not isinstance(rounds, dict) or not all(
+            isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
+            for k, v in rounds.items()
+        ):
+            raise RuntimeError(
+                f"keyholder at {self.url} answered malformed decrypted rounds"
+            )
+        return dict(rounds)
+
     def decrypt_aggregate(self, encrypted_sum: EncryptedSum) -> np.ndarray:
         """Have the keyholder decrypt and un-permute an encrypted sum.
 

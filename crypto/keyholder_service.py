@@ -16,7 +16,8 @@ Endpoints (the token is checked before the body is read, in constant time):
   (<category>)"}`` on a malformed request or a refusal -- generic on purpose
   (:class:`~crypto.keyholder.AggregateRefused`): the details go to the keyholder's
   own log only. No request, however large or malformed, gets a 500.
-* ``GET /v1/session`` (token) -- ``{"session": hex}``, this process's session id.
+* ``GET /v1/session`` (token) -- ``{"session": hex, "decrypted_rounds": {stream:
+  last round}}``, this process's session id and what it already decrypted.
 * ``GET /v1/health`` -- ``{"status": "ok", "key_id": hex, "key_bits": int,
   "min_contributors": int, "streams": [names]}`` (public, no token needed).
 
@@ -157,7 +158,12 @@ def create_app(
     def session(request: Request) -> JSONResponse:
         if not authorized(request):
             return unauthorized()
-        return JSONResponse({"session": keyholder.session_id().hex()})
+        return JSONResponse(
+            {
+                "session": keyholder.session_id().hex(),
+                "decrypted_rounds": keyholder.decrypted_rounds(),
+            }
+        )
 
     @app.post(DECRYPT_PATH)
     async def decrypt_aggregate(request: Request) -> JSONResponse:

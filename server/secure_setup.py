@@ -66,8 +66,9 @@ def build_secure_components(
     ConfigError
         Missing/invalid bundles, a packing that does not fit the key, a partition
         without a permutation in the aggregator's bundle, an empty
-        ``dphe-keyholder-url`` outside simulation, or a keyholder service whose
-        pinned streams are not those of this run.
+        ``dphe-keyholder-url`` outside simulation, a keyholder service whose
+        pinned streams are not those of this run, or one whose session an earlier
+        run already used.
     """
     aggregator, keyholder_bundle = load_server_bundles(settings, simulation=simulation)
     streams = stream_params(
@@ -90,6 +91,7 @@ def build_secure_components(
     if keyholder_bundle is None:
         remote = _remote_keyholder(settings, aggregator.auth_token)
         _check_remote_streams(remote, streams)
+        _check_fresh_session(remote, settings.dphe_keyholder_url)
         keyholder = remote
         where = f"keyholder service {settings.dphe_keyholder_url}"
     else:
@@ -124,6 +126,29 @@ def build_secure_components(
         session=model.session,
     )
     return model, prototypes
+
+
+def _check_fresh_session(remote: RemoteKeyholder, url: str) -> None:
+    """Refuse to start on a keyholder session that an earlier run already used.
+
+    One keyholder session serves one run: each (stream, round) is decrypted at most
+    once and rounds must increase, so a second run would have every aggregate
+    refused as a replay. Said here, before round 1, instead of round after round.
+    """
+    try:
+        used = remote.decrypted_rounds()
+    except RuntimeError as exc:
+        raise ConfigError(f"{K.DPHE_KEYHOLDER_URL}: {exc}") from None
+    if used:
+        shown = ", ".join(
+            f"{stream} up to round {r}" for stream, r in sorted(used.items())
+        )
+        raise ConfigError(
+            f"{K.DPHE_KEYHOLDER_URL}={url!r}: this keyholder session already "
+            f"decrypted {shown} for an earlier run; a session serves one run (it "
+            "decrypts each round once): restart the keyholder service before a new "
+            "run (docker compose restart keyholder)"
+        )
 
 
 def _check_remote_streams(remote: RemoteKeyholder, streams: dict) -> None:

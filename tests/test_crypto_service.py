@@ -228,6 +228,25 @@ def test_remote_keyholder_end_to_end(server_url: str, setup: Setup) -> None:
     )
     assert remote.session_id() == setup.keyholder.session_id()
     assert setup.token not in repr(remote)
+    # the session now has a decrypted round: a new run must not start on it
+    assert remote.decrypted_rounds() == setup.keyholder.decrypted_rounds() != {}
+
+
+def test_serverapp_refuses_a_keyholder_session_an_earlier_run_used() -> None:
+    from server.secure_setup import _check_fresh_session
+    from settings.run_settings import ConfigError
+
+    class Used:
+        def decrypted_rounds(self) -> dict[str, int]:
+            return {"model": 3}
+
+    class Fresh:
+        def decrypted_rounds(self) -> dict[str, int]:
+            return {}
+
+    _check_fresh_session(Fresh(), "https://keyholder:8443")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="model up to round 3.*restart the keyholder"):
+        _check_fresh_session(Used(), "https://keyholder:8443")  # type: ignore[arg-type]
 
 
 def test_remote_keyholder_maps_refusals_and_auth_errors(
