@@ -98,15 +98,7 @@ class RemoteKeyholder:
         RuntimeError
             If the keyholder is unreachable, rejects the token or answers garbage.
         """
-        answer = self._request(SESSION_PATH, None)
-        value = answer.get("session") if isinstance(answer, dict) else None
-        try:
-            session = bytes.fromhex(value) if isinstance(value, str) else b""
-        except ValueError:
-            session = b""
-        if len(session) != SESSION_BYTES:
-            raise RuntimeError(f"keyholder at {self.url} answered a malformed session")
-        return session
+        return self.session()[0]
 
     def decrypted_rounds(self) -> dict[str, int]:
         """Last round decrypted per stream in the service's session (``{}``: unused).
@@ -114,10 +106,29 @@ class RemoteKeyholder:
         Raises
         ------
         RuntimeError
+            As :meth:`session_id`.
+        """
+        return self.session()[1]
+
+    def session(self) -> tuple[bytes, dict[str, int]]:
+        """``(session id, decrypted rounds)`` from one ``/v1/session`` request.
+
+        Raises
+        ------
+        RuntimeError
             If the keyholder is unreachable, rejects the token or answers garbage.
         """
         answer = self._request(SESSION_PATH, None)
-        rounds = answer.get("decrypted_rounds") if isinstance(answer, dict) else None
+        if not isinstance(answer, dict):
+            answer = {}
+        value = answer.get("session")
+        try:
+            session = bytes.fromhex(value) if isinstance(value, str) else b""
+        except ValueError:
+            session = b""
+        if len(session) != SESSION_BYTES:
+            raise RuntimeError(f"keyholder at {self.url} answered a malformed session")
+        rounds = answer.get("decrypted_rounds")
         if not isinstance(rounds, dict) or not all(
             isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
             for k, v in rounds.items()
@@ -125,7 +136,7 @@ class RemoteKeyholder:
             raise RuntimeError(
                 f"keyholder at {self.url} answered malformed decrypted rounds"
             )
-        return dict(rounds)
+        return session, dict(rounds)
 
     def decrypt_aggregate(self, encrypted_sum: EncryptedSum) -> np.ndarray:
         """Have the keyholder decrypt and un-permute an encrypted sum.

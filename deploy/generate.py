@@ -271,15 +271,7 @@ def make_auth_key_pair(comment: str) -> tuple[bytes, bytes]:
     NIST elliptic curves only; ``flwr supernode register`` reads the public key
     with ``load_ssh_public_key``.
     """
-    key = ec.generate_private_key(ec.SECP384R1())
-    private = key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.OpenSSH,
-        serialization.NoEncryption(),
-    )
-    public = key.public_key().public_bytes(
-        serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
-    )
+    private, public = _openssh_pair(ec.generate_private_key(ec.SECP384R1()))
     return private, public + f" {comment}\n".encode()
 
 
@@ -290,7 +282,14 @@ def make_fab_signing_key(comment: str) -> tuple[bytes, bytes, str]:
     (``_validate_public_keys_ed25519``) and looks signatures up by key id; Flower Hub
     ids look like ``fpk_<uuid>``, and so do ours.
     """
-    key = ed25519.Ed25519PrivateKey.generate()
+    private, public = _openssh_pair(ed25519.Ed25519PrivateKey.generate())
+    return private, public + f" {comment}".encode(), f"fpk_{uuid.uuid4()}"
+
+
+def _openssh_pair(
+    key: ec.EllipticCurvePrivateKey | ed25519.Ed25519PrivateKey,
+) -> tuple[bytes, bytes]:
+    """``(private PEM, public line)`` of ``key`` in OpenSSH formats, unencrypted."""
     private = key.private_bytes(
         serialization.Encoding.PEM,
         serialization.PrivateFormat.OpenSSH,
@@ -299,7 +298,7 @@ def make_fab_signing_key(comment: str) -> tuple[bytes, bytes, str]:
     public = key.public_key().public_bytes(
         serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
     )
-    return private, public + f" {comment}".encode(), f"fpk_{uuid.uuid4()}"
+    return private, public
 
 
 def trusted_entities_yaml(entities: dict[str, str]) -> bytes:

@@ -7,7 +7,6 @@ comes back, without a SuperLink or Ray.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -17,9 +16,7 @@ from flwr.app import (
     ArrayRecord,
     ConfigRecord,
     Context,
-    Message,
     MessageType,
-    Metadata,
     RecordDict,
 )
 
@@ -29,29 +26,16 @@ from hashing.codes import unpack_bytes
 from settings import keys as K
 from settings.run_model import build_run_model
 from settings.run_settings import RunSettings
+from tests.messages import request_to
 
 NUM_PARTITIONS = 4
-
-
-def _message(message_type: str, content: RecordDict) -> Message:
-    metadata = Metadata(
-        run_id=1,
-        message_id="attack",
-        src_node_id=0,
-        dst_node_id=7,
-        reply_to_message_id="",
-        group_id="1",
-        created_at=time.time(),
-        ttl=600.0,
-        message_type=message_type,
-    )
-    return Message(metadata=metadata, content=content)
+NODE_ID = 7
 
 
 def _context(pid: int, config: Mapping[str, Any]) -> Context:
     return Context(
         run_id=1,
-        node_id=7,
+        node_id=NODE_ID,
         node_config={K.PARTITION_ID: pid, K.NUM_PARTITIONS: NUM_PARTITIONS},
         state=RecordDict(),
         run_config=dict(config),
@@ -81,14 +65,14 @@ def query_encode(
         }
     )
     app = build_client_app()
-    reply = app(_message(MessageType.QUERY, content), _context(pid, config))
+    reply = app(request_to(NODE_ID, content, MessageType.QUERY), _context(pid, config))
     bits = int(reply.content[K.CONFIG][K.CODE_BITS])
     packed = reply.content[K.CODES][K.PACKED_CODES].numpy()
     published = unpack_bytes(packed, bits)
     # the truth, which only the client knows: sign of its codes, no flips
     no_flip = {**config, K.CODE_FLIP_EPSILON: 0.0}
     reply = build_client_app()(
-        _message(MessageType.QUERY, content), _context(pid, no_flip)
+        request_to(NODE_ID, content, MessageType.QUERY), _context(pid, no_flip)
     )
     true = unpack_bytes(reply.content[K.CODES][K.PACKED_CODES].numpy(), bits)
     return published, true
@@ -104,5 +88,5 @@ def train(config: Mapping[str, Any], pid: int, server_round: int) -> dict[str, A
         }
     )
     app = build_client_app()
-    reply = app(_message(MessageType.TRAIN, content), _context(pid, config))
+    reply = app(request_to(NODE_ID, content, MessageType.TRAIN), _context(pid, config))
     return {k: v.numpy() for k, v in reply.content[K.ARRAYS].items()}
