@@ -138,9 +138,9 @@ class NoiseSource:
         count = int(np.prod(shape, dtype=np.int64))
         if count < 0:
             raise ValueError(f"size {size!r}: must not be negative")
-        words = np.frombuffer(self._read(8 * count), dtype="<u8") if count else None
-        if words is None:
+        if count == 0:
             return np.zeros(shape, dtype=np.float64)
+        words = np.frombuffer(self._read(8 * count), dtype="<u8")
         mantissa = words >> np.uint64(64 - _FLOAT_BITS)
         return (mantissa.astype(np.float64) * 2.0**-_FLOAT_BITS).reshape(shape)
 

@@ -139,8 +139,6 @@ def file_problems(settings: RunSettings) -> list[str]:
     def need(key: str, value: str, *, kind: str, what: str) -> None:
         path = Path(value).expanduser()
         exists = path.is_dir() if kind == "dir" else path.is_file()
-        if kind == "any":
-            exists = path.exists()
         if not exists:
             problems.append(f"{key}={value!r}: {what} does not exist")
         elif not os.access(path, os.R_OK):
