@@ -205,17 +205,7 @@ def _run(method: str, ups: list[np.ndarray], params: DPHEParams, keys: dict) -> 
         keyholder = Keyholder(keys["keyholder"], {"model": params})
         context = AggregationContext(keyholder.session_id(), "model", 1)
         t = time.perf_counter()
-        enc_updates = [
-            encrypt_update(
-                u,
-                weight=1,
-                bundle=keys["clients"][i],
-                params=params,
-                context=context,
-                rng=rng,
-            )
-            for i, u in enumerate(ups)
-        ]
+        enc_updates = encrypt_all(ups, keys, params, context, rng)
         enc = time.perf_counter() - t
         t = time.perf_counter()
         aggregator = DPHEAggregator(keys["aggregator"], params, context)
@@ -240,6 +230,27 @@ def _run(method: str, ups: list[np.ndarray], params: DPHEParams, keys: dict) -> 
     }
 
 
+def encrypt_all(
+    ups: list[np.ndarray],
+    keys: dict,
+    params: DPHEParams,
+    context: AggregationContext,
+    rng: np.random.Generator,
+) -> list:
+    """Client ``i`` encrypts ``ups[i]`` with weight 1 (uniform weighting)."""
+    return [
+        encrypt_update(
+            u,
+            weight=1,
+            bundle=keys["clients"][i],
+            params=params,
+            context=context,
+            rng=rng,
+        )
+        for i, u in enumerate(ups)
+    ]
+
+
 def security_overhead(keys: dict, settings: RunSettings, dim: int) -> dict:
     """Measure the added cost of tags, touch-set MACs and their checks.
 
@@ -260,17 +271,7 @@ def security_overhead(keys: dict, settings: RunSettings, dim: int) -> dict:
     context = AggregationContext(keyholder.session_id(), "model", 1)
     rng = np.random.default_rng(0)
     t = time.perf_counter()
-    enc = [
-        encrypt_update(
-            u,
-            weight=1,
-            bundle=keys["clients"][i],
-            params=params,
-            context=context,
-            rng=rng,
-        )
-        for i, u in enumerate(ups)
-    ]
+    enc = encrypt_all(ups, keys, params, context, rng)
     encrypt_s = time.perf_counter() - t
     blocks = np.arange(params.num_blocks)
     t = time.perf_counter()
