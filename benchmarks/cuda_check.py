@@ -39,15 +39,15 @@ from hashdata.multiview import load_multiview_digits  # noqa: E402
 from hashdata.protocol import split_query_database  # noqa: E402
 from hashing.codes import pack_codes, sign_codes  # noqa: E402
 from hashing.csq import csq_loss, hash_centers  # noqa: E402
-from hashing.discriminator import Discriminator  # noqa: E402
-from hashing.fedhap_train import FedHAPTrainConfig, train_fedhap  # noqa: E402
+from hashing.fedhap.discriminator import Discriminator  # noqa: E402
+from hashing.fedhap.train import FedHAPTrainConfig, train_fedhap  # noqa: E402
 from hashing.models import build_model  # noqa: E402
-from hashing.multimodal import build_multimodal_model  # noqa: E402
-from hashing.pfmh_losses import PFMHLossConfig  # noqa: E402
-from hashing.pfmh_prototypes import (  # noqa: E402
+from hashing.pfmh.losses import PFMHLossConfig  # noqa: E402
+from hashing.pfmh.model import build_multimodal_model  # noqa: E402
+from hashing.pfmh.prototypes import (  # noqa: E402
     aggregate_and_enhance,
 )
-from hashing.pfmh_train import local_prototypes, train_pfmh  # noqa: E402
+from hashing.pfmh.train import local_prototypes, train_pfmh  # noqa: E402
 from hashing.retrieval import mean_average_precision  # noqa: E402
 from hashing.train import LocalTrainConfig, encode, train_dpsh  # noqa: E402
 

@@ -77,9 +77,9 @@ from hashing.update_sparsity import (  # noqa: E402
     block_top_k_sparsify,
     top_k_sparsify,
 )
-from settings.dphe_setup import fixed_point  # noqa: E402
 from settings.run_model import build_run_model  # noqa: E402
 from settings.run_settings import RunSettings  # noqa: E402
+from strategies.dphe.setup import fixed_point  # noqa: E402
 
 SPARSITIES = (0.0, 0.9, 0.99)
 METHODS = ("naive", "dphe", "dphe-packed")

@@ -9,7 +9,7 @@ Message types handled:
   ``op=encode``: encode the local database with the sent model and publish the
   codes (never raw data) through :func:`clients.publish.publish_codes`;
   ``op=pfmh-eval`` (PFMH): per-client retrieval with the client's own model
-  (:func:`clients.pfmh_trainer.pfmh_eval_reply`).
+  (:func:`strategies.pfmh.trainer.pfmh_eval_reply`).
 """
 
 from __future__ import annotations
@@ -23,10 +23,9 @@ import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
-import clients.fedhap_trainer  # noqa: F401  (registers the "fedhap" trainer)
+import strategies.fedhap.trainer  # noqa: F401  (registers the "fedhap" trainer)
 from clients.data import load_local_data
 from clients.node_inputs import check_node_inputs, with_node_data_path
-from clients.pfmh_trainer import pfmh_eval_reply  # registers the "pfmh" trainer
 from clients.privacy_noise import PURPOSE_PUBLISH, PURPOSE_TRAIN, node_noise
 from clients.publish import publish_codes
 from clients.trainers import TrainContext, get_trainer
@@ -37,6 +36,7 @@ from settings import keys as K
 from settings.privacy_records import privacy_record
 from settings.run_model import build_run_model
 from settings.run_settings import RunSettings
+from strategies.pfmh.trainer import pfmh_eval_reply  # registers the "pfmh" trainer
 
 logger = logging.getLogger(__name__)
 

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from settings import keys as K
-from settings.dphe_setup import cached_client_bundle, client_bundle_path
 from settings.run_settings import RunSettings
+from strategies.dphe.setup import cached_client_bundle, client_bundle_path
 
 #: datasets read from ``data-path`` (the others are embedded or generated)
 PATH_DATASETS = ("npz", "cifar10")

@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from hashing.pfmh_prototypes import ClientPrototypes
+from hashing.pfmh.prototypes import ClientPrototypes
 from hashing.prototypes import ClassPrototypes
 from privacy.flipping import UNIT_CODE, epsilon_per_code, flip_beta, flip_codes
 from privacy.ledger import UNIT_RECORD, MechanismUse

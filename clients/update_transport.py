@@ -7,7 +7,7 @@ reply is sent, :func:`finish_train_reply` turns it into what the run asks for:
   ``w_local - w_global`` is sparsified and the reply carries ``w_global + sparse``
   (so Flower's FedAvg aggregates it unchanged);
 * ``secure-aggregation = "dphe"``: the (sparsified) update, the train loss (one
-  more coordinate, :func:`settings.dphe_setup.with_loss`) and the client's weight
+  more coordinate, :func:`strategies.dphe.setup.with_loss`) and the client's weight
   are encrypted with the client's DPHE bundle (``crypto.encrypt_update``) into a
   ``dphe`` record that replaces ``arrays``, bound to the keyholder session
   (``dphe-session``), the ``model`` stream and the round of the train config. The
@@ -55,7 +55,9 @@ from hashing.update_sparsity import (
     unflatten_arrays,
 )
 from settings import keys as K
-from settings.dphe_setup import (
+from settings.prototype_records import read_upload
+from settings.run_settings import RunSettings
+from strategies.dphe.setup import (
     ClientBundle,
     cached_client_bundle,
     client_bundle_path,
@@ -64,8 +66,6 @@ from settings.dphe_setup import (
     update_weight,
     with_loss,
 )
-from settings.prototype_records import read_upload
-from settings.run_settings import RunSettings
 
 
 def transforms_update(settings: RunSettings) -> bool:

@@ -521,7 +521,7 @@ def read_streams_file(path: str | os.PathLike[str]) -> dict[str, DPHEParams]:
     ):
         raise ValueError(
             f"{where} is not a {STREAMS_FORMAT} version 1 file (write it with "
-            "`python -m settings.keyholder_streams`)"
+            "`python -m strategies.dphe.keyholder_streams`)"
         )
     streams = {}
     for name, raw in data["streams"].items():

@@ -4,7 +4,7 @@ The keyholder runs apart from the aggregator (the ServerApp), holding the secret
 phi and the users' MAC keys; the aggregator sends it encrypted sums over HTTP(S)
 through :class:`crypto.keyholder_client.RemoteKeyholder`. The parameters of every
 stream it decrypts are pinned by its own ``--streams FILE``
-(``python -m settings.keyholder_streams`` writes it from the run config).
+(``python -m strategies.dphe.keyholder_streams`` writes it from the run config).
 
 Endpoints (the token is checked before the body is read, in constant time):
 
@@ -236,7 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--streams",
         required=True,
-        help="pinned stream parameters (python -m settings.keyholder_streams)",
+        help="pinned stream parameters (python -m strategies.dphe.keyholder_streams)",
     )
     parser.add_argument(
         "--max-body-bytes",

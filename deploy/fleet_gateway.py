@@ -217,7 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--insecure",
         action="store_true",
-        help="plain HTTP on both sides (docker-compose.insecure.yml only)",
+        help="plain HTTP on both sides (deploy/docker-compose.insecure.yml only)",
     )
     parser.add_argument(
         "--max-body-bytes", type=int, default=DEFAULT_MAX_BODY, help="request limit"

@@ -313,7 +313,7 @@ def connection_toml(
     """``config.toml`` of a Flower home: TLS connection ``fedhash`` (the default).
 
     ``with_insecure`` adds ``fedhash-insecure`` (same address, no TLS) for
-    ``docker-compose.insecure.yml``.
+    ``deploy/docker-compose.insecure.yml``.
     """
     text = (
         "[superlink]\n"
@@ -508,9 +508,9 @@ def _write_dphe_bundles(
         for i, path in enumerate(paths.clients):
             os.replace(path, creds.clientapp(i) / client_file(i))
     # the keyholder pins its streams' parameters itself (--streams): those of the
-    # deploy preset; rewrite with `python -m settings.keyholder_streams` for another
+    # deploy preset; rewrite with `python -m strategies.dphe.keyholder_streams` for another
     from crypto.keyholder import write_streams_file
-    from settings.keyholder_streams import read_run_config, run_streams
+    from strategies.dphe.keyholder_streams import read_run_config, run_streams
 
     preset = Path(__file__).resolve().parents[1] / "conf" / "deploy-fedhap-dphe.toml"
     write_streams_file(

@@ -27,9 +27,9 @@ from clients.data import LocalData, load_local_data
 from experiments.overrides import parse_overrides, resolved_settings
 from hashdata import load_split
 from hashing.codes import sign_codes
-from hashing.pfmh_eval import local_retrieval, mean_over_clients
-from hashing.pfmh_prototypes import PrototypeSet
-from hashing.pfmh_train import local_prototypes, train_pfmh
+from hashing.pfmh.evaluation import local_retrieval, mean_over_clients
+from hashing.pfmh.prototypes import PrototypeSet
+from hashing.pfmh.train import local_prototypes, train_pfmh
 from hashing.retrieval import evaluate_retrieval
 from hashing.train import LocalTrainConfig, encode, select_device, train_dpsh
 from settings.run_model import build_run_model, pfmh_loss_config

@@ -138,6 +138,6 @@ def require_multimodal(ds: HashDataset) -> None:
 def modality_dims(ds: HashDataset) -> dict[str, int]:
     """Flattened per-sample size of every modality, in ``ds.modalities`` order.
 
-    Use as ``input_dims`` of :func:`hashing.multimodal.build_multimodal_model`.
+    Use as ``input_dims`` of :func:`hashing.pfmh.model.build_multimodal_model`.
     """
     return {m: int(np.prod(ds.inputs[m].shape[1:])) for m in ds.modalities}

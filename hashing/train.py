@@ -161,7 +161,7 @@ def encode(
     """Relaxed codes of ``inputs`` in eval mode.
 
     ``inputs`` is an (n, ...) tensor, or for PFMH's multi-modal network a dict
-    modality name -> (n, ...) tensor (:func:`hashing.pfmh_train.encode_multimodal`).
+    modality name -> (n, ...) tensor (:func:`hashing.pfmh.train.encode_multimodal`).
 
     Returns
     -------
@@ -169,7 +169,7 @@ def encode(
         (n, bits) float32; ``hashing.codes.sign_codes`` binarises them.
     """
     if isinstance(inputs, Mapping):
-        from hashing.pfmh_train import encode_multimodal  # imports this module
+        from hashing.pfmh.train import encode_multimodal  # imports this module
 
         return encode_multimodal(
             model,  # type: ignore[arg-type]

@@ -5,7 +5,7 @@ encodes its database partition with the same model and publishes the codes (pack
 bits) and their labels -- never raw data. The server then ranks the whole database
 by Hamming distance for each query (``hashing.retrieval``).
 
-PFMH adds per-client protocols on top (``server/pfmh_evaluation.py``); they report
+PFMH adds per-client protocols on top (``strategies/pfmh/evaluation.py``); they report
 through :attr:`Evaluation.per_client`, and in PFMH's personalized mode (no global
 model) :attr:`Evaluation.report` is ``None``.
 """

@@ -33,14 +33,14 @@ from privacy.ledger import PrivacyLedger
 from privacy.noise import SEEDED_WARNING
 from server.discovery import describe_nodes
 from server.evaluation import Evaluation, QuerySet, RetrievalEvaluator
-from server.pfmh_evaluation import PFMHEvaluator
 from server.plots import plot_map_per_round, plot_pr_curve, plot_precision_at_k
 from server.results import RunResults
-from server.secure_setup import build_secure_components
 from settings import keys as K
 from settings.run_model import build_run_model, initial_global_state
 from settings.run_settings import ConfigError, RunSettings
 from strategies import build_strategy
+from strategies.dphe.server_setup import build_secure_components
+from strategies.pfmh.evaluation import PFMHEvaluator
 
 
 @dataclass(frozen=True)

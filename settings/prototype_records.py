@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 from flwr.app import Array, ArrayRecord
 
-from hashing.pfmh_prototypes import ClientPrototypes, PrototypeSet
+from hashing.pfmh.prototypes import ClientPrototypes, PrototypeSet
 from hashing.prototypes import ClassPrototypes, GlobalPrototypes
 from settings import keys as K
 

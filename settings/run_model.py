@@ -3,7 +3,7 @@
 The global ArrayRecord holds the hashing network's parameters under their own names
 and, for FedHAP with a discriminator, the discriminator's parameters under
 ``discriminator.``; both are FedAvg'd together by Flower. For PFMH the network is
-:class:`hashing.multimodal.MultiModalHash`; in its personalized mode the global
+:class:`hashing.pfmh.model.MultiModalHash`; in its personalized mode the global
 ArrayRecord is empty (the models stay on the clients).
 """
 
@@ -14,10 +14,10 @@ from typing import TypeVar
 
 from torch import nn
 
-from hashing.discriminator import Discriminator
+from hashing.fedhap.discriminator import Discriminator
 from hashing.models import build_model
-from hashing.multimodal import build_multimodal_model
-from hashing.pfmh_losses import PFMHLossConfig, ablation_config
+from hashing.pfmh.losses import PFMHLossConfig, ablation_config
+from hashing.pfmh.model import build_multimodal_model
 from privacy.dp_sgd import opacus_compatible
 from settings import keys as K
 from settings.run_settings import RunSettings

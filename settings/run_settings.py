@@ -47,7 +47,7 @@ MAX_SCALE_BITS = 40
 # PFMH (README "PFMH"): personalized = only prototypes travel, the model stays on
 # the client; fedavg = the model is also FedAvg'd
 PFMH_MODES = ("personalized", "fedavg")
-# pfmh-variant -> the Table 2 ablation name of hashing.pfmh_losses.ABLATIONS
+# pfmh-variant -> the Table 2 ablation name of hashing.pfmh.losses.ABLATIONS
 PFMH_VARIANTS = {
     "full": "full",
     "wo-p": "w/o-P",
@@ -292,7 +292,7 @@ class RunSettings:
 
     @property
     def pfmh_ablation(self) -> str:
-        """The Table 2 variant name (``hashing.pfmh_losses.ABLATIONS``)."""
+        """The Table 2 variant name (``hashing.pfmh.losses.ABLATIONS``)."""
         return PFMH_VARIANTS[self.pfmh_variant]
 
     @property

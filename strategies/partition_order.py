@@ -24,8 +24,8 @@ from flwr.serverapp import Grid
 from privacy.ledger import MechanismUse
 from settings import keys as K
 from settings.privacy_records import missing_mechanisms, read_privacy
+from strategies.dphe.aggregation import SecureAggregation
 from strategies.reply_checks import array_signature, train_reply_problem
-from strategies.secure_aggregation import SecureAggregation
 
 
 class _PartitionOrderedGrid:

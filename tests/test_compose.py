@@ -43,7 +43,7 @@ from tests.compose_local import (
 
 BIN = Path(sys.executable).parent
 FLOWER_CLIS = ("flower-superlink", "flower-supernode", "flower-superexec")
-OVERRIDES = ("docker-compose.cuda.yml", "docker-compose.insecure.yml")
+OVERRIDES = ("deploy/docker-compose.cuda.yml", "deploy/docker-compose.insecure.yml")
 NUM_NODES = 3
 SUPERNODES = [f"supernode-{i}" for i in range(NUM_NODES)]
 CLIENTAPPS = [f"clientapp-{i}" for i in range(NUM_NODES)]
@@ -139,7 +139,7 @@ def test_every_command_flag_exists_in_the_installed_clis(name: str):
         unknown = used - accepted
         assert not unknown, f"{name}: {service_name} uses unknown flags {unknown}"
         checked += 1
-    if name != "docker-compose.cuda.yml":  # the CUDA override changes no command
+    if name != "deploy/docker-compose.cuda.yml":  # the CUDA override changes no command
         assert checked >= len(services) - 1  # all but an inline `python -c`
 
 
@@ -261,8 +261,8 @@ def test_networks_isolate_keyholder_and_clientapps(compose: dict):
 
 
 def test_insecure_mode_only_behind_its_own_file():
-    insecure = load_compose(ROOT / "docker-compose.insecure.yml")["services"]
-    text = (ROOT / "docker-compose.insecure.yml").read_text()
+    insecure = load_compose(ROOT / "deploy/docker-compose.insecure.yml")["services"]
+    text = (ROOT / "deploy/docker-compose.insecure.yml").read_text()
     assert text.startswith("# INSECURE")
     for name in ("superlink", "serverapp", *SUPERNODES, *CLIENTAPPS):
         assert "--insecure" in insecure[name]["command"], name
@@ -272,7 +272,7 @@ def test_insecure_mode_only_behind_its_own_file():
 
 
 def test_cuda_override_reserves_a_gpu_per_clientapp_executor():
-    cuda = load_compose(ROOT / "docker-compose.cuda.yml")["services"]
+    cuda = load_compose(ROOT / "deploy/docker-compose.cuda.yml")["services"]
     assert set(cuda) == set(CLIENTAPPS)
     for service in cuda.values():
         assert service["image"] == "fedhash:cuda"
@@ -404,7 +404,7 @@ def test_supernodes_run_only_signed_fabs(compose: dict, creds):
         services["superlink"]["networks"]
     )
     assert all(m.read_only for m in mounts(services["fab-registry"]))
-    insecure = load_compose(ROOT / "docker-compose.insecure.yml")["services"]
+    insecure = load_compose(ROOT / "deploy/docker-compose.insecure.yml")["services"]
     for name in SUPERNODES:  # signing stays on without TLS
         assert "--trusted-entities" in insecure[name]["command"]
         assert "fleet-gateway:9092" in insecure[name]["command"]
@@ -502,7 +502,7 @@ def test_docker_compose_config_passes_build_arguments_through():
 @needs_compose
 def test_docker_compose_config_accepts_the_cuda_and_insecure_overrides():
     """Validated with `docker compose config` only: not run on a GPU here."""
-    cuda = _compose_config("docker-compose.yml", "docker-compose.cuda.yml")
+    cuda = _compose_config("docker-compose.yml", "deploy/docker-compose.cuda.yml")
     for name in CLIENTAPPS:
         service = cuda["services"][name]
         assert service["image"] == "fedhash:cuda"
@@ -510,7 +510,7 @@ def test_docker_compose_config_accepts_the_cuda_and_insecure_overrides():
         device = service["deploy"]["resources"]["reservations"]["devices"][0]
         assert device["driver"] == "nvidia" and device["capabilities"] == ["gpu"]
     assert cuda["services"]["superlink"]["image"] == "fedhash:cpu"
-    insecure = _compose_config("docker-compose.yml", "docker-compose.insecure.yml")
+    insecure = _compose_config("docker-compose.yml", "deploy/docker-compose.insecure.yml")
     for name in (*SUPERNODES, *CLIENTAPPS, "serverapp"):
         test = " ".join(insecure["services"][name]["healthcheck"]["test"])
         assert "http://" in test, name  # plain HTTP where the service is insecure

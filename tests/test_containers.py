@@ -761,7 +761,7 @@ def test_scale_out(session: Session):
     n = SCALE
     steps = [
         f"python -m deploy.generate --supernodes {n} --overwrite",
-        "python -m settings.keyholder_streams --run-config deploy/smoke-run.toml"
+        "python -m strategies.dphe.keyholder_streams --run-config deploy/smoke-run.toml"
         " --out deploy/credentials/keyholder/keyholder-streams.json",
         "mkdir -p " + " ".join(f"deploy/data/supernode-{i}" for i in range(n)),
         f"python -m deploy.scale {n}",

@@ -233,8 +233,8 @@ def test_remote_keyholder_end_to_end(server_url: str, setup: Setup) -> None:
 
 
 def test_serverapp_refuses_a_keyholder_session_an_earlier_run_used() -> None:
-    from server.secure_setup import _check_fresh_session
     from settings.run_settings import ConfigError
+    from strategies.dphe.server_setup import _check_fresh_session
 
     class Used:
         def decrypted_rounds(self) -> dict[str, int]:

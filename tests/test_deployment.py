@@ -54,7 +54,7 @@ from deploy.generate import (
     make_auth_key_pair,
     make_fab_signing_key,
 )
-from settings.keyholder_streams import run_streams
+from strategies.dphe.keyholder_streams import run_streams
 from tests.compose_local import (
     ROOT,
     LocalPlan,

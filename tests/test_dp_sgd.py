@@ -8,9 +8,9 @@ import torch
 import torchvision
 
 from hashing.csq import csq_loss, hash_centers, sample_centers
-from hashing.fedhap_train import fedhap_dp_loss
+from hashing.fedhap.train import fedhap_dp_loss
+from hashing.fedhap.triplet import global_triplet_loss, global_triplet_per_sample
 from hashing.models import build_model
-from hashing.triplet import global_triplet_loss, global_triplet_per_sample
 from privacy.dp_sgd import (
     DPSGDConfig,
     noise_for_target,

@@ -18,7 +18,7 @@ from crypto import (
 )
 from hashing.update_sparsity import block_top_k_sparsify
 from settings import keys as K
-from settings.dphe_setup import dphe_params, read_dphe_record, with_loss
+from strategies.dphe.setup import dphe_params, read_dphe_record, with_loss
 from tests.test_dphe_strategy import (  # noqa: F401  (key_dir is a fixture)
     _SENT,
     NODES,

@@ -14,10 +14,10 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
 from clients.update_transport import finish_train_reply
 from crypto import generate_keys
-from server.secure_setup import build_secure_aggregation
 from settings import keys as K
 from settings.run_settings import ConfigError, RunSettings
-from strategies.fedavg_hashing import HashingFedAvg
+from strategies.dphe.server_setup import build_secure_aggregation
+from strategies.fedavg.strategy import HashingFedAvg
 from tests.messages import reply_from
 from tests.test_strategies import FakeGrid
 
@@ -356,9 +356,9 @@ def test_prototype_sum_layout_reproduces_the_plain_mean_aggregation():
 
 def test_fedhap_with_encrypted_prototype_sums(key_dir, caplog):
     from hashing.prototypes import ClassPrototypes
-    from server.secure_setup import build_secure_components
     from settings.prototype_records import upload_record
-    from strategies.fedhap import HashingFedHAP
+    from strategies.dphe.server_setup import build_secure_components
+    from strategies.fedhap.strategy import HashingFedHAP
 
     settings = settings_for(
         key_dir, strategy="fedhap", **{"dphe-prototypes": True, "code-length": 8}

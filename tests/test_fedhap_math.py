@@ -7,13 +7,18 @@ import pytest
 import torch
 from flwr.app import Array, ArrayRecord
 
-from hashing.discriminator import (
+from hashing.fedhap.discriminator import (
     Discriminator,
     discriminator_loss,
     generator_loss,
     label_vector,
 )
-from hashing.fedhap_train import FedHAPTrainConfig, quantization_loss, train_fedhap
+from hashing.fedhap.train import FedHAPTrainConfig, quantization_loss, train_fedhap
+from hashing.fedhap.triplet import (
+    global_triplet_loss,
+    local_triplet_loss,
+    pairwise_distance,
+)
 from hashing.models import MLPHash
 from hashing.prototypes import (
     ClassPrototypes,
@@ -21,7 +26,6 @@ from hashing.prototypes import (
     class_prototypes,
     prototype_problem,
 )
-from hashing.triplet import global_triplet_loss, local_triplet_loss, pairwise_distance
 from settings.prototype_records import (
     broadcast_record,
     read_broadcast,

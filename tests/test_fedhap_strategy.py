@@ -11,7 +11,7 @@ from settings import keys as K
 from settings.prototype_records import read_broadcast, upload_record
 from settings.run_settings import RunSettings
 from strategies import build_strategy
-from strategies.fedhap import HashingFedHAP
+from strategies.fedhap.strategy import HashingFedHAP
 from tests.messages import reply_from
 from tests.test_strategies import FakeGrid, arrays
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from crypto import RemoteKeyholder
-from server.secure_setup import _remote_keyholder
 from settings.run_settings import ConfigError, RunSettings
+from strategies.dphe.server_setup import _remote_keyholder
 
 TOKEN = "t" * 40
 

@@ -8,13 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from hashing.multimodal import (
-    MultiModalHash,
-    binary_codes,
-    build_multimodal_model,
-    modality_order,
-)
-from hashing.pfmh_losses import (
+from hashing.pfmh.losses import (
     ABLATIONS,
     LOSS_PARTS,
     PFMHLossConfig,
@@ -27,7 +21,13 @@ from hashing.pfmh_losses import (
     prototype_contrastive_loss,
     similarity_matching_loss,
 )
-from hashing.pfmh_prototypes import (
+from hashing.pfmh.model import (
+    MultiModalHash,
+    binary_codes,
+    build_multimodal_model,
+    modality_order,
+)
+from hashing.pfmh.prototypes import (
     ClientPrototypes,
     PrototypeSet,
     aggregate_and_enhance,
@@ -37,7 +37,7 @@ from hashing.pfmh_prototypes import (
     prototype_problem,
     require_valid_prototypes,
 )
-from hashing.pfmh_train import (
+from hashing.pfmh.train import (
     embed_multimodal,
     encode_multimodal,
     local_prototypes,

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
-from hashing.pfmh_prototypes import ClientPrototypes, PrototypeSet
+from hashing.pfmh.prototypes import ClientPrototypes, PrototypeSet
 from settings import keys as K
 from settings.prototype_records import (
     pfmh_set_record,
@@ -17,7 +17,7 @@ from settings.prototype_records import (
 )
 from settings.run_settings import RunSettings
 from strategies import build_strategy
-from strategies.pfmh import HashingPFMH
+from strategies.pfmh.strategy import HashingPFMH
 from tests.messages import reply_from
 from tests.test_strategies import FakeGrid, arrays
 

@@ -213,7 +213,7 @@ def test_pfmh_settings_and_loss_config():
 def test_pfmh_run_model_is_multimodal_and_seeded():
     import torch
 
-    from hashing.multimodal import MultiModalHash
+    from hashing.pfmh.model import MultiModalHash
     from settings.run_model import build_run_model
 
     s = RunSettings.from_config(

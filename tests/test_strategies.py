@@ -6,7 +6,7 @@ import pytest
 from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
 from settings.run_settings import RunSettings
-from strategies.fedavg_hashing import HashingFedAvg, HashingFedProx, fedprox
+from strategies.fedavg.strategy import HashingFedAvg, HashingFedProx, fedprox
 from tests.messages import reply_from
 
 pytestmark = pytest.mark.usefixtures("task_identity")

@@ -13,10 +13,10 @@ from flwr.app import MetricRecord, RecordDict
 
 from clients.update_transport import finish_train_reply
 from crypto import AggregationContext, encrypt_update, generate_keys, load_client_bundle
-from server.secure_setup import build_secure_aggregation
 from settings import keys as K
-from settings.dphe_setup import dphe_params, load_server_bundles
 from settings.run_settings import ConfigError, RunSettings
+from strategies.dphe.server_setup import build_secure_aggregation
+from strategies.dphe.setup import dphe_params, load_server_bundles
 from tests.messages import reply_from
 from tests.test_dphe_strategy import SHAPES, configure, model, record, strategy_for
 

@@ -5,10 +5,10 @@ personalized mode the one kept in ``context.state`` under ``pfmh-model`` (built
 from the run seed on first use, so every client starts from the same weights), in
 fedavg mode the received global arrays --, read the received personal set
 (``pfmh-personal``) and centralized set (``pfmh-centralized``) if any (none in round
-1: only L_hash is trained then), train with :func:`hashing.pfmh_train.train_pfmh` on
+1: only L_hash is trained then), train with :func:`hashing.pfmh.train.train_pfmh` on
 the local database (the partition minus its local queries, ``clients/data.py``),
 then upload the Eq. 5 prototypes computed in eval mode over the same samples
-(:func:`hashing.pfmh_train.local_prototypes`) through
+(:func:`hashing.pfmh.train.local_prototypes`) through
 :func:`clients.publish.publish_pfmh_prototypes`. In personalized mode the trained
 weights go back into ``context.state`` and the reply's ``arrays`` record is empty.
 
@@ -35,9 +35,9 @@ from clients.data import LocalData
 from clients.publish import publish_codes, publish_pfmh_prototypes
 from clients.trainers import TrainContext, register_trainer
 from hashing.codes import pack_bytes, sign_codes
-from hashing.pfmh_eval import local_retrieval
-from hashing.pfmh_losses import LOSS_PARTS
-from hashing.pfmh_train import local_prototypes, train_pfmh
+from hashing.pfmh.evaluation import local_retrieval
+from hashing.pfmh.losses import LOSS_PARTS
+from hashing.pfmh.train import local_prototypes, train_pfmh
 from hashing.train import encode
 from privacy.noise import NoiseSource
 from settings import keys as K

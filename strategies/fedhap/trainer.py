@@ -2,7 +2,7 @@
 
 Receives the global hashing network + discriminator (one ArrayRecord, discriminator
 under ``discriminator.``) and, once the server has them, the global prototype codes
-in their own record; trains with :func:`hashing.fedhap_train.train_fedhap` (or, with
+in their own record; trains with :func:`hashing.fedhap.train.train_fedhap` (or, with
 ``dp-sgd``, with Opacus on the per-sample part of the objective); replies with the
 updated parameters, the metrics and -- through the single upload function
 :func:`clients.publish.publish_prototypes` -- its class prototypes (Eq. 5) computed
@@ -18,8 +18,8 @@ from flwr.app import ArrayRecord, MetricRecord, RecordDict
 
 from clients.publish import labels_per_record, publish_prototypes
 from clients.trainers import TrainContext, dp_train, register_trainer
-from hashing.discriminator import Discriminator
-from hashing.fedhap_train import FedHAPTrainConfig, fedhap_dp_loss, train_fedhap
+from hashing.fedhap.discriminator import Discriminator
+from hashing.fedhap.train import FedHAPTrainConfig, fedhap_dp_loss, train_fedhap
 from hashing.prototypes import class_prototypes
 from hashing.train import encode
 from privacy.ledger import MechanismUse

@@ -1,10 +1,10 @@
 """Write the keyholder's pinned stream parameters from a run config.
 
-``python -m settings.keyholder_streams --run-config conf/deploy-fedhap-dphe.toml
+``python -m strategies.dphe.keyholder_streams --run-config conf/deploy-fedhap-dphe.toml
 --key-bits 2048 --out keyholder-streams.json`` builds the run's model (as the
 ServerApp does: same dataset, model and discriminator) to learn its size, derives
 every DPHE stream's :class:`crypto.DPHEParams`
-(:func:`settings.dphe_setup.stream_params`) and writes them for
+(:func:`strategies.dphe.setup.stream_params`) and writes them for
 ``python -m crypto.keyholder_service --streams FILE``. The keyholder then never
 takes parameters from the aggregator: a request whose parameters differ is refused.
 
@@ -24,8 +24,8 @@ from typing import Any
 
 from crypto import DPHEParams
 from crypto.keyholder import write_streams_file
-from settings.dphe_setup import stream_params
 from settings.run_settings import ConfigError, RunSettings
+from strategies.dphe.setup import stream_params
 
 
 def run_streams(config: Mapping[str, Any], *, key_bits: int) -> dict[str, DPHEParams]:
@@ -69,7 +69,7 @@ def read_run_config(path: str | None, overrides: Sequence[str]) -> dict[str, Any
 def main(argv: Sequence[str] | None = None) -> int:
     """Write the streams file; return the exit status (2 on a bad config)."""
     parser = argparse.ArgumentParser(
-        prog="python -m settings.keyholder_streams",
+        prog="python -m strategies.dphe.keyholder_streams",
         description="Write the DPHE keyholder's pinned stream parameters.",
     )
     parser.add_argument("--run-config", default=None, help="run config TOML")

@@ -16,7 +16,7 @@ simulation only, a ``RemoteKeyholder`` HTTP client in deployment).
   otherwise adds the decrypted weighted average update to the global model. The
   weights (``num-examples`` or 1) and the train loss are encrypted inside the
   update (the loss as the model stream's last coordinate,
-  :func:`settings.dphe_setup.with_loss`): the server learns only the total weight
+  :func:`strategies.dphe.setup.with_loss`): the server learns only the total weight
   and the weighted average loss, which it reports as ``train-loss``.
 
 A bad reply (missing record, malformed bytes, another key, bad block ids, ...) is
@@ -25,7 +25,7 @@ keyholder refusal is logged with its generic category only (it carries no value)
 
 Client contract: every train message carries the keyholder's session id
 (``dphe-session``, hex) in its config; reply with one ``dphe`` ArrayRecord
-(``settings/dphe_setup.py``, encrypted under that session, the ``model`` stream and
+(``strategies/dphe/setup.py``, encrypted under that session, the ``model`` stream and
 the message's ``server-round``) and one MetricRecord without entries (nothing about
 one client travels in clear), and no ``arrays`` record.
 """
@@ -51,8 +51,8 @@ from crypto import (
 )
 from hashing.update_sparsity import ArrayLayout, flatten_arrays, unflatten_arrays
 from settings import keys as K
-from settings.dphe_setup import read_dphe_record, split_loss
 from settings.run_settings import DPHE_MIN_CONTRIBUTORS
+from strategies.dphe.setup import read_dphe_record, split_loss
 
 
 class SecureSum:

@@ -1,14 +1,14 @@
 """PFMH: prototype-based federated multi-modal hashing (Flower FedAvg subclass).
 
 Server side of the paper's Algorithm 1 (lines 7-13; math in
-:mod:`hashing.pfmh_prototypes`). Each round the server
+:mod:`hashing.pfmh.prototypes`). Each round the server
 
 1. sends every sampled client, in their own records (never inside the model's
    ArrayRecord), *its* completed personal prototype set (Eq. 7) in
    ``pfmh-personal`` and the centralized set (Eq. 6) in ``pfmh-centralized``; the
    personal sets differ per client, so every message gets its own RecordDict;
 2. takes each reply's ``pfmh-prototypes`` record out before Flower's FedAvg sees the
-   reply and validates it (:func:`hashing.pfmh_prototypes.prototype_problem`: class
+   reply and validates it (:func:`hashing.pfmh.prototypes.prototype_problem`: class
    ids in the label space, unique, dimension k, finite, unit norm, counts >= 1); a
    bad upload drops the whole reply with a WARNING naming partition and node, and
    the round goes on with the rest;
@@ -30,7 +30,7 @@ Two modes (``pfmh-mode``):
     global arrays by :class:`PartitionOrderedMixin`), plus the same prototype
     exchange.
 
-Client contract (``clients/pfmh_trainer.py``): train with the received personal
+Client contract (``strategies/pfmh/trainer.py``): train with the received personal
 and centralized sets (none in round 1); in personalized mode keep the model in
 ``context.state`` (built from the run seed on first use) and reply with an empty
 ``arrays`` record, in fedavg mode start from the received arrays and reply with the
@@ -51,7 +51,7 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg
 
-from hashing.pfmh_prototypes import (
+from hashing.pfmh.prototypes import (
     ClientPrototypes,
     PrototypeSet,
     centralized_prototypes,
@@ -62,7 +62,7 @@ from settings import keys as K
 from settings.prototype_records import pfmh_set_record, read_pfmh_upload
 from settings.run_model import pfmh_loss_config
 from settings.run_settings import RunSettings
-from strategies.fedavg_hashing import common_kwargs
+from strategies.fedavg.strategy import common_kwargs
 from strategies.partition_order import PartitionOrderedMixin
 from strategies.registry import register
 
@@ -82,7 +82,7 @@ class HashingPFMH(PartitionOrderedMixin, FedAvg):
         Apply Eq. 7 (``False`` is the w/o-PE ablation).
     weighting : str
         ``mean`` (the paper's Eq. 6) or ``count``; see
-        :func:`hashing.pfmh_prototypes.centralized_prototypes`.
+        :func:`hashing.pfmh.prototypes.centralized_prototypes`.
     **kwargs
         Passed to Flower's FedAvg (and ``sampling_seed`` to the mixin).
     """

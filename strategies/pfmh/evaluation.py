@@ -45,7 +45,7 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 
 from hashing.codes import unpack_bytes
-from hashing.pfmh_eval import mean_over_clients
+from hashing.pfmh.evaluation import mean_over_clients
 from hashing.retrieval import evaluate_retrieval
 from privacy.ledger import MechanismUse
 from server.discovery import NodeInfo

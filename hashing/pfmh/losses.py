@@ -27,7 +27,7 @@ Decisions where the paper's formulas are garbled or silent:
   The paper writes sums over samples (Eq. 9) and a 1/m_i mean (Eq. 10); we take the
   mean over the contributing samples of the batch for both, so the two terms have
   the same scale and alpha, beta do not depend on the batch size. The dot product is
-  used as given: the PFMH model's H is unit-norm (:mod:`hashing.multimodal`), so it
+  used as given: the PFMH model's H is unit-norm (:mod:`hashing.pfmh.model`), so it
   is a cosine similarity. A batch with no contributing sample gives 0 (with a
   graph).
 * Eq. 11, similarity matching: s_ij = 1 when samples i and j share a label, else 0
@@ -48,7 +48,7 @@ Ablations (Table 2, see :data:`ABLATIONS` and :func:`ablation_config`):
 * ``w/o-PE`` (removing prototype enhancement): ``use_completion=False`` -- Eq. 7 is
   skipped, i.e. prototypes are exchanged FedProto-like without completion. The
   server sends each client only its own prototypes as personal set
-  (:func:`hashing.pfmh_prototypes.aggregate_and_enhance` with ``complete=False``)
+  (:func:`hashing.pfmh.prototypes.aggregate_and_enhance` with ``complete=False``)
   and the trainer restricts the personal set to the classes the client holds in
   any case; L_global against P_bar is unchanged. Without completion the denominators
   of L_local only contain the client's own classes.
@@ -71,7 +71,7 @@ import torch
 import torch.nn.functional as F
 
 from hashing.losses import pairwise_similarity
-from hashing.multimodal import binary_codes
+from hashing.pfmh.model import binary_codes
 
 #: Paper defaults (Implementation Details).
 DEFAULT_TAU = 0.07

@@ -6,7 +6,7 @@ user-aggregator permutation in the aggregator's bundle.
 
 The in-process keyholder (secret key inside the ServerApp process) is built only in
 simulation (``simulation=True``, from the ServerApp's grid); it is given the run's
-stream parameters (:func:`settings.dphe_setup.stream_params`) to pin. A keyholder
+stream parameters (:func:`strategies.dphe.setup.stream_params`) to pin. A keyholder
 service pins its own (``--streams``); the server checks that its streams are those
 it needs through ``/v1/health``.
 """
@@ -27,9 +27,9 @@ from crypto import (
     RemoteKeyholder,
 )
 from settings import keys as K
-from settings.dphe_setup import load_server_bundles, stream_params
 from settings.run_settings import ConfigError, RunSettings
-from strategies.secure_aggregation import SecureAggregation, SecureSum
+from strategies.dphe.aggregation import SecureAggregation, SecureSum
+from strategies.dphe.setup import load_server_bundles, stream_params
 
 
 def build_secure_aggregation(
@@ -161,7 +161,7 @@ def _check_remote_streams(remote: RemoteKeyholder, streams: dict) -> None:
         raise ConfigError(
             f"{K.DPHE_KEYHOLDER_URL}: the keyholder service pins the streams "
             f"{sorted(served)}, this run needs {sorted(streams)}: write its "
-            "--streams file from this run config (python -m settings.keyholder_streams)"
+            "--streams file from this run config (python -m strategies.dphe.keyholder_streams)"
         )
 
 

@@ -2,7 +2,7 @@
 
 One call of :func:`train_pfmh` is lines 13-18 of Algorithm 1: with the received
 personal set P_i and centralized set P_bar held fixed, ``epochs`` passes of Adam
-over shuffled mini-batches minimising Eq. 12 (:func:`hashing.pfmh_losses.pfmh_loss`).
+over shuffled mini-batches minimising Eq. 12 (:func:`hashing.pfmh.losses.pfmh_loss`).
 :func:`local_prototypes` is UpdateClient / line 19: Eq. 5 over the client's whole
 training set, computed after training in eval mode (no dropout) for the upload.
 
@@ -34,9 +34,9 @@ from collections.abc import Mapping
 import numpy as np
 import torch
 
-from hashing.multimodal import MultiModalHash
-from hashing.pfmh_losses import LOSS_PARTS, PFMHLossConfig, PrototypeTensors, pfmh_loss
-from hashing.pfmh_prototypes import (
+from hashing.pfmh.losses import LOSS_PARTS, PFMHLossConfig, PrototypeTensors, pfmh_loss
+from hashing.pfmh.model import MultiModalHash
+from hashing.pfmh.prototypes import (
     ClientPrototypes,
     PrototypeSet,
     client_prototypes,

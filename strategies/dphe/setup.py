@@ -3,7 +3,7 @@
 Both sides derive the same :class:`crypto.DPHEParams` from the run config, the
 model's size and the key size, so nothing about the encoding travels in messages;
 the keyholder gets the same parameters, per stream, from its own configuration
-(:func:`stream_params`, ``python -m settings.keyholder_streams``).
+(:func:`stream_params`, ``python -m strategies.dphe.keyholder_streams``).
 An encrypted update travels in its own ``dphe`` ArrayRecord (``block-ids``,
 ``shard-sizes``, ``ciphertexts`` as fixed-width big-endian bytes, ``key-id``,
 ``touch-mac``), which replaces the ``arrays`` record of a plaintext reply.

@@ -14,7 +14,7 @@ plus global prototypes. Each round the server
    class (Eq. 6: plain mean, or count-weighted with ``prototype-weighting =
    "count"``) and takes the sign; a class nobody holds stays absent.
 
-Client contract: train with the received prototypes (``clients/fedhap_trainer.py``)
+Client contract: train with the received prototypes (``strategies/fedhap/trainer.py``)
 and reply with one ArrayRecord of the same layout, one MetricRecord with
 ``num-examples`` and -- unless the variant is FedHAP-1 -- a ``prototypes`` record
 with the classes it holds, their mean relaxed codes and counts.
@@ -44,10 +44,10 @@ from hashing.prototypes import (
 from settings import keys as K
 from settings.prototype_records import broadcast_record, read_upload
 from settings.run_settings import RunSettings
-from strategies.fedavg_hashing import common_kwargs
+from strategies.dphe.aggregation import SecureSum
+from strategies.fedavg.strategy import common_kwargs
 from strategies.partition_order import PartitionOrderedMixin
 from strategies.registry import register
-from strategies.secure_aggregation import SecureSum
 
 
 class HashingFedHAP(PartitionOrderedMixin, FedAvg):

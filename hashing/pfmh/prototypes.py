@@ -1,7 +1,7 @@
 """PFMH prototypes: client (Eq. 5), centralized (Eq. 6) and completion (Eq. 7).
 
 Pure numpy/torch functions, no Flower. Prototypes live in the k-dim space of the
-integrated representation H (:mod:`hashing.multimodal`), not in code space.
+integrated representation H (:mod:`hashing.pfmh.model`), not in code space.
 
 * Eq. 5 (client): for every class j the client holds, the mean of H over its samples
   of class j, scaled to unit L2 norm. A multi-label sample counts once for each of
@@ -92,7 +92,7 @@ def client_prototypes(
     ----------
     h : torch.Tensor or np.ndarray
         (n, k) integrated representations H of the client's samples (compute them
-        in eval mode, see :func:`hashing.pfmh_train.local_prototypes`).
+        in eval mode, see :func:`hashing.pfmh.train.local_prototypes`).
     labels : torch.Tensor or np.ndarray
         (n,) class ids in ``0..num_classes-1`` or (n, num_classes) multi-hot.
     num_classes : int

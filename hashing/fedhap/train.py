@@ -6,10 +6,10 @@ network step on
 
     L = L_tl^local + L_tl^global + mu * L_quan + lambda * L_adv        (Eq. 9)
 
-where L_tl are the triplet losses of ``hashing/triplet.py``, L_quan is the mean of
+where L_tl are the triplet losses of ``hashing/fedhap/triplet.py``, L_quan is the mean of
 (b - sign(b))^2 over samples and bits (Eq. 7 as a mean, so mu does not depend on
 batch size or code length) and L_adv the generator loss of
-``hashing/discriminator.py``. The paper's Algorithm 1 alternates the two steps
+``hashing/fedhap/discriminator.py``. The paper's Algorithm 1 alternates the two steps
 "each local epoch" without saying at which granularity; we alternate per mini-batch,
 as GANs are usually trained. Terms that need global prototypes are skipped while
 there are none (round 1) and in the ablations that switch them off.
@@ -22,13 +22,17 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from hashing.discriminator import Discriminator, discriminator_loss, generator_loss
-from hashing.train import iterate_minibatches
-from hashing.triplet import (
+from hashing.fedhap.discriminator import (
+    Discriminator,
+    discriminator_loss,
+    generator_loss,
+)
+from hashing.fedhap.triplet import (
     global_triplet_loss,
     global_triplet_per_sample,
     local_triplet_loss,
 )
+from hashing.train import iterate_minibatches
 
 
 @dataclass(frozen=True)

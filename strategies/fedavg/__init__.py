@@ -1,0 +1,1 @@
+"""FedAvg / FedProx hashing baselines: Flower strategy and client trainer."""

@@ -1,0 +1,1 @@
+"""FedHAP: Flower strategy and client trainer (math in :mod:`hashing.fedhap`)."""

@@ -1,0 +1,1 @@
+"""PFMH: Flower strategy, client trainer and evaluator (math in :mod:`hashing.pfmh`)."""
