@@ -508,7 +508,8 @@ def _write_dphe_bundles(
         for i, path in enumerate(paths.clients):
             os.replace(path, creds.clientapp(i) / client_file(i))
     # the keyholder pins its streams' parameters itself (--streams): those of the
-    # deploy preset; rewrite with `python -m strategies.dphe.keyholder_streams` for another
+    # deploy preset; rewrite with
+    # `python -m strategies.dphe.keyholder_streams` for another
     from crypto.keyholder import write_streams_file
     from strategies.dphe.keyholder_streams import read_run_config, run_streams
 

@@ -510,7 +510,9 @@ def test_docker_compose_config_accepts_the_cuda_and_insecure_overrides():
         device = service["deploy"]["resources"]["reservations"]["devices"][0]
         assert device["driver"] == "nvidia" and device["capabilities"] == ["gpu"]
     assert cuda["services"]["superlink"]["image"] == "fedhash:cpu"
-    insecure = _compose_config("docker-compose.yml", "deploy/docker-compose.insecure.yml")
+    insecure = _compose_config(
+        "docker-compose.yml", "deploy/docker-compose.insecure.yml"
+    )
     for name in (*SUPERNODES, *CLIENTAPPS, "serverapp"):
         test = " ".join(insecure["services"][name]["healthcheck"]["test"])
         assert "http://" in test, name  # plain HTTP where the service is insecure

@@ -1,1 +1,1 @@
-"""FedHAP math (paper: FedHAP, global hash prototypes): local training, triplet losses, discriminator. No Flower."""
+"""FedHAP math: local training, triplet losses, discriminator. No Flower."""

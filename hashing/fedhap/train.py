@@ -6,8 +6,8 @@ network step on
 
     L = L_tl^local + L_tl^global + mu * L_quan + lambda * L_adv        (Eq. 9)
 
-where L_tl are the triplet losses of ``hashing/fedhap/triplet.py``, L_quan is the mean of
-(b - sign(b))^2 over samples and bits (Eq. 7 as a mean, so mu does not depend on
+where L_tl are the triplet losses of ``hashing/fedhap/triplet.py``, L_quan is the
+mean of (b - sign(b))^2 over samples and bits (Eq. 7 as a mean, so mu does not depend on
 batch size or code length) and L_adv the generator loss of
 ``hashing/fedhap/discriminator.py``. The paper's Algorithm 1 alternates the two steps
 "each local epoch" without saying at which granularity; we alternate per mini-batch,

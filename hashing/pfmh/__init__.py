@@ -1,1 +1,1 @@
-"""PFMH math (prototype-based federated multi-modal hashing): model, losses, prototypes, training, evaluation. No Flower."""
+"""PFMH math: model, losses, prototypes, training, evaluation. No Flower."""

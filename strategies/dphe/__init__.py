@@ -1,1 +1,1 @@
-"""DPHE secure aggregation: the strategy component, client/server set-up and keyholder streams (math in :mod:`crypto`)."""
+"""DPHE secure aggregation: Flower glue (math in :mod:`crypto`)."""

@@ -161,7 +161,8 @@ def _check_remote_streams(remote: RemoteKeyholder, streams: dict) -> None:
         raise ConfigError(
             f"{K.DPHE_KEYHOLDER_URL}: the keyholder service pins the streams "
             f"{sorted(served)}, this run needs {sorted(streams)}: write its "
-            "--streams file from this run config (python -m strategies.dphe.keyholder_streams)"
+            "--streams file from this run config "
+            "(python -m strategies.dphe.keyholder_streams)"
         )
 
 
