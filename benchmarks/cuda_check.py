@@ -211,7 +211,9 @@ def cnn_throughput(device: torch.device, n: int = 4096) -> dict:
 def main() -> None:
     """Run every check on CPU and CUDA; write JSON; print a summary."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", default=str(ROOT / "benchmarks/results/cuda.json"))
+    parser.add_argument(
+        "--out", default=str(ROOT / "docs/results/benchmarks/cuda.json")
+    )
     parser.add_argument("--skip-dp", action="store_true", help="without Opacus")
     args = parser.parse_args()
     devices = [torch.device("cpu")]

@@ -938,7 +938,9 @@ def main() -> None:
     parser.add_argument(
         "--reps", type=int, default=3, help="cnn: back-to-back CKKS / DPHE pairs"
     )
-    parser.add_argument("--out", default=str(ROOT / "benchmarks/results/dphe.json"))
+    parser.add_argument(
+        "--out", default=str(ROOT / "docs/results/benchmarks/dphe.json")
+    )
     args = parser.parse_args()
     parts = [p for p in args.part.split(",") if p]
     unknown = set(parts) - set(PARTS)

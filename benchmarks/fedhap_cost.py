@@ -74,7 +74,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--bits", type=int, default=48)
     parser.add_argument(
-        "--out", type=Path, default=ROOT / "benchmarks" / "results" / "fedhap_cost.json"
+        "--out", type=Path, default=ROOT / "docs/results/benchmarks/fedhap_cost.json"
     )
     args = parser.parse_args()
     if args.rounds < 3:

@@ -10,7 +10,7 @@ says so. Random 64-bit codes and 10 random classes (seeded).
 Usage::
 
     python benchmarks/retrieval.py [--n-db 1000000] [--n-query 1000] [--bits 64]
-        [--threads 1] [--out benchmarks/results/retrieval.json] [--quick]
+        [--threads 1] [--out docs/results/benchmarks/retrieval.json] [--quick]
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def parse_args() -> argparse.Namespace:
         args.baseline_queries = min(args.baseline_queries, 10)
     if args.out is None:
         name = "retrieval_quick.json" if args.quick else "retrieval.json"
-        args.out = REPO_ROOT / "benchmarks" / "results" / name
+        args.out = REPO_ROOT / "docs" / "results" / "benchmarks" / name
     args.baseline_queries = min(args.baseline_queries, args.n_query)
     return args
 

@@ -92,7 +92,7 @@ def main() -> None:
     parser.add_argument("--clients", default="10,100")
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument(
-        "--out", type=Path, default=ROOT / "benchmarks" / "results" / "round_time.json"
+        "--out", type=Path, default=ROOT / "docs/results/benchmarks/round_time.json"
     )
     args = parser.parse_args()
     if args.rounds < 3:

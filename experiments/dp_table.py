@@ -109,7 +109,7 @@ def main() -> None:
     parser.add_argument("--proto-eps", type=float, default=4.0)
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument(
-        "--out", type=Path, default=ROOT / "results" / "experiments" / "dp_sgd"
+        "--out", type=Path, default=ROOT / "docs" / "results" / "dp_sgd"
     )
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]

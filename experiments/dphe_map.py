@@ -18,7 +18,7 @@ plaintext run keeps element-wise top-k: the difference is then the accuracy cost
 block sparsity (plus the quantization, which is 0.000 points above).
 ``--obfuscators djn`` uses DJN short-exponent obfuscators (README "DPHE").
 ``python -m experiments.dphe_map --block --obfuscators djn --sparsity 0.9
---out results/experiments/dphe-block``.
+--out docs/results/dphe-block``.
 """
 
 from __future__ import annotations
@@ -132,7 +132,7 @@ def main() -> None:
     )
     parser.add_argument("--obfuscators", default="full", choices=("full", "djn"))
     parser.add_argument(
-        "--out", type=Path, default=ROOT / "results" / "experiments" / "dphe"
+        "--out", type=Path, default=ROOT / "docs" / "results" / "dphe"
     )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)

@@ -280,7 +280,7 @@ def main() -> None:
     args.client_counts = [int(c) for c in args.client_counts.split(",")]
     args.base = parse_overrides(args.set)
     resolved_settings(args.base)  # fail before any run
-    args.out = args.out or ROOT / "results" / "experiments" / "fedhap"
+    args.out = args.out or ROOT / "docs" / "results" / "fedhap"
     args.out.mkdir(parents=True, exist_ok=True)
     rows_path = args.out / "rows.jsonl"
     rows = (

@@ -186,7 +186,7 @@ def main() -> None:
     parser.add_argument("--bits", default="12,24,32,48")
     parser.add_argument("--clients", type=int, default=10)
     parser.add_argument(
-        "--out", type=Path, default=ROOT / "results" / "experiments" / "itq"
+        "--out", type=Path, default=ROOT / "docs" / "results" / "itq"
     )
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]

@@ -326,7 +326,7 @@ def main() -> None:
     args.completion_alphas = [float(a) for a in args.completion_alphas.split(",")]
     args.base = {**preset(), **parse_overrides(args.set)}
     resolved_settings(args.base)  # fail before any run
-    args.out = args.out or ROOT / "results" / "experiments" / "pfmh"
+    args.out = args.out or ROOT / "docs" / "results" / "pfmh"
     args.out.mkdir(parents=True, exist_ok=True)
     rows_path = args.out / "rows.jsonl"
     rows = (

@@ -79,7 +79,7 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument(
-        "--out", type=Path, default=ROOT / "results" / "experiments" / "phashing"
+        "--out", type=Path, default=ROOT / "docs" / "results" / "phashing"
     )
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]

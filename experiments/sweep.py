@@ -186,7 +186,7 @@ def main() -> None:
     args.seeds = [int(s) for s in args.seeds.split(",")]
     args.bits = [int(b) for b in args.bits.split(",")]
     args.base = parse_overrides(args.set)
-    args.out = args.out or ROOT / "results" / "experiments" / args.grid
+    args.out = args.out or ROOT / "docs" / "results" / args.grid
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     rows = foundation(args)
