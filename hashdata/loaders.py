@@ -28,11 +28,12 @@ from __future__ import annotations
 import os
 import pickle
 import warnings
-from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from hashdata.dataset import HashDataset
+from hashdata.multiview import load_multiview_digits
 
 DATASETS: tuple[str, ...] = ("digits", "npz", "cifar10", "multiview-digits")
 
@@ -42,90 +43,6 @@ CIFAR10_MEAN: tuple[float, float, float] = (0.4914, 0.4822, 0.4465)
 CIFAR10_STD: tuple[float, float, float] = (0.2470, 0.2435, 0.2616)
 
 _CIFAR_FOLDER = "cifar-10-batches-py"
-
-
-@dataclass(frozen=True, eq=False)
-class HashDataset:
-    """A labelled dataset held in memory, ready for hashing experiments.
-
-    Attributes
-    ----------
-    name : str
-        ``"digits"``, ``"npz:<file stem>"``, ``"cifar10"`` or ``"multiview-digits"``.
-    inputs : dict[str, numpy.ndarray]
-        Modality name -> ``(n, ...)`` float32 array. Images are ``(n, C, H, W)``
-        (modality ``"image"``); feature vectors are ``(n, d)``.
-    labels : numpy.ndarray
-        ``(n,)`` int64 class indices (single-label) or ``(n, num_classes)`` uint8
-        multi-hot rows (multi-label).
-    num_classes : int
-        Number of classes (``labels.max() + 1`` for single-label, ``labels.shape[1]``
-        for multi-label).
-    multi_label : bool
-        Whether ``labels`` is multi-hot.
-    kind : str
-        ``"image"`` (raw images, for CNNs) or ``"features"`` (vectors, for MLPs).
-    description : str
-        One line describing the data, for results files.
-
-    """
-
-    name: str
-    inputs: dict[str, np.ndarray]
-    labels: np.ndarray
-    num_classes: int
-    multi_label: bool
-    kind: str
-    description: str
-
-    def __post_init__(self) -> None:
-        """Check that every array has one row per label."""
-        if not self.inputs:
-            raise ValueError(f"HashDataset {self.name!r} has no input modality")
-        n = len(self.labels)
-        for modality, array in self.inputs.items():
-            if len(array) != n:
-                raise ValueError(
-                    f"HashDataset {self.name!r}: modality {modality!r} has "
-                    f"{len(array)} rows but there are {n} labels"
-                )
-        if self.kind not in ("image", "features"):
-            raise ValueError(f"kind must be 'image' or 'features', got {self.kind!r}")
-
-    @property
-    def n(self) -> int:
-        """Number of samples."""
-        return int(len(self.labels))
-
-    @property
-    def modalities(self) -> list[str]:
-        """Modality names, sorted, with ``"image"`` first when present."""
-        return sorted(self.inputs, key=lambda m: (m != "image", m))
-
-    def select(self, indices: Sequence[int] | np.ndarray) -> HashDataset:
-        """Return the subset at ``indices`` (a copy) as a new :class:`HashDataset`.
-
-        Parameters
-        ----------
-        indices : array-like of int, shape (m,)
-            Row indices into this dataset.
-
-        Returns
-        -------
-        HashDataset
-            Same name/kind/classes, ``m`` samples.
-
-        """
-        idx = np.asarray(indices, dtype=np.int64)
-        return HashDataset(
-            name=self.name,
-            inputs={m: a[idx] for m, a in self.inputs.items()},
-            labels=self.labels[idx],
-            num_classes=self.num_classes,
-            multi_label=self.multi_label,
-            kind=self.kind,
-            description=self.description,
-        )
 
 
 def load_dataset(
@@ -170,8 +87,6 @@ def load_dataset(
     if key == "cifar10":
         return _load_cifar10(data_path, download=download)
     if key == "multiview-digits":
-        from hashdata.multiview import load_multiview_digits
-
         return load_multiview_digits()
     raise ValueError(
         f"Unknown dataset {name!r} (config key `dataset`); accepted: "

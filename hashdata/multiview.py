@@ -18,7 +18,7 @@ images, for exercising multi-modal code paths without external data:
     bottom-right), then bin.
 
 Both views are deterministic functions of the image. :func:`require_multimodal`
-checks that any :class:`~hashdata.loaders.HashDataset` (this one or an ``.npz`` with
+checks that any :class:`~hashdata.dataset.HashDataset` (this one or an ``.npz`` with
 several ``x_<modality>`` arrays) has what PFMH needs.
 """
 
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hashdata.loaders import HashDataset
+from hashdata.dataset import HashDataset
 
 #: Name of the dataset (``dataset`` config key).
 MULTIVIEW_DIGITS = "multiview-digits"
