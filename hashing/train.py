@@ -13,7 +13,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from hashing.batches import iterate_minibatches
 from hashing.losses import dpsh_loss, proximal_term
+from hashing.pfmh.train import encode_multimodal
 
 
 @dataclass(frozen=True)
@@ -42,22 +44,6 @@ class LocalTrainConfig:
     weight_decay: float = 0.0
     quantization_weight: float = 0.1
     proximal_mu: float = 0.0
-
-
-def iterate_minibatches(
-    n: int, batch_size: int, *, generator: torch.Generator
-) -> list[torch.Tensor]:
-    """Shuffled index batches covering range(n) once.
-
-    A trailing batch of a single sample is merged into the previous one, since a
-    pairwise loss needs at least two samples.
-    """
-    order = torch.randperm(n, generator=generator)
-    batches = list(order.split(batch_size))
-    if len(batches) > 1 and len(batches[-1]) < 2:
-        last = batches.pop()
-        batches[-1] = torch.cat([batches[-1], last])
-    return batches
 
 
 def train_dpsh(
@@ -169,8 +155,6 @@ def encode(
         (n, bits) float32; ``hashing.codes.sign_codes`` binarises them.
     """
     if isinstance(inputs, Mapping):
-        from hashing.pfmh.train import encode_multimodal  # imports this module
-
         return encode_multimodal(
             model,  # type: ignore[arg-type]
             inputs,

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from hashing.batches import iterate_minibatches
 from hashing.fedhap.discriminator import (
     Discriminator,
     discriminator_loss,
@@ -32,7 +33,6 @@ from hashing.fedhap.triplet import (
     global_triplet_per_sample,
     local_triplet_loss,
 )
-from hashing.train import iterate_minibatches
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ from collections.abc import Mapping
 import numpy as np
 import torch
 
+from hashing.batches import iterate_minibatches
 from hashing.pfmh.losses import LOSS_PARTS, PFMHLossConfig, PrototypeTensors, pfmh_loss
 from hashing.pfmh.model import MultiModalHash
 from hashing.pfmh.prototypes import (
@@ -42,7 +43,6 @@ from hashing.pfmh.prototypes import (
     client_prototypes,
     require_valid_prototypes,
 )
-from hashing.train import iterate_minibatches
 
 #: Paper defaults (Implementation Details).
 PAPER_LEARNING_RATE = 1e-5
