@@ -951,7 +951,11 @@ def encrypt_update(
         obfuscators = FullObfuscators(bundle.n)
     if obfuscators.n != n:
         raise ValueError("obfuscators were made for another public key")
-    draw = getattr(obfuscators, "take", None) or obfuscators.draw
+    draw = (
+        obfuscators.take
+        if isinstance(obfuscators, ObfuscatorPool)
+        else obfuscators.draw
+    )
     slot_bits = params.slot_bits
     tags = block_tags(bundle.mac_key, context, params)
     shards = []

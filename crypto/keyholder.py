@@ -50,7 +50,7 @@ import os
 import threading
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Protocol, runtime_checkable
+from typing import NoReturn, Protocol, runtime_checkable
 
 import numpy as np
 from gmpy2 import mpz, powmod_base_list
@@ -304,7 +304,7 @@ class Keyholder:
                 out.append(int(m_p + (m_q - m_p) * p_inverse % q * p))
         return out
 
-    def _refuse(self, category: str, detail: str) -> Any:
+    def _refuse(self, category: str, detail: str) -> NoReturn:
         logger.warning("keyholder refused an aggregate (%s): %s", category, detail)
         raise AggregateRefused(category)
 
