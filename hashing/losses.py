@@ -12,6 +12,8 @@ does not depend on the batch size or code length.
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 import torch.nn.functional as F
 
@@ -67,4 +69,8 @@ def proximal_term(
     params: list[torch.Tensor], global_params: list[torch.Tensor]
 ) -> torch.Tensor:
     """FedProx's ||w - w_global||^2 summed over parameter tensors (no mu/2 factor)."""
-    return sum(((p - g) ** 2).sum() for p, g in zip(params, global_params, strict=True))
+    # sum() starts at int 0 (returned as is only for empty lists: no parameters)
+    return cast(
+        torch.Tensor,
+        sum(((p - g) ** 2).sum() for p, g in zip(params, global_params, strict=True)),
+    )

@@ -37,9 +37,10 @@ Pure numpy (+ optional numba); no torch, no Flower.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -195,6 +196,10 @@ def _choose_backend(backend: Backend, pairs: int) -> str:
 
 # --------------------------------------------------------------------- numba kernels
 
+_U64 = NDArray[np.uint64]
+_I64 = NDArray[np.int64]
+_Dist = NDArray[np.unsignedinteger]  # Hamming distances (distance_dtype)
+
 
 @functools.cache
 def _numba_kernels() -> SimpleNamespace:
@@ -211,34 +216,38 @@ def _numba_kernels() -> SimpleNamespace:
             "backend='numba' needs the optional numba package (pip install numba)"
         ) from err
 
+    # The kernels' annotations are for mypy only: numba infers its own types from
+    # the arguments (uint64 code words, small unsigned distances, int64 counts).
     @intrinsic
-    def popcount(typingctx, x):
+    def _popcount(typingctx: Any, x: Any) -> tuple[Any, Any]:
         sig = types.uint64(types.uint64)
 
-        def codegen(context, builder, signature, args):
+        def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
             return builder.ctpop(args[0])
 
         return sig, codegen
 
-    opts = {"nogil": True, "boundscheck": False, "error_model": "numpy"}
+    # numba's stub types a call of an intrinsic with the typing context argument
+    popcount = cast(Callable[[Any], Any], _popcount)
+    opts: dict[str, Any] = {"nogil": True, "boundscheck": False, "error_model": "numpy"}
 
     @njit(inline="always", **opts)
-    def _set1(x, row, buf, n):
+    def _set1(x: Any, row: _U64, buf: _Dist, n: int) -> None:
         for i in range(n):
             buf[i] = popcount(x ^ row[i])
 
     @njit(inline="always", **opts)
-    def _set2(x, y, row0, row1, buf, n):
+    def _set2(x: Any, y: Any, row0: _U64, row1: _U64, buf: _Dist, n: int) -> None:
         for i in range(n):
             buf[i] = popcount(x ^ row0[i]) + popcount(y ^ row1[i])
 
     @njit(inline="always", **opts)
-    def _add1(x, row, buf, n):
+    def _add1(x: Any, row: _U64, buf: _Dist, n: int) -> None:
         for i in range(n):
             buf[i] = buf[i] + popcount(x ^ row[i])
 
     @njit(**opts)
-    def distances(qa, db_t, c0, c1, buf):
+    def distances(qa: _U64, db_t: _U64, c0: int, c1: int, buf: _Dist) -> None:
         # buf[i - c0] = Hamming distance of query qa (w,) to item i, c0 <= i < c1.
         # Word-major db_t (w, ndb) keeps every inner loop contiguous (vectorized).
         w = db_t.shape[0]
@@ -251,7 +260,9 @@ def _numba_kernels() -> SimpleNamespace:
             _add1(qa[j], db_t[j, c0:c1], buf, n)
 
     @njit(inline="always", **opts)
-    def _push(idx, d, cnt, buck, r, s, k):
+    def _push(
+        idx: int, d: Any, cnt: _I64, buck: _I64, r: int, s: int, k: int
+    ) -> tuple[int, int]:
         # Accept item idx at distance d < r; keep r = the smallest distance whose
         # cumulative count reaches k (later items at >= r cannot enter the top k,
         # as ties go to smaller indices) and s = number kept below r.
@@ -264,7 +275,16 @@ def _numba_kernels() -> SimpleNamespace:
         return r, s
 
     @njit(**opts)
-    def topk(q, db_t, k, swar, buf, wbuf, out_idx, out_dist):
+    def topk(
+        q: _U64,
+        db_t: _U64,
+        k: int,
+        swar: bool,
+        buf: _Dist,
+        wbuf: _U64,
+        out_idx: _I64,
+        out_dist: _Dist,
+    ) -> None:
         # Exact stable top-k per query: one scan with a shrinking distance bound;
         # kept items go to per-distance buckets in index order, so reading the
         # buckets in distance order yields (distance, index) ascending.
@@ -311,7 +331,17 @@ def _numba_kernels() -> SimpleNamespace:
                         m += 1
 
     @njit(**opts)
-    def rank_stats(q, db_t, ql, dl_t, single, dist, out_ap, hist_all, hist_rel):
+    def rank_stats(
+        q: _U64,
+        db_t: _U64,
+        ql: _U64,
+        dl_t: _U64,
+        single: bool,
+        dist: _Dist,
+        out_ap: NDArray[np.float64],
+        hist_all: _I64,
+        hist_rel: _I64,
+    ) -> None:
         # Per query: AP over the whole stable ranking and the distance histograms
         # of all / relevant items. A relevant item at distance t that is the p-th
         # item and the m-th relevant item of its distance bucket (index order) has
@@ -374,7 +404,9 @@ def _numba_kernels() -> SimpleNamespace:
             out_ap[a] = total / n_rel
 
     @njit(**opts)
-    def topk_counting(q, db_t, k, dist, out_idx, out_dist):
+    def topk_counting(
+        q: _U64, db_t: _U64, k: int, dist: _Dist, out_idx: _I64, out_dist: _Dist
+    ) -> None:
         # Exact stable top-k for large k, O(ndb + k) memory: histogram of the
         # distances, then one placement pass at per-distance output offsets.
         nq = q.shape[0]

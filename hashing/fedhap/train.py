@@ -18,6 +18,7 @@ there are none (round 1) and in the ablations that switch them off.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 from torch import nn
@@ -161,6 +162,8 @@ def train_fedhap(
     )
     use_disc = discriminator is not None and prototypes is not None
     use_global = config.global_triplet and prototypes is not None
+    p_codes: torch.Tensor | None = None
+    p_classes: torch.Tensor | None = None
     if prototypes is not None:
         p_codes, p_classes = (t.to(device) for t in prototypes)
     opt_d = None
@@ -192,6 +195,7 @@ def train_fedhap(
             }
             if use_disc:
                 assert opt_d is not None and discriminator is not None
+                assert p_codes is not None and p_classes is not None
                 d_loss = discriminator_loss(
                     discriminator, b.detach(), y, p_codes, p_classes
                 )
@@ -201,6 +205,7 @@ def train_fedhap(
                 sums["discriminator"] += float(d_loss.detach())
                 parts["adversarial"] = config.lam * generator_loss(discriminator, b, y)
             if use_global:
+                assert p_codes is not None and p_classes is not None
                 parts["triplet_global"] = global_triplet_loss(
                     b,
                     y,
@@ -210,7 +215,8 @@ def train_fedhap(
                     margin=config.margin,
                     metric=config.distance,
                 )
-            loss = sum(parts.values())
+            # at least two parts, so never sum()'s int start value
+            loss = cast(torch.Tensor, sum(parts.values()))
             opt_g.zero_grad(set_to_none=True)
             loss.backward()
             opt_g.step()
