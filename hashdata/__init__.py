@@ -12,11 +12,11 @@ Typical use::
     client_rows = db_idx[local]  # rows of ``ds`` held by client 3
 """
 
+from hashdata.dataset import HashDataset
 from hashdata.loaders import (
     CIFAR10_MEAN,
     CIFAR10_STD,
     DATASETS,
-    HashDataset,
     load_dataset,
 )
 from hashdata.multiview import (

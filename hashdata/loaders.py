@@ -317,7 +317,8 @@ def _cifar_class() -> type:
                     + ", ".join(_cifar_missing_files(Path(self.root)))
                 )
             parts = self.train_list if train else self.test_list
-            data, targets = [], []
+            data: list[np.ndarray] = []
+            targets: list[int] = []
             for file_name, _ in parts:
                 entry = _unpickle(os.path.join(self.root, self.base_folder, file_name))
                 data.append(np.asarray(entry["data"], dtype=np.uint8))

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hashdata.loaders import HashDataset, load_dataset
+from hashdata.dataset import HashDataset
+from hashdata.loaders import load_dataset
 from hashdata.protocol import split_query_database
 
 
