@@ -43,9 +43,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 MAX_SLOT_BITS = 63
 """Largest slot width: every slot sum (and decoded sum) must fit an int64."""
@@ -299,10 +302,12 @@ def _check_int(name: str, value: object, low: int | None, high: int | None) -> N
         raise ValueError(f"{name} must be in [{lo}, {hi}], got {value}")
 
 
-def _exact_fields(cls: type, data: Mapping[str, Any], what: str) -> dict[str, Any]:
+def _exact_fields(
+    cls: type[DataclassInstance], data: Mapping[str, Any], what: str
+) -> dict[str, Any]:
     if not isinstance(data, Mapping):
         raise ValueError(f"{what} must be a JSON object, got {type(data).__name__}")
-    names = set(cls.__dataclass_fields__)  # type: ignore[attr-defined]
+    names = set(cls.__dataclass_fields__)
     missing = names - set(data)
     extra = set(data) - names
     if missing or extra:
