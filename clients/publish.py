@@ -21,7 +21,6 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from hashing.pfmh.prototypes import ClientPrototypes
 from hashing.prototypes import ClassPrototypes
 from privacy.flipping import UNIT_CODE, epsilon_per_code, flip_beta, flip_codes
 from privacy.ledger import UNIT_RECORD, MechanismUse
@@ -113,7 +112,7 @@ def publish_prototypes(
             f"labels_per_record={labels_per_record!r}: must be an integer >= 1"
         )
     beta = flip_beta(eps, settings.flip_calibration)
-    signs = np.where(protos.means >= 0, 1, -1).astype(np.int8)
+    signs = np.where(protos.vectors >= 0, 1, -1).astype(np.int8)
     flipped = flip_codes(signs, beta, noise).astype(np.float32)
     use = MechanismUse(
         PROTOTYPES_MECHANISM,
@@ -123,7 +122,7 @@ def publish_prototypes(
     )
     published = ClassPrototypes(
         classes=protos.classes,
-        means=flipped,
+        vectors=flipped,
         counts=np.ones_like(protos.counts),
     )
     return published, [use]
@@ -144,7 +143,7 @@ def labels_per_record(labels: np.ndarray | torch.Tensor) -> int:
     return max(1, int((values != 0).sum(axis=1).max()))
 
 
-def publish_pfmh_prototypes(protos: ClientPrototypes) -> ClientPrototypes:
+def publish_pfmh_prototypes(protos: ClassPrototypes) -> ClassPrototypes:
     """Return the PFMH prototypes this client uploads: as computed (Eq. 5).
 
     PFMH's uploads are the unit-norm class means of the fused representation H,

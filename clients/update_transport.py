@@ -21,7 +21,7 @@ reply is sent, :func:`finish_train_reply` turns it into what the run asks for:
   picks the ``r**n`` source (:mod:`crypto.obfuscators`; a DJN table is built once
   per node process).
 * ``dphe-prototypes`` (FedHAP): the ``prototypes`` upload is replaced by an encrypted
-  ``dphe-prototypes`` record of :func:`hashing.prototypes.prototype_sum_vector`
+  ``dphe-prototypes`` record of :func:`hashing.fedhap.prototypes.prototype_sum_vector`
   (weight 1, stream ``prototypes``), so the server learns only the per-class totals.
 
 What still travels in clear under DPHE: the reply's size (``ceil(touched / M)``
@@ -47,7 +47,7 @@ from crypto import (
     make_obfuscators,
 )
 from crypto.obfuscators import ObfuscatorSource
-from hashing.prototypes import prototype_sum_vector
+from hashing.fedhap.prototypes import prototype_sum_vector
 from hashing.update_sparsity import (
     block_top_k_sparsify,
     flatten_arrays,

@@ -28,8 +28,8 @@ from experiments.overrides import parse_overrides, resolved_settings
 from hashdata import load_split
 from hashing.codes import sign_codes
 from hashing.pfmh.evaluation import local_retrieval, mean_over_clients
-from hashing.pfmh.prototypes import PrototypeSet
 from hashing.pfmh.train import local_prototypes, train_pfmh
+from hashing.prototypes import PrototypeSet
 from hashing.retrieval import evaluate_retrieval
 from hashing.train import LocalTrainConfig, encode, select_device, train_dpsh
 from settings.run_model import build_run_model, pfmh_loss_config

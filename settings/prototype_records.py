@@ -17,8 +17,8 @@ from __future__ import annotations
 import numpy as np
 from flwr.app import Array, ArrayRecord
 
-from hashing.pfmh.prototypes import ClientPrototypes, PrototypeSet
-from hashing.prototypes import ClassPrototypes, GlobalPrototypes
+from hashing.fedhap.prototypes import GlobalPrototypes
+from hashing.prototypes import ClassPrototypes, PrototypeSet
 from settings import keys as K
 
 
@@ -27,7 +27,7 @@ def upload_record(protos: ClassPrototypes) -> ArrayRecord:
     return ArrayRecord(
         {
             K.PROTO_CLASSES: Array(np.ascontiguousarray(protos.classes)),
-            K.PROTO_CODES: Array(np.ascontiguousarray(protos.means)),
+            K.PROTO_CODES: Array(np.ascontiguousarray(protos.vectors)),
             K.PROTO_COUNTS: Array(np.ascontiguousarray(protos.counts)),
         }
     )
@@ -39,7 +39,7 @@ def read_upload(record: ArrayRecord) -> ClassPrototypes:
         raise TypeError(f"'{K.PROTOTYPES}' is a {type(record).__name__}")
     return ClassPrototypes(
         classes=record[K.PROTO_CLASSES].numpy(),
-        means=record[K.PROTO_CODES].numpy(),
+        vectors=record[K.PROTO_CODES].numpy(),
         counts=record[K.PROTO_COUNTS].numpy(),
     )
 
@@ -59,7 +59,7 @@ def read_broadcast(record: ArrayRecord) -> tuple[np.ndarray, np.ndarray]:
     return record[K.PROTO_CLASSES].numpy(), record[K.PROTO_CODES].numpy()
 
 
-def pfmh_upload_record(protos: ClientPrototypes) -> ArrayRecord:
+def pfmh_upload_record(protos: ClassPrototypes) -> ArrayRecord:
     """Pack a client's PFMH upload (Eq. 5) into an ArrayRecord."""
     return ArrayRecord(
         {
@@ -70,11 +70,11 @@ def pfmh_upload_record(protos: ClientPrototypes) -> ArrayRecord:
     )
 
 
-def read_pfmh_upload(record: ArrayRecord) -> ClientPrototypes:
+def read_pfmh_upload(record: ArrayRecord) -> ClassPrototypes:
     """Inverse of :func:`pfmh_upload_record` (KeyError/TypeError if malformed)."""
     if not isinstance(record, ArrayRecord):
         raise TypeError(f"'{K.PFMH_UPLOAD}' is a {type(record).__name__}")
-    return ClientPrototypes(
+    return ClassPrototypes(
         classes=record[K.PROTO_CLASSES].numpy(),
         vectors=record[K.PROTO_VECTORS].numpy(),
         counts=record[K.PROTO_COUNTS].numpy(),

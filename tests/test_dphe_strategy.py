@@ -330,18 +330,18 @@ def test_partitions_without_a_permutation_are_a_config_error(key_dir):
 
 
 def test_prototype_sum_layout_reproduces_the_plain_mean_aggregation():
-    from hashing.prototypes import (
-        ClassPrototypes,
+    from hashing.fedhap.prototypes import (
         aggregate_prototypes,
         prototype_sum_vector,
         prototypes_from_sums,
     )
+    from hashing.prototypes import ClassPrototypes
 
     rng = np.random.default_rng(7)
     uploads = [
         ClassPrototypes(
             classes=np.array(c, dtype=np.int64),
-            means=rng.uniform(-1, 1, size=(len(c), 4)).astype(np.float32),
+            vectors=rng.uniform(-1, 1, size=(len(c), 4)).astype(np.float32),
             counts=np.arange(1, len(c) + 1, dtype=np.int64),
         )
         for c in ([0, 2], [2, 3], [0, 3, 4])
@@ -398,7 +398,7 @@ def test_fedhap_with_encrypted_prototype_sums(key_dir, caplog):
                 K.PROTOTYPES: upload_record(
                     ClassPrototypes(
                         classes=np.array(cls, dtype=np.int64),
-                        means=means[node].astype(np.float32),
+                        vectors=means[node].astype(np.float32),
                         counts=np.ones(len(cls), dtype=np.int64),
                     )
                 ),

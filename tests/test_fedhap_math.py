@@ -13,6 +13,7 @@ from hashing.fedhap.discriminator import (
     generator_loss,
     label_vector,
 )
+from hashing.fedhap.prototypes import aggregate_prototypes
 from hashing.fedhap.train import FedHAPTrainConfig, quantization_loss, train_fedhap
 from hashing.fedhap.triplet import (
     global_triplet_loss,
@@ -20,12 +21,7 @@ from hashing.fedhap.triplet import (
     pairwise_distance,
 )
 from hashing.models import MLPHash
-from hashing.prototypes import (
-    ClassPrototypes,
-    aggregate_prototypes,
-    class_prototypes,
-    prototype_problem,
-)
+from hashing.prototypes import ClassPrototypes, class_prototypes, prototype_problem
 from settings.prototype_records import (
     broadcast_record,
     read_broadcast,
@@ -141,18 +137,18 @@ def test_class_prototypes_only_for_held_classes_and_multi_label():
     protos = class_prototypes(codes, T([2, 2, 0]), num_classes=4)
     assert protos.classes.tolist() == [0, 2]
     assert protos.counts.tolist() == [1, 2]
-    assert protos.means.tolist() == [[-2.0, 0.0], [2.0, 1.0]]
+    assert protos.vectors.tolist() == [[-2.0, 0.0], [2.0, 1.0]]
     # a multi-label sample counts for each of its labels
     multi = class_prototypes(codes, T([[1, 1, 0], [0, 1, 0], [0, 0, 0]]), num_classes=3)
     assert multi.classes.tolist() == [0, 1]
     assert multi.counts.tolist() == [1, 2]
-    assert multi.means.tolist() == [[1.0, 3.0], [2.0, 1.0]]
+    assert multi.vectors.tolist() == [[1.0, 3.0], [2.0, 1.0]]
 
 
 def _up(classes, means, counts):
     return ClassPrototypes(
         classes=np.array(classes, dtype=np.int64),
-        means=np.array(means, dtype=np.float32),
+        vectors=np.array(means, dtype=np.float32),
         counts=np.array(counts, dtype=np.int64),
     )
 
@@ -184,15 +180,15 @@ def test_aggregation_over_holders_plain_and_count_weighted_with_sign_ties():
         (_up([-1, 0], [[1.0] * 4] * 2, [1, 1]), "class id -1 outside"),
         (_up([1, 1], [[1.0] * 4] * 2, [1, 1]), "duplicate"),
         (_up([0, 1], [[1.0] * 4, [np.nan] * 4], [1, 1]), "non-finite"),
-        (_up([0, 1], [[1.0] * 4] * 2, [1, 0]), "non-positive"),
+        (_up([0, 1], [[1.0] * 4] * 2, [1, 0]), "counts must be >= 1"),
         (_up([], np.zeros((0, 4)), []), "no class"),
     ],
 )
 def test_prototype_problems_are_named(upload, fragment):
-    problem = prototype_problem(upload, num_classes=5, bits=4)
+    problem = prototype_problem(upload, num_classes=5, dim=4)
     assert problem is not None and fragment in problem
     assert (
-        prototype_problem(_up([0, 4], [[0.5] * 4] * 2, [2, 1]), num_classes=5, bits=4)
+        prototype_problem(_up([0, 4], [[0.5] * 4] * 2, [2, 1]), num_classes=5, dim=4)
         is None
     )
 
@@ -200,7 +196,7 @@ def test_prototype_problems_are_named(upload, fragment):
 def test_records_round_trip():
     up = _up([1, 4], [[0.5, -0.5], [0.1, 0.2]], [3, 1])
     back = read_upload(upload_record(up))
-    for f in ("classes", "means", "counts"):
+    for f in ("classes", "vectors", "counts"):
         assert np.array_equal(getattr(back, f), getattr(up, f))
     glob = aggregate_prototypes([up], num_classes=5, bits=2)
     classes, codes = read_broadcast(broadcast_record(glob))

@@ -24,7 +24,7 @@ def upload(classes, means, counts=None):
     classes = np.array(classes, dtype=np.int64)
     return ClassPrototypes(
         classes=classes,
-        means=np.array(means, dtype=np.float32).reshape(len(classes), -1),
+        vectors=np.array(means, dtype=np.float32).reshape(len(classes), -1),
         counts=np.array(counts or [1] * len(classes), dtype=np.int64),
     )
 

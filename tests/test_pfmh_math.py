@@ -28,13 +28,10 @@ from hashing.pfmh.model import (
     modality_order,
 )
 from hashing.pfmh.prototypes import (
-    ClientPrototypes,
-    PrototypeSet,
     aggregate_and_enhance,
     centralized_prototypes,
     client_prototypes,
     complete_prototypes,
-    prototype_problem,
     require_valid_prototypes,
 )
 from hashing.pfmh.train import (
@@ -43,6 +40,7 @@ from hashing.pfmh.train import (
     local_prototypes,
     train_pfmh,
 )
+from hashing.prototypes import ClassPrototypes, PrototypeSet, prototype_problem
 
 T = torch.tensor
 CPU = torch.device("cpu")
@@ -52,7 +50,7 @@ R2 = 1 / math.sqrt(2)
 def up(classes, vectors, counts=None):
     classes = np.asarray(classes, dtype=np.int64)
     counts = np.ones(len(classes)) if counts is None else counts
-    return ClientPrototypes(
+    return ClassPrototypes(
         classes=classes,
         vectors=np.asarray(vectors, dtype=np.float32),
         counts=np.asarray(counts, dtype=np.int64),
@@ -145,7 +143,7 @@ def test_client_prototypes_multi_label_counts_each_label():
     np.testing.assert_allclose(p.vectors[0], np.array([0.5, 1.0]) / math.sqrt(1.25))
     np.testing.assert_allclose(p.vectors[1], [R2, R2], rtol=1e-6)
     assert p.vectors.dtype == np.float32 and p.classes.dtype == np.int64
-    assert prototype_problem(p, num_classes=4, dim=2) is None
+    assert prototype_problem(p, num_classes=4, dim=2, unit_norm=True) is None
 
 
 def test_client_prototypes_single_label_and_degenerate_mean():
@@ -204,7 +202,7 @@ def test_completion_fills_missing_classes_and_keeps_own(two_clients):
     np.testing.assert_allclose(pa.vectors, [[1, 0], [0, 1], [-1, 0]])
     np.testing.assert_allclose(pb.vectors, [[1, 0], [1, 0], [-1, 0]])
     assert 3 not in pa.classes and 3 not in central.classes
-    assert prototype_problem(pa, num_classes=4, dim=2) is None
+    assert prototype_problem(pa, num_classes=4, dim=2, unit_norm=True) is None
     # w/o-PE: centralized still computed, personal sets not completed
     central2, own = aggregate_and_enhance([a, b], num_classes=4, dim=2, complete=False)
     np.testing.assert_array_equal(central2.vectors, central.vectors)
@@ -245,7 +243,7 @@ def test_completion_of_a_client_missing_everything_and_dim_mismatch(two_clients)
     ],
 )
 def test_prototype_problems_are_named(protos, fragment):
-    problem = prototype_problem(protos, num_classes=4, dim=2)
+    problem = prototype_problem(protos, num_classes=4, dim=2, unit_norm=True)
     assert problem is not None and re.search(fragment, problem), problem
     with pytest.raises(ValueError, match="personal_prototypes: "):
         require_valid_prototypes(

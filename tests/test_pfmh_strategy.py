@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
-from hashing.pfmh.prototypes import ClientPrototypes, PrototypeSet
+from hashing.prototypes import ClassPrototypes, PrototypeSet
 from settings import keys as K
 from settings.prototype_records import (
     pfmh_set_record,
@@ -30,7 +30,7 @@ NODES = [10, 20, 30]  # partitions 2, 1, 0
 
 def up(classes, vectors, counts=None):
     classes = np.asarray(classes, dtype=np.int64)
-    return ClientPrototypes(
+    return ClassPrototypes(
         classes=classes,
         vectors=np.asarray(vectors, dtype=np.float32).reshape(len(classes), -1),
         counts=np.asarray(counts or [1] * len(classes), dtype=np.int64),

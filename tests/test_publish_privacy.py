@@ -60,7 +60,7 @@ def test_codes_flipped_at_the_calibrated_rate_with_true_epsilon(eps, calibration
 def test_private_prototypes_are_binarised_flipped_and_hide_counts():
     protos = ClassPrototypes(
         classes=np.array([1, 4]),
-        means=np.array([[0.3, -0.2, 0.0, 5.0], [-1.0, 2.0, -0.1, 0.2]], np.float32),
+        vectors=np.array([[0.3, -0.2, 0.0, 5.0], [-1.0, 2.0, -0.1, 0.2]], np.float32),
         counts=np.array([7, 2]),
     )
     plain, none = publish_prototypes(
@@ -70,7 +70,7 @@ def test_private_prototypes_are_binarised_flipped_and_hide_counts():
     s = settings(**{"strategy": "fedhap", "prototype-flip-epsilon": 20.0})
     out, uses = publish_prototypes(protos, settings=s, noise=NoiseSource.seeded(0))
     # eps = 20 per bit: beta ~ 2e-9, so (practically) the signs themselves
-    assert out.means.tolist() == [[1, -1, 1, 1], [-1, 1, -1, 1]]
+    assert out.vectors.tolist() == [[1, -1, 1, 1], [-1, 1, -1, 1]]
     assert out.counts.tolist() == [1, 1] and out.classes.tolist() == [1, 4]
     assert uses[0].mechanism == PROTOTYPES_MECHANISM
     assert uses[0].epsilon == pytest.approx(4 * 20.0)

@@ -37,12 +37,8 @@ import torch
 from hashing.batches import iterate_minibatches
 from hashing.pfmh.losses import LOSS_PARTS, PFMHLossConfig, PrototypeTensors, pfmh_loss
 from hashing.pfmh.model import MultiModalHash
-from hashing.pfmh.prototypes import (
-    ClientPrototypes,
-    PrototypeSet,
-    client_prototypes,
-    require_valid_prototypes,
-)
+from hashing.pfmh.prototypes import client_prototypes, require_valid_prototypes
+from hashing.prototypes import ClassPrototypes, PrototypeSet
 
 #: Paper defaults (Implementation Details).
 PAPER_LEARNING_RATE = 1e-5
@@ -51,7 +47,7 @@ PAPER_BATCH_SIZE = 64
 
 
 def prototype_tensors(
-    protos: PrototypeSet | ClientPrototypes, *, device: torch.device
+    protos: PrototypeSet | ClassPrototypes, *, device: torch.device
 ) -> PrototypeTensors:
     """``(vectors (m, k) float32, classes (m,) int64)`` on ``device``."""
     return (
@@ -276,7 +272,7 @@ def local_prototypes(
     num_classes: int,
     device: torch.device,
     batch_size: int = 1024,
-) -> ClientPrototypes:
+) -> ClassPrototypes:
     """Eq. 5 over all local samples, H computed in eval mode: the client upload."""
     h, _ = embed_multimodal(model, inputs, device=device, batch_size=batch_size)
     return client_prototypes(h, labels, num_classes=num_classes)

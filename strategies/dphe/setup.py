@@ -11,7 +11,7 @@ An encrypted update travels in its own ``dphe`` ArrayRecord (``block-ids``,
 Streams: ``model`` is the flattened model update followed by one more coordinate,
 the client's train loss divided by :data:`LOSS_SCALE` (so under DPHE the server
 learns only the weighted average loss, never a client's); ``prototypes`` (FedHAP
-with ``dphe-prototypes``) is :func:`hashing.prototypes.prototype_sum_vector`.
+with ``dphe-prototypes``) is :func:`hashing.fedhap.prototypes.prototype_sum_vector`.
 
 Padding is on by default (``dphe-pad = true``); with ``dphe-capacity = 0`` the
 capacity is then :func:`crypto.auto_capacity` of the stream's number of blocks (at

@@ -34,13 +34,12 @@ from flwr.serverapp.strategy import FedAvg
 
 from crypto import EncryptedUpdate
 from hashing.csq import hash_centers
-from hashing.prototypes import (
-    ClassPrototypes,
+from hashing.fedhap.prototypes import (
     GlobalPrototypes,
     aggregate_prototypes,
-    prototype_problem,
     prototypes_from_sums,
 )
+from hashing.prototypes import ClassPrototypes, prototype_problem
 from settings import keys as K
 from settings.prototype_records import broadcast_record, read_upload
 from settings.run_settings import RunSettings
@@ -65,7 +64,7 @@ class HashingFedHAP(PartitionOrderedMixin, FedAvg):
         Seed of the centres when they are not Hadamard rows.
     weighting : str
         ``mean`` (paper) or ``count``; see
-        :func:`hashing.prototypes.aggregate_prototypes`.
+        :func:`hashing.fedhap.prototypes.aggregate_prototypes`.
     **kwargs
         Passed to Flower's FedAvg (and ``sampling_seed`` to the mixin).
     """
@@ -147,9 +146,7 @@ class HashingFedHAP(PartitionOrderedMixin, FedAvg):
             upload = read_upload(record)
         except (KeyError, TypeError, ValueError) as exc:
             return f"malformed '{K.PROTOTYPES}' record ({exc!r})"
-        problem = prototype_problem(
-            upload, num_classes=self.num_classes, bits=self.bits
-        )
+        problem = prototype_problem(upload, num_classes=self.num_classes, dim=self.bits)
         if problem is not None:
             return f"prototypes: {problem}"
         problem = super().screen_train_reply(msg)

@@ -8,7 +8,7 @@ Server side of the paper's Algorithm 1 (lines 7-13; math in
    ``pfmh-personal`` and the centralized set (Eq. 6) in ``pfmh-centralized``; the
    personal sets differ per client, so every message gets its own RecordDict;
 2. takes each reply's ``pfmh-prototypes`` record out before Flower's FedAvg sees the
-   reply and validates it (:func:`hashing.pfmh.prototypes.prototype_problem`: class
+   reply and validates it (:func:`hashing.prototypes.prototype_problem`: class
    ids in the label space, unique, dimension k, finite, unit norm, counts >= 1); a
    bad upload drops the whole reply with a WARNING naming partition and node, and
    the round goes on with the rest;
@@ -51,13 +51,8 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg
 
-from hashing.pfmh.prototypes import (
-    ClientPrototypes,
-    PrototypeSet,
-    centralized_prototypes,
-    complete_prototypes,
-    prototype_problem,
-)
+from hashing.pfmh.prototypes import centralized_prototypes, personal_prototypes
+from hashing.prototypes import ClassPrototypes, PrototypeSet, prototype_problem
 from settings import keys as K
 from settings.prototype_records import pfmh_set_record, read_pfmh_upload
 from settings.run_model import pfmh_loss_config
@@ -107,9 +102,9 @@ class HashingPFMH(PartitionOrderedMixin, FedAvg):
         self.centralized: PrototypeSet | None = None
         self.prototype_history: dict[int, dict[str, Any]] = {}
         # latest valid upload of every client (node id), and its personal set
-        self.uploads: dict[int, ClientPrototypes] = {}
+        self.uploads: dict[int, ClassPrototypes] = {}
         self.personal: dict[int, PrototypeSet] = {}
-        self._round_uploads: dict[int, ClientPrototypes] = {}
+        self._round_uploads: dict[int, ClassPrototypes] = {}
 
     def set_label_space(self, num_classes: int) -> None:
         """Size of the label space; class ids outside ``0..C-1`` are rejected."""
@@ -161,7 +156,7 @@ class HashingPFMH(PartitionOrderedMixin, FedAvg):
             except (KeyError, TypeError, ValueError) as exc:
                 return f"malformed '{K.PFMH_UPLOAD}' record ({exc!r})"
             problem = prototype_problem(
-                upload, num_classes=self.num_classes, dim=self.dim
+                upload, num_classes=self.num_classes, dim=self.dim, unit_norm=True
             )
             if problem is not None:
                 return f"prototypes: {problem}"
@@ -199,9 +194,7 @@ class HashingPFMH(PartitionOrderedMixin, FedAvg):
             weighting=self.weighting,
         )
         self.personal = {
-            node: complete_prototypes(up, self.centralized)
-            if self.complete
-            else PrototypeSet(classes=up.classes.copy(), vectors=up.vectors.copy())
+            node: personal_prototypes(up, self.centralized, complete=self.complete)
             for node, up in self.uploads.items()
         }
         filled = [

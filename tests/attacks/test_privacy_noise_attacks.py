@@ -133,7 +133,7 @@ def test_multi_label_prototype_flips_charged_per_changed_prototype():
     before = class_prototypes(codes, labels, num_classes=6)
     after = class_prototypes(codes[1:], labels[1:], num_classes=6)
     assert before.classes.tolist() == after.classes.tolist()
-    moved = int(np.sum(np.any(before.means != after.means, axis=1)))
+    moved = int(np.sum(np.any(before.vectors != after.vectors, axis=1)))
     assert moved == 3
     settings = RunSettings.from_config(
         {"strategy": "fedhap", "prototype-flip-epsilon": 2.0}
