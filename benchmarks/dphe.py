@@ -544,7 +544,7 @@ CNN_VARIANTS = (
     ("block-full", "block", "full", 0, 2),
     ("block-full-pool2", "block", "full", 2, 2),
     ("element-full", "element", "full", 0, 2),
-    # wider slots: dphe-max-contributors = 16 instead of 128 (3 bits less per slot)
+    # wider slots: dphe.max-contributors = 16 instead of 128 (3 bits less per slot)
     ("block-djn-max16", "block", "djn", 0, 2),
 )
 WIDER_SLOTS_SUMMANDS = 16
@@ -669,8 +669,8 @@ def round_ratio(args: argparse.Namespace) -> dict:
     """End-to-end FedAvg rounds (mlp, digits, ``--round-clients``): plain vs DPHE.
 
     Two real simulations (Flower + Ray, in-process) in this run: plaintext FedAvg
-    (dense updates, the default) and DPHE with ``update-sparsity = 0.9``,
-    ``dphe-block-sparsity = true``, ``dphe-obfuscators = "djn"``, a fresh 2048-bit
+    (dense updates, the default) and DPHE with ``updates.sparsity = 0.9``,
+    ``dphe.block-sparsity = true``, ``dphe.obfuscators = "djn"``, a fresh 2048-bit
     key and the in-process keyholder (every check on). Seconds per round are the
     differences of ``elapsed_s`` between rounds 2 .. R-1 (no evaluation; round 1
     holds the actors' start and the DJN table). The two alternate ``--round-reps``
@@ -689,9 +689,9 @@ def round_ratio(args: argparse.Namespace) -> dict:
     }
     secure = {
         "secure-aggregation": "dphe",
-        "update-sparsity": 0.9,
-        "dphe-block-sparsity": True,
-        "dphe-obfuscators": "djn",
+        "updates.sparsity": 0.9,
+        "dphe.block-sparsity": True,
+        "dphe.obfuscators": "djn",
     }
     out: dict = {
         "clients": args.round_clients,
@@ -708,7 +708,7 @@ def round_ratio(args: argparse.Namespace) -> dict:
         for rep in range(args.round_reps):
             for name, over in (
                 ("plain", {}),
-                ("dphe", {**secure, "dphe-key-dir": str(keys)}),
+                ("dphe", {**secure, "dphe.key-dir": str(keys)}),
             ):
                 run_dir = simulate(
                     {**base, **over, "results-dir": str(Path(tmp) / f"{name}{rep}")},
@@ -964,9 +964,9 @@ def main() -> None:
             "key_bits": args.key_bits,
             "clients": args.clients,
             "weighting": "uniform",
-            "scale_bits": settings.dphe_scale_bits,
-            "clip": settings.dphe_clip,
-            "max_contributors": settings.dphe_max_contributors,
+            "scale_bits": settings.dphe.scale_bits,
+            "clip": settings.dphe.clip,
+            "max_contributors": settings.dphe.max_contributors,
             "pad": True,
         }
         out["cnn"] = cnn

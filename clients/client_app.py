@@ -23,12 +23,11 @@ import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
-import strategies.fedhap.trainer  # noqa: F401  (registers the "fedhap" trainer)
 from clients.data import load_local_data
 from clients.node_inputs import check_node_inputs, with_node_data_path
 from clients.privacy_noise import PURPOSE_PUBLISH, PURPOSE_TRAIN, node_noise
 from clients.publish import publish_codes
-from clients.trainers import TrainContext, get_trainer
+from clients.trainers import TrainContext
 from clients.update_transport import finish_train_reply
 from hashing.codes import pack_bytes, sign_codes
 from hashing.train import encode, select_device
@@ -36,7 +35,8 @@ from settings import keys as K
 from settings.privacy_records import privacy_record
 from settings.run_model import build_run_model
 from settings.run_settings import RunSettings
-from strategies.pfmh.trainer import pfmh_eval_reply  # registers the "pfmh" trainer
+from strategies.pfmh.trainer import pfmh_eval_reply
+from strategies.registry import method
 
 logger = logging.getLogger(__name__)
 
@@ -102,7 +102,7 @@ def build_client_app(overrides: Mapping[str, Any] | None = None) -> ClientApp:
             state=context.state,
         )
         global_arrays = msg.content[K.ARRAYS]
-        reply = get_trainer(settings.strategy)(msg.content, ctx)
+        reply = method(settings).trainer(msg.content, ctx)
         reply = finish_train_reply(
             reply,
             global_arrays=global_arrays,

@@ -22,6 +22,7 @@ from typing import Any
 
 from settings import keys as K
 from settings.run_settings import RunSettings
+from strategies.dphe.config import DPHEConfig
 from strategies.dphe.setup import cached_client_bundle, client_bundle_path
 
 #: datasets read from ``data-path`` (the others are embedded or generated)
@@ -49,7 +50,7 @@ def with_node_data_path(
     out = dict(config)
     node_path = node_config.get(K.NODE_DATA_PATH, "")
     if node_path != "":
-        out[K.DATA_PATH] = str(node_path)
+        out[RunSettings.key('data_path')] = str(node_path)
     return out
 
 
@@ -81,7 +82,7 @@ def check_node_inputs(
         source = (
             f"node config {K.NODE_DATA_PATH}"
             if node_config.get(K.NODE_DATA_PATH, "") != ""
-            else f"run config {K.DATA_PATH}"
+            else f"run config {RunSettings.key('data_path')}"
         )
         wanted = "file" if settings.dataset == "npz" else "folder"
         exists = path.is_file() if settings.dataset == "npz" else path.is_dir()
@@ -101,7 +102,7 @@ def check_node_inputs(
         source = (
             f"node config {K.DPHE_KEY_BUNDLE}"
             if node_bundle
-            else f"run config {K.DPHE_KEY_DIR}"
+            else f"run config {DPHEConfig.key('key_dir')}"
         )
         raise ValueError(
             f"{source}: DPHE key bundle {str(path)!r} is unusable for partition "

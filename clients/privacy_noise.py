@@ -1,4 +1,4 @@
-"""The node's privacy noise source for one release (``privacy-noise`` config key).
+"""The node's privacy noise source for one release (``privacy.noise`` config key).
 
 Secure by default (``os.urandom``). The simulation-only seeded mode is honoured
 only when this process is a Ray worker of Flower's simulation engine
@@ -9,9 +9,9 @@ server's side, so a deployed client never lets it make its noise predictable.
 from __future__ import annotations
 
 from privacy.noise import SEEDED, NoiseSource
-from settings import keys as K
 from settings.run_settings import ConfigError, RunSettings
 from settings.runtime import client_in_simulation
+from settings.sections import PrivacyConfig
 
 PURPOSE_TRAIN = "train"
 PURPOSE_PUBLISH = "publish"
@@ -30,7 +30,7 @@ def node_noise(
     Parameters
     ----------
     settings : RunSettings
-        ``privacy-noise`` and, in seeded mode, ``seed``.
+        ``privacy.noise`` and, in seeded mode, ``seed``.
     server_round, partition_id : int
         Identify the draw in seeded mode (ignored in secure mode).
     purpose : str
@@ -42,14 +42,14 @@ def node_noise(
     Raises
     ------
     ConfigError
-        ``privacy-noise="seeded"`` outside Flower's simulation engine.
+        ``privacy.noise="seeded"`` outside Flower's simulation engine.
     """
-    if settings.privacy_noise != SEEDED:
+    if settings.privacy.noise != SEEDED:
         return NoiseSource.secure()
     simulated = client_in_simulation() if in_simulation is None else in_simulation
     if not simulated:
         raise ConfigError(
-            f"{K.PRIVACY_NOISE}={settings.privacy_noise!r}: refused by this node; "
+            f"{PrivacyConfig.key('noise')}={settings.privacy.noise!r}: refused by this node; "
             "seeded privacy noise lets the server rebuild every flip and DP-SGD noise "
             "draw, so it is accepted in Flower's simulation engine only. Accepted "
             "here: 'secure'"

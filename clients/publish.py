@@ -1,9 +1,9 @@
 """Publication: the only places where a client's codes or prototypes leave the node.
 
 * :func:`publish_codes` -- database codes for retrieval evaluation (PHashing: Random
-  Flipping with ``code-flip-epsilon``).
+  Flipping with ``privacy.code-flip-epsilon``).
 * :func:`publish_prototypes` -- FedHAP's class prototypes (private mode with
-  ``prototype-flip-epsilon``: binarised prototypes, Random Flipping).
+  ``privacy.prototype-flip-epsilon``: binarised prototypes, Random Flipping).
 * :func:`publish_pfmh_prototypes` -- PFMH's class prototypes (no mechanism).
 
 Each returns what is published together with the privacy mechanisms applied (with
@@ -42,7 +42,7 @@ def publish_codes(
     codes : np.ndarray
         (n, bits) int8 in {-1, +1}: sign of the global model's outputs.
     settings : RunSettings
-        ``code-flip-epsilon`` (0 = publish as is) and ``flip-calibration``.
+        ``privacy.code-flip-epsilon`` (0 = publish as is) and ``privacy.flip-calibration``.
     noise : NoiseSource
         The node's privacy noise (:func:`clients.privacy_noise.node_noise`).
 
@@ -52,10 +52,10 @@ def publish_codes(
         (n, bits) int8 in {-1, +1}, and ``[]`` or one :class:`MechanismUse` with
         the true epsilon per code.
     """
-    eps = settings.code_flip_epsilon
+    eps = settings.privacy.code_flip_epsilon
     if eps <= 0:
         return codes, []
-    beta = flip_beta(eps, settings.flip_calibration)
+    beta = flip_beta(eps, settings.privacy.flip_calibration)
     use = MechanismUse(
         CODES_MECHANISM, epsilon_per_code(beta, codes.shape[1]), 0.0, UNIT_CODE
     )
@@ -71,7 +71,7 @@ def publish_prototypes(
 ) -> tuple[ClassPrototypes, list[MechanismUse]]:
     """Return the class prototypes this client uploads, and the mechanisms applied.
 
-    Without ``prototype-flip-epsilon`` the relaxed class means (Eq. 5) go as they
+    Without ``privacy.prototype-flip-epsilon`` the relaxed class means (Eq. 5) go as they
     are. In the private mode each prototype is binarised (sign, ties +1), every bit
     is flipped with the calibrated ``beta``, and the counts are replaced by 1, so
     the server learns neither the relaxed values nor the class sizes (it still
@@ -83,7 +83,7 @@ def publish_prototypes(
     protos : ClassPrototypes
         Relaxed per-class means of the classes this client holds.
     settings : RunSettings
-        ``prototype-flip-epsilon`` (0 = off) and ``flip-calibration``.
+        ``privacy.prototype-flip-epsilon`` (0 = off) and ``privacy.flip-calibration``.
     noise : NoiseSource
         The node's privacy noise (:func:`clients.privacy_noise.node_noise`).
     labels_per_record : int
@@ -104,14 +104,14 @@ def publish_prototypes(
     ValueError
         If ``labels_per_record < 1``.
     """
-    eps = settings.prototype_flip_epsilon
+    eps = settings.privacy.prototype_flip_epsilon
     if eps <= 0:
         return protos, []
     if isinstance(labels_per_record, bool) or labels_per_record < 1:
         raise ValueError(
             f"labels_per_record={labels_per_record!r}: must be an integer >= 1"
         )
-    beta = flip_beta(eps, settings.flip_calibration)
+    beta = flip_beta(eps, settings.privacy.flip_calibration)
     signs = np.where(protos.vectors >= 0, 1, -1).astype(np.int8)
     flipped = flip_codes(signs, beta, noise).astype(np.float32)
     use = MechanismUse(
@@ -148,7 +148,7 @@ def publish_pfmh_prototypes(protos: ClassPrototypes) -> ClassPrototypes:
 
     PFMH's uploads are the unit-norm class means of the fused representation H,
     with the per-class counts and the ids of the classes the client holds. No
-    privacy mechanism is applied (the paper has none; ``prototype-flip-epsilon`` is
+    privacy mechanism is applied (the paper has none; ``privacy.prototype-flip-epsilon`` is
     FedHAP's), so nothing is charged to the ledger: the server learns the client's
     classes, their sizes and the class means. README "PFMH" says what this leaks.
     """

@@ -3,7 +3,7 @@
 Every trainer returns its full local model in the ``arrays`` record. Before the
 reply is sent, :func:`finish_train_reply` turns it into what the run asks for:
 
-* ``update-sparsity`` / ``elastic-net-*`` (plaintext): the update
+* ``updates.sparsity`` / ``elastic-net-*`` (plaintext): the update
   ``w_local - w_global`` is sparsified and the reply carries ``w_global + sparse``
   (so Flower's FedAvg aggregates it unchanged);
 * ``secure-aggregation = "dphe"``: the (sparsified) update, the train loss (one
@@ -14,14 +14,14 @@ reply is sent, :func:`finish_train_reply` turns it into what the run asks for:
   MetricRecord is sent *empty*: ``num-examples`` travels as the encrypted weight,
   ``train-loss`` inside the encrypted vector, and no other per-client statistic
   leaves in clear (the server reports the aggregate loss).
-* ``dphe-block-sparsity``: under DPHE the top-k keeps whole packed blocks of the
+* ``dphe.block-sparsity``: under DPHE the top-k keeps whole packed blocks of the
   phi-permuted space (:func:`hashing.update_sparsity.block_top_k_sparsify`; the
   loss and weight coordinates' blocks always), so a user encrypts only
-  ``num_blocks - floor(update-sparsity * num_blocks)`` blocks; ``dphe-obfuscators``
+  ``num_blocks - floor(updates.sparsity * num_blocks)`` blocks; ``dphe.obfuscators``
   picks the ``r**n`` source (:mod:`crypto.obfuscators`; a DJN table is built once
   per node process).
-* ``dphe-prototypes`` (FedHAP): the ``prototypes`` upload is replaced by an encrypted
-  ``dphe-prototypes`` record of :func:`hashing.fedhap.prototypes.prototype_sum_vector`
+* ``dphe.prototypes`` (FedHAP): the ``prototypes`` upload is replaced by an encrypted
+  ``dphe.prototypes`` record of :func:`hashing.fedhap.prototypes.prototype_sum_vector`
   (weight 1, stream ``prototypes``), so the server learns only the per-class totals.
 
 What still travels in clear under DPHE: the reply's size (``ceil(touched / M)``
@@ -72,9 +72,9 @@ def transforms_update(settings: RunSettings) -> bool:
     """Whether the reply's model must be sparsified or encrypted."""
     return (
         settings.secure_aggregation == "dphe"
-        or settings.update_sparsity > 0
-        or settings.elastic_net_l1 > 0
-        or settings.elastic_net_l2 > 0
+        or settings.updates.sparsity > 0
+        or settings.updates.elastic_net_l1 > 0
+        or settings.updates.elastic_net_l2 > 0
     )
 
 
@@ -124,12 +124,12 @@ def finish_train_reply(
     reference, ref_layout = flatten_arrays(_numpy(global_arrays))
     if layout != ref_layout:
         raise ValueError("the trained model's arrays differ from the global model's")
-    blocky = settings.secure_aggregation == "dphe" and settings.dphe_block_sparsity
+    blocky = settings.secure_aggregation == "dphe" and settings.dphe.block_sparsity
     update = sparsify_update(
         local - reference,
-        sparsity=0.0 if blocky else settings.update_sparsity,
-        l1=settings.elastic_net_l1,
-        l2=settings.elastic_net_l2,
+        sparsity=0.0 if blocky else settings.updates.sparsity,
+        l1=settings.updates.elastic_net_l1,
+        l2=settings.updates.elastic_net_l2,
     )
     if settings.secure_aggregation != "dphe":
         reply[K.ARRAYS] = ArrayRecord(
@@ -154,10 +154,10 @@ def finish_train_reply(
         rng,
         context=AggregationContext(session, STREAM_MODEL, server_round),
         uniform=False,
-        block_sparsity=settings.update_sparsity if blocky else 0.0,
+        block_sparsity=settings.updates.sparsity if blocky else 0.0,
     )
     reply[K.METRICS] = MetricRecord()  # nothing about this client in clear
-    if settings.dphe_prototypes and K.PROTOTYPES in reply:
+    if settings.dphe.prototypes and K.PROTOTYPES in reply:
         upload = read_upload(reply.pop(K.PROTOTYPES))
         vector = prototype_sum_vector(
             upload,
@@ -226,7 +226,7 @@ def _encrypted(
         params=params,
         context=context,
         rng=rng,
-        obfuscators=_obfuscators(bundle.n, settings.dphe_obfuscators),
+        obfuscators=_obfuscators(bundle.n, settings.dphe.obfuscators),
     )
     return dphe_record(encrypted, key_bits=bundle.key_bits)
 

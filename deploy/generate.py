@@ -15,7 +15,7 @@ folder                 contents (who mounts it)
                        ``localhost``, ``127.0.0.1``, ``::1`` and ``--superlink-san``),
                        ``superexec.secret`` (SuperLink)
 ``serverapp/``         ``ca.crt``, ``superexec.secret``, ``aggregator.json`` (the
-                       ServerApp executor; ``dphe-key-dir`` points here)
+                       ServerApp executor; ``dphe.key-dir`` points here)
 ``keyholder/``         ``ca.crt``, ``server.crt``/``server.key`` (SANs ``keyholder``,
                        ``localhost``, ``127.0.0.1``), ``keyholder.json`` (keyholder)
 ``supernode-<i>/``     ``ca.crt``, ``auth.key``/``auth.pub`` (SuperNode
@@ -112,7 +112,7 @@ class Credentials:
 
     @property
     def serverapp(self) -> Path:
-        """The ServerApp executor's folder (``dphe-key-dir``)."""
+        """The ServerApp executor's folder (``dphe.key-dir``)."""
         return self.root / "serverapp"
 
     @property

@@ -26,8 +26,8 @@ METHODS = {
     "FedAvg (CSQ)": {"strategy": "fedavg", "loss": "csq"},
     "FedHAP (DP form)": {
         "strategy": "fedhap",
-        "fedhap-variant": "fedhap-3",
-        "fedhap-initial-prototypes": "centers",
+        "fedhap.variant": "fedhap-3",
+        "fedhap.initial-prototypes": "centers",
     },
 }
 
@@ -41,9 +41,9 @@ def config(method: str, noise: float | None, args: argparse.Namespace) -> dict:
         "eval-every": args.rounds,
     }
     if noise is not None:
-        cfg |= {"dp-sgd": True, "dp-noise-multiplier": noise}
+        cfg |= {"dp-sgd.enabled": True, "dp-sgd.noise-multiplier": noise}
         if cfg["strategy"] == "fedhap":
-            cfg["prototype-flip-epsilon"] = args.proto_eps
+            cfg["privacy.prototype-flip-epsilon"] = args.proto_eps
     return cfg
 
 

@@ -12,7 +12,7 @@ Results: ``<out>/rows.jsonl`` (appended after every pair; reruns skip done pairs
 ``<out>/table.md``.
 
 ``--block`` (issue 16) makes the DPHE run sparsify by *blocks* of the phi-permuted
-space (``dphe-block-sparsity = true``: the same ``update-sparsity``, applied to
+space (``dphe.block-sparsity = true``: the same ``updates.sparsity``, applied to
 whole packed blocks, so packed DPHE encrypts only the kept blocks) while the
 plaintext run keeps element-wise top-k: the difference is then the accuracy cost of
 block sparsity (plus the quantization, which is 0.000 points above).
@@ -50,13 +50,13 @@ def run_pair(seed: int, sparsity: float, args: argparse.Namespace) -> dict[str, 
         "seed": seed,
         "rounds": args.rounds,
         "eval-every": args.rounds,
-        "update-sparsity": sparsity,
+        "updates.sparsity": sparsity,
     }
     tag = f"s{seed}-sp{sparsity:g}"
     plain = run_federated(base, args.clients, args.out / "runs" / f"plain-{tag}")
-    extra = {"dphe-obfuscators": args.obfuscators}
+    extra = {"dphe.obfuscators": args.obfuscators}
     if args.block and sparsity > 0:
-        extra["dphe-block-sparsity"] = True
+        extra["dphe.block-sparsity"] = True
     with tempfile.TemporaryDirectory() as tmp:  # keys never leave this run
         keys = Path(tmp) / "keys"
         generate_keys(keys, num_clients=args.clients, key_bits=args.key_bits)
@@ -65,7 +65,7 @@ def run_pair(seed: int, sparsity: float, args: argparse.Namespace) -> dict[str, 
                 **base,
                 **extra,
                 "secure-aggregation": "dphe",
-                "dphe-key-dir": str(keys),
+                "dphe.key-dir": str(keys),
             },
             args.clients,
             args.out / "runs" / f"dphe-{tag}",
@@ -74,7 +74,7 @@ def run_pair(seed: int, sparsity: float, args: argparse.Namespace) -> dict[str, 
         "seed": seed,
         "sparsity": sparsity,
         "key_bits": args.key_bits,
-        "dphe_sparsity": "block" if extra.get("dphe-block-sparsity") else "element",
+        "dphe_sparsity": "block" if extra.get("dphe.block-sparsity") else "element",
         "obfuscators": args.obfuscators,
     }
     for name, summary in (("plain", plain), ("dphe", secure)):
@@ -128,7 +128,7 @@ def main() -> None:
     parser.add_argument(
         "--block",
         action="store_true",
-        help="DPHE run with dphe-block-sparsity (plaintext stays element-wise)",
+        help="DPHE run with dphe.block-sparsity (plaintext stays element-wise)",
     )
     parser.add_argument("--obfuscators", default="full", choices=("full", "djn"))
     parser.add_argument(

@@ -28,14 +28,14 @@ from experiments.sweep import PARTITIONS, ROOT, run_federated
 METHODS: dict[str, dict[str, Any]] = {
     "DPSH (FedAvg)": {"strategy": "fedavg"},
     "DPSH (FedProx)": {"strategy": "fedprox"},
-    "FedHAP-1": {"strategy": "fedhap", "fedhap-variant": "fedhap-1"},
-    "FedHAP-2": {"strategy": "fedhap", "fedhap-variant": "fedhap-2"},
-    "FedHAP-3": {"strategy": "fedhap", "fedhap-variant": "fedhap-3"},
-    "FedHAP": {"strategy": "fedhap", "fedhap-variant": "full"},
+    "FedHAP-1": {"strategy": "fedhap", "fedhap.variant": "fedhap-1"},
+    "FedHAP-2": {"strategy": "fedhap", "fedhap.variant": "fedhap-2"},
+    "FedHAP-3": {"strategy": "fedhap", "fedhap.variant": "fedhap-3"},
+    "FedHAP": {"strategy": "fedhap", "fedhap.variant": "full"},
     "FedHAP (Euclidean)": {
         "strategy": "fedhap",
-        "fedhap-variant": "full",
-        "triplet-distance": "euclidean",
+        "fedhap.variant": "full",
+        "fedhap.triplet-distance": "euclidean",
     },
 }
 MAIN_METHODS = tuple(m for m in METHODS if "Euclidean" not in m)

@@ -8,7 +8,7 @@ digits (``multiview-digits``) with 10 clients, Dirichlet(0.1) label skew and
 * ``PFMH (fedavg mode)`` -- the same, with the network also FedAvg'd;
 * ``FedAvg (same model)`` -- the same multi-modal network FedAvg'd and trained with
   L_hash only (Eq. 11: similarity matching + information preservation), no
-  prototypes at all (``pfmh-mode = "fedavg"``, ``pfmh-variant = "wo-p"``);
+  prototypes at all (``pfmh.mode = "fedavg"``, ``pfmh.variant = "wo-p"``);
 * ``w/o-PE (FedProto-like)`` -- prototype exchange without completion (Eq. 7);
 * ``w/o-P (local only)`` -- no prototype terms; in personalized mode nothing but
   metrics is exchanged, so every client trains alone;
@@ -44,14 +44,14 @@ from experiments.sweep import ROOT, _sets
 
 CENTRALIZED = "centralized"
 METHODS: dict[str, dict[str, Any]] = {
-    "PFMH": {"pfmh-mode": "personalized", "pfmh-variant": "full"},
-    "PFMH (fedavg mode)": {"pfmh-mode": "fedavg", "pfmh-variant": "full"},
-    "FedAvg (same model)": {"pfmh-mode": "fedavg", "pfmh-variant": "wo-p"},
-    "w/o-PE (FedProto-like)": {"pfmh-mode": "personalized", "pfmh-variant": "wo-pe"},
-    "w/o-P (local only)": {"pfmh-mode": "personalized", "pfmh-variant": "wo-p"},
-    "w/o-Ls": {"pfmh-mode": "personalized", "pfmh-variant": "wo-ls"},
-    "w/o-Ll": {"pfmh-mode": "personalized", "pfmh-variant": "wo-ll"},
-    CENTRALIZED: {"pfmh-variant": "full"},
+    "PFMH": {"pfmh.mode": "personalized", "pfmh.variant": "full"},
+    "PFMH (fedavg mode)": {"pfmh.mode": "fedavg", "pfmh.variant": "full"},
+    "FedAvg (same model)": {"pfmh.mode": "fedavg", "pfmh.variant": "wo-p"},
+    "w/o-PE (FedProto-like)": {"pfmh.mode": "personalized", "pfmh.variant": "wo-pe"},
+    "w/o-P (local only)": {"pfmh.mode": "personalized", "pfmh.variant": "wo-p"},
+    "w/o-Ls": {"pfmh.mode": "personalized", "pfmh.variant": "wo-ls"},
+    "w/o-Ll": {"pfmh.mode": "personalized", "pfmh.variant": "wo-ll"},
+    CENTRALIZED: {"pfmh.variant": "full"},
 }
 COMPLETION_METHODS = ("PFMH", "w/o-PE (FedProto-like)")
 #: Metrics of a row, as named in rounds.jsonl / summary.json.

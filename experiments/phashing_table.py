@@ -42,7 +42,7 @@ EPSILONS = (0.0, 1.0, 2.0, 4.0)
 def replay(run_dir: Path, cfg: dict, clients: int, eps: float) -> float:
     """mAP@ALL of the final model with database codes published at ``eps``."""
     settings = resolved_settings(
-        {**cfg, "code-flip-epsilon": eps, "flip-calibration": "paper"}
+        {**cfg, "privacy.code-flip-epsilon": eps, "privacy.flip-calibration": "paper"}
     )
     data = prepare_data(settings)
     model_state, _ = split_global_state(torch.load(run_dir / "model.pt"))

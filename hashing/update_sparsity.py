@@ -14,7 +14,7 @@ Two sparsifiers, applied in this order when both are on:
   ``d <- sign(d) * max(|d| - l1, 0) / (1 + l2)``. Its sparsity depends on the data.
 * **top-k by magnitude**: zero all but the ``D - floor(sparsity * D)`` largest ``|d_i|``
   (ties broken by index, stable), zero the rest. Its sparsity is fixed.
-* **block top-k** (:func:`block_top_k_sparsify`, DPHE with ``dphe-block-sparsity``):
+* **block top-k** (:func:`block_top_k_sparsify`, DPHE with ``dphe.block-sparsity``):
   the coordinates are grouped into the packed blocks of DPHE's phi-permuted space
   (``crypto.coordinate_blocks``: ``P`` pseudo-random coordinates per block, fresh
   every round), and all but the ``B - floor(sparsity * B)`` blocks of largest L2 norm

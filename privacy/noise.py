@@ -5,7 +5,7 @@ sampling, PITQ's flips, any later DP noise -- goes through a :class:`NoiseSource
 Experiment randomness (mini-batch order, dropout, data splits) does not: it stays
 seeded from the run seed so runs are repeatable.
 
-Two modes (config key ``privacy-noise``):
+Two modes (config key ``privacy.noise``):
 
 * ``"secure"`` (default): uniform draws are read straight from ``os.urandom`` (the
   kernel's CSPRNG), 53 bits per float, and generator seeds (for torch) are 63 fresh
@@ -47,7 +47,7 @@ SEEDED_WARNING = (
     "SEEDED privacy noise (simulation only): the server can rebuild it from the "
     "run seed, so this guarantee does not hold against the server"
 )
-"""Attached to every ledger entry and summary of a run with ``privacy-noise=seeded``."""
+"""Attached to every ledger entry and summary of a run with ``privacy.noise=seeded``."""
 
 _LABEL = b"fedhash-privacy-noise-v1"
 _FLOAT_BITS = 53

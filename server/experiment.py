@@ -38,9 +38,9 @@ from server.results import RunResults
 from settings import keys as K
 from settings.run_model import build_run_model, initial_global_state
 from settings.run_settings import ConfigError, RunSettings
-from strategies import build_strategy
 from strategies.dphe.server_setup import build_secure_components
 from strategies.pfmh.evaluation import PFMHEvaluator
+from strategies.registry import build_strategy
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ def prepare_data(settings: RunSettings) -> PreparedData:
     except (ValueError, FileNotFoundError) as exc:
         # a missing or unreadable data file, arrays of different lengths: the
         # user fixes the config or the file (one ERROR line, server/log_filters.py)
-        raise ConfigError(f"{K.DATASET}={settings.dataset!r}: {exc}") from None
+        raise ConfigError(f"{RunSettings.key('dataset')}={settings.dataset!r}: {exc}") from None
     data, x = split.dataset, split.inputs
     q_idx, db_idx = split.query_index, split.database_index
     inputs: torch.Tensor | dict[str, torch.Tensor] = torch.from_numpy(x[q_idx])
@@ -84,7 +84,7 @@ def prepare_data(settings: RunSettings) -> PreparedData:
         try:
             require_multimodal(data)
         except ValueError as exc:
-            raise ConfigError(f"{K.DATASET}={settings.dataset!r}: {exc}") from None
+            raise ConfigError(f"{RunSettings.key('dataset')}={settings.dataset!r}: {exc}") from None
         inputs = {m: torch.from_numpy(data.inputs[m][q_idx]) for m in data.modalities}
         input_shape = modality_dims(data)
     return PreparedData(
@@ -130,7 +130,7 @@ def protocol_text(settings: RunSettings, data: PreparedData, clients: int) -> st
         "server_queries_client_db_*: the server's queries ranked against each "
         "client's own partition with that client's model, averaged over clients"
     )
-    if settings.pfmh_mode == "personalized":
+    if settings.pfmh.mode == "personalized":
         return (
             f"{per_client} (the query inputs are sent to the clients). No union "
             "ranking: personalized models encode into different Hamming spaces. "
@@ -522,7 +522,7 @@ def _write_summary(
             **_round_costs(reporter.rows),
             "privacy": _privacy_summary(reporter.ledger),
             "privacy_noise": {
-                "mode": settings.privacy_noise,
+                "mode": settings.privacy.noise,
                 "holds_against_server": not settings.seeded_noise,
                 **({"warning": SEEDED_WARNING} if settings.seeded_noise else {}),
             },

@@ -10,9 +10,9 @@ from flwr.serverapp import Grid, ServerApp
 
 from server import log_filters
 from server.experiment import run_experiment
-from settings import keys as K
 from settings.run_settings import ConfigError, RunSettings
 from settings.runtime import server_in_simulation
+from settings.sections import PrivacyConfig
 
 
 def build_server_app(overrides: Mapping[str, Any] | None = None) -> ServerApp:
@@ -29,7 +29,7 @@ def build_server_app(overrides: Mapping[str, Any] | None = None) -> ServerApp:
         settings = RunSettings.from_config({**dict(context.run_config), **extra})
         if settings.seeded_noise and not server_in_simulation(grid):
             raise ConfigError(
-                f"{K.PRIVACY_NOISE}={settings.privacy_noise!r}: seeded privacy noise "
+                f"{PrivacyConfig.key('noise')}={settings.privacy.noise!r}: seeded privacy noise "
                 "is for Flower's simulation engine only (the server could rebuild "
                 "every flip and DP-SGD draw); accepted in a deployment: 'secure'"
             )

@@ -28,8 +28,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from settings import keys as K
 from settings.run_settings import ConfigError, RunSettings
+from strategies.dphe.config import DPHEConfig
 
 EXIT_BAD_CONFIG = 2
 PROJECT_DIR = Path(__file__).resolve().parent.parent
@@ -151,14 +151,14 @@ def file_problems(settings: RunSettings) -> list[str]:
     ):
         kind = "dir" if settings.dataset == "cifar10" else "file"
         what = "the CIFAR-10 folder" if kind == "dir" else "the data file"
-        need(K.DATA_PATH, settings.data_path, kind=kind, what=what)
+        need(RunSettings.key('data_path'), settings.data_path, kind=kind, what=what)
     if settings.model_weights:
-        need(K.MODEL_WEIGHTS, settings.model_weights, kind="file", what="the file")
-    if settings.secure_aggregation != "none" and settings.dphe_key_dir:
-        need(K.DPHE_KEY_DIR, settings.dphe_key_dir, kind="dir", what="the key folder")
-    if settings.dphe_keyholder_ca:
+        need(RunSettings.key('model_weights'), settings.model_weights, kind="file", what="the file")
+    if settings.secure_aggregation != "none" and settings.dphe.key_dir:
+        need(DPHEConfig.key('key_dir'), settings.dphe.key_dir, kind="dir", what="the key folder")
+    if settings.dphe.keyholder_ca:
         need(
-            K.DPHE_KEYHOLDER_CA, settings.dphe_keyholder_ca, kind="file", what="the CA"
+            DPHEConfig.key('keyholder_ca'), settings.dphe.keyholder_ca, kind="file", what="the CA"
         )
     return problems
 

@@ -1,81 +1,12 @@
-"""Config keys (``[tool.flwr.app.config]``) and message record keys, in one place.
+"""Message record keys and node config keys, in one place.
 
 Every module reads configuration and message payloads through these constants, so a
 renamed key is one edit and a typo is a NameError instead of a silent default.
 """
 
-# --- run config keys -------------------------------------------------------------
-STRATEGY = "strategy"
-ROUNDS = "rounds"
-FRACTION_TRAIN = "fraction-train"
-MIN_TRAIN_NODES = "min-train-nodes"
-PROXIMAL_MU = "proximal-mu"
-CODE_LENGTH = "code-length"
-LOCAL_EPOCHS = "local-epochs"
-LEARNING_RATE = "learning-rate"
-BATCH_SIZE = "batch-size"
-WEIGHT_DECAY = "weight-decay"
-LOSS = "loss"
-QUANTIZATION_WEIGHT = "quantization-weight"
-MODEL = "model"
-MODEL_WEIGHTS = "model-weights"
-HIDDEN_DIM = "hidden-dim"
-DATASET = "dataset"
-DATA_PATH = "data-path"
-DOWNLOAD = "download"
-QUERY_FRACTION = "query-fraction"
-PARTITIONING = "partitioning"
-DIRICHLET_ALPHA = "dirichlet-alpha"
-CLASSES_PER_CLIENT = "classes-per-client"
-SEED = "seed"
-EVAL_EVERY = "eval-every"
-MAP_TOP_K = "map-top-k"
-PRECISION_K = "precision-k"
-RESULTS_DIR = "results-dir"
-RUN_NAME = "run-name"
-DEVICE = "device"
-FEDHAP_VARIANT = "fedhap-variant"
-TRIPLET_MARGIN = "triplet-margin"
-TRIPLET_DISTANCE = "triplet-distance"
-FEDHAP_MU = "fedhap-mu"
-FEDHAP_LAMBDA = "fedhap-lambda"
-PROTOTYPE_WEIGHTING = "prototype-weighting"
-DISCRIMINATOR_HIDDEN_DIM = "discriminator-hidden-dim"
-CODE_FLIP_EPSILON = "code-flip-epsilon"
-PROTOTYPE_FLIP_EPSILON = "prototype-flip-epsilon"
-FLIP_CALIBRATION = "flip-calibration"
-PRIVACY_NOISE = "privacy-noise"
-FEDHAP_INITIAL_PROTOTYPES = "fedhap-initial-prototypes"
-DP_SGD = "dp-sgd"
-DP_NOISE_MULTIPLIER = "dp-noise-multiplier"
-DP_TARGET_EPSILON = "dp-target-epsilon"
-DP_MAX_GRAD_NORM = "dp-max-grad-norm"
-DP_DELTA = "dp-delta"
-UPDATE_SPARSITY = "update-sparsity"
-ELASTIC_NET_L1 = "elastic-net-l1"
-ELASTIC_NET_L2 = "elastic-net-l2"
-SECURE_AGGREGATION = "secure-aggregation"
-DPHE_KEY_DIR = "dphe-key-dir"
-DPHE_KEYHOLDER_URL = "dphe-keyholder-url"
-DPHE_KEYHOLDER_CA = "dphe-keyholder-ca"
-DPHE_PACKING = "dphe-packing"
-DPHE_SCALE_BITS = "dphe-scale-bits"
-DPHE_CLIP = "dphe-clip"
-DPHE_WEIGHTING = "dphe-weighting"
-DPHE_MAX_WEIGHT = "dphe-max-weight"
-DPHE_MAX_CONTRIBUTORS = "dphe-max-contributors"
-DPHE_CAPACITY = "dphe-capacity"
-DPHE_PAD = "dphe-pad"
-DPHE_PROTOTYPES = "dphe-prototypes"
-DPHE_BLOCK_SPARSITY = "dphe-block-sparsity"
-DPHE_OBFUSCATORS = "dphe-obfuscators"
-PFMH_MODE = "pfmh-mode"
-PFMH_VARIANT = "pfmh-variant"
-PFMH_TAU = "pfmh-tau"
-PFMH_ALPHA = "pfmh-alpha"
-PFMH_BETA = "pfmh-beta"
-PFMH_K = "pfmh-k"
-PFMH_DROPOUT = "pfmh-dropout"
+# --- run config keys: derived from the config dataclasses, never restated here:
+# RunSettings.key("code_length") == "code-length", DPHEConfig.key("scale_bits") ==
+# "dphe.scale-bits" (settings/schema.py)
 
 # --- node config keys (set by the simulation engine or ``--node-config``) --------
 PARTITION_ID = "partition-id"
@@ -103,6 +34,7 @@ NUM_EXAMPLES = "num-examples"  # Flower's FedAvg weighting key
 TRAIN_LOSS = "train-loss"
 PFMH_LOSS_PREFIX = "loss-"  # PFMH train metrics: loss-global, loss-local, ...
 SERVER_ROUND = "server-round"
+PROXIMAL_MU = "proximal-mu"  # train config: Flower FedProx's own entry
 DPHE_SESSION = "dphe-session"  # train config: the keyholder's session id (hex)
 QUERY_OP = "op"  # what a query message asks for
 OP_DESCRIBE = "describe"  # reply with partition id and sizes

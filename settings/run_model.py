@@ -31,12 +31,12 @@ def build_run_model(
     """Build the configured hashing network for samples of ``input_shape``.
 
     Reads ``model``, ``code-length``, ``hidden-dim`` and ``model-weights``. With
-    ``dp-sgd`` the model is made Opacus-compatible (BatchNorm -> GroupNorm), on the
+    ``dp-sgd.enabled`` the model is made Opacus-compatible (BatchNorm -> GroupNorm), on the
     server and the clients alike, so the global arrays match.
 
     For ``strategy = "pfmh"``, ``input_shape`` is the mapping modality name ->
     flattened per-sample size (``hashdata.modality_dims``) and the network is PFMH's
-    multi-modal one (``code-length``, ``pfmh-k``, ``pfmh-dropout``; FeaExtractor
+    multi-modal one (``code-length``, ``pfmh.k``, ``pfmh.dropout``; FeaExtractor
     hidden width = k, ``model`` and ``hidden-dim`` are not used), with initial
     weights drawn from the run ``seed``: server and clients build the same model.
     """
@@ -49,8 +49,8 @@ def build_run_model(
         return build_multimodal_model(
             input_shape,
             bits=settings.code_length,
-            k=settings.pfmh_k,
-            dropout=settings.pfmh_dropout,
+            k=settings.pfmh.k,
+            dropout=settings.pfmh.dropout,
             seed=settings.seed,
         )
     if isinstance(input_shape, Mapping):
@@ -65,7 +65,7 @@ def build_run_model(
         hidden_dim=settings.hidden_dim,
         weights_path=settings.model_weights,
     )
-    return opacus_compatible(model) if settings.dp_sgd else model
+    return opacus_compatible(model) if settings.dp_sgd.enabled else model
 
 
 def build_run_discriminator(settings: RunSettings, num_classes: int) -> Discriminator:
@@ -73,17 +73,17 @@ def build_run_discriminator(settings: RunSettings, num_classes: int) -> Discrimi
     return Discriminator(
         settings.code_length,
         num_classes,
-        hidden_dim=settings.discriminator_hidden_dim,
+        hidden_dim=settings.fedhap.discriminator_hidden_dim,
     )
 
 
 def pfmh_loss_config(settings: RunSettings) -> PFMHLossConfig:
     """PFMH's loss weights and Table 2 switches from ``pfmh-*`` keys."""
     return ablation_config(
-        settings.pfmh_ablation,
-        tau=settings.pfmh_tau,
-        alpha=settings.pfmh_alpha,
-        beta=settings.pfmh_beta,
+        settings.pfmh.ablation,
+        tau=settings.pfmh.tau,
+        alpha=settings.pfmh.alpha,
+        beta=settings.pfmh.beta,
     )
 
 

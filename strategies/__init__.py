@@ -1,10 +1,5 @@
-"""Server strategies for federated hashing, registered by name."""
+"""The methods' Flower glue, one folder each; :mod:`strategies.registry` names them.
 
-from strategies.registry import build_strategy, registered_strategies
-
-# Importing the modules registers their strategies.
-from strategies.fedavg import strategy as _fedavg  # noqa: F401,E402  isort: skip
-from strategies.fedhap import strategy as _fedhap  # noqa: F401,E402  isort: skip
-from strategies.pfmh import strategy as _pfmh  # noqa: F401,E402  isort: skip
-
-__all__ = ["build_strategy", "registered_strategies"]
+Importing this package imports nothing: the config sections
+(``strategies/<method>/config.py``) stay importable without torch or Flower.
+"""

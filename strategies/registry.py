@@ -1,53 +1,76 @@
-"""Name -> strategy factory registry (the ``strategy`` config key).
+"""The one registry of methods: name -> config section, strategy, client trainer.
 
-A factory takes the validated :class:`RunSettings` and returns a Flower
-``Strategy``. New strategies register with ``@register("name")`` in their own module
-and are imported by ``strategies/__init__.py``; the ServerApp never changes.
+Filled explicitly below (no import side effects): adding a method means a folder
+``strategies/<method>/`` (config, strategy, trainer), its math under ``hashing/``, an
+entry in :data:`METHODS` and its config section in
+:class:`settings.run_settings.RunSettings`; the ServerApp and the ClientApp do not
+change. ``settings.run_settings.STRATEGIES`` repeats the names so that a config can
+be checked without importing torch; a test keeps the two equal.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from flwr.serverapp.strategy import Strategy
 
-from settings import keys as K
+from clients.trainers import Trainer
 from settings.run_settings import ConfigError, RunSettings
+from settings.schema import Section
+from strategies.fedavg.config import FedProxConfig
+from strategies.fedavg.strategy import fedavg, fedprox
+from strategies.fedavg.trainer import dpsh_trainer
+from strategies.fedhap.config import FedHAPConfig
+from strategies.fedhap.strategy import fedhap
+from strategies.fedhap.trainer import fedhap_trainer
+from strategies.pfmh.config import PFMHConfig
+from strategies.pfmh.strategy import pfmh
+from strategies.pfmh.trainer import pfmh_trainer
 
 StrategyFactory = Callable[[RunSettings], Strategy]
-_REGISTRY: dict[str, StrategyFactory] = {}
 
 
-def register(name: str) -> Callable[[StrategyFactory], StrategyFactory]:
-    """Register a strategy factory under ``name``."""
+@dataclass(frozen=True)
+class Method:
+    """One federated hashing method: what the apps need to run it."""
 
-    def decorator(factory: StrategyFactory) -> StrategyFactory:
-        if name in _REGISTRY:
-            raise ValueError(f"strategy {name!r} is already registered")
-        _REGISTRY[name] = factory
-        return factory
+    name: str
+    config: type[Section] | None
+    """Its config section (``None``: only the generic keys)."""
+    strategy: StrategyFactory
+    """Builds the server strategy from the validated settings."""
+    trainer: Trainer
+    """The client's local training for one ``train`` message."""
 
-    return decorator
+
+METHODS: dict[str, Method] = {
+    m.name: m
+    for m in (
+        Method("fedavg", None, fedavg, dpsh_trainer),
+        Method("fedprox", FedProxConfig, fedprox, dpsh_trainer),
+        Method("fedhap", FedHAPConfig, fedhap, fedhap_trainer),
+        Method("pfmh", PFMHConfig, pfmh, pfmh_trainer),
+    )
+}
 
 
 def registered_strategies() -> tuple[str, ...]:
     """Names accepted by the ``strategy`` config key."""
-    return tuple(sorted(_REGISTRY))
+    return tuple(sorted(METHODS))
+
+
+def method(settings: RunSettings) -> Method:
+    """The method named by ``settings.strategy`` (``ConfigError`` if unknown)."""
+    try:
+        return METHODS[settings.strategy]
+    except KeyError:
+        raise ConfigError(
+            f"{RunSettings.key('strategy')}={settings.strategy!r}: accepted are "
+            f"{', '.join(registered_strategies())}"
+        ) from None
 
 
 def build_strategy(settings: RunSettings) -> Strategy:
-    """Build the strategy named by ``settings.strategy``.
-
-    Raises
-    ------
-    ConfigError
-        If no strategy of that name is registered.
-    """
-    try:
-        factory = _REGISTRY[settings.strategy]
-    except KeyError:
-        raise ConfigError(
-            f"{K.STRATEGY}={settings.strategy!r}: accepted are "
-            f"{', '.join(registered_strategies())}"
-        ) from None
-    return factory(settings)
+    """Build the server strategy of the run's method."""
+    return method(settings).strategy(settings)

@@ -31,6 +31,7 @@ from deploy.fab_registry import build_parser as registry_parser
 from deploy.fleet_gateway import build_parser as gateway_parser
 from deploy.generate import COMPOSE_SUPERLINK_PORT, generate
 from deploy.register import build_parser as register_parser
+from settings.check import parse_run_config
 from tests.compose_local import (
     ROOT,
     container_to_host,
@@ -160,8 +161,8 @@ def test_ports_agree(compose: dict):
             target = flags(services[host]["command"])
             assert int(target_port) == int(target["--port"]), (name, flag)
     keyholder_port = int(flags(services["keyholder"]["command"])["--port"])
-    preset = tomllib.loads((ROOT / "conf/deploy-fedhap-dphe.toml").read_text())
-    assert preset["dphe-keyholder-url"] == f"https://keyholder:{keyholder_port}"
+    preset = parse_run_config([str(ROOT / "conf/deploy-fedhap-dphe.toml")])
+    assert preset["dphe.keyholder-url"] == f"https://keyholder:{keyholder_port}"
 
 
 def test_mounted_paths_exist_in_the_generated_credentials(compose: dict, creds):
@@ -563,8 +564,8 @@ def test_docs_deploy_blocks_are_the_commands_the_container_test_runs(compose: di
     # the smoke config is a DPHE run config the settings accept (container paths)
     from settings.run_settings import RunSettings
 
-    smoke = tomllib.loads((ROOT / "deploy/smoke-run.toml").read_text())
-    preset = tomllib.loads((ROOT / "conf/deploy-fedhap-dphe.toml").read_text())
+    smoke = parse_run_config([str(ROOT / "deploy/smoke-run.toml")])
+    preset = parse_run_config([str(ROOT / "conf/deploy-fedhap-dphe.toml")])
     assert {k: smoke[k] for k in preset} == preset
     assert RunSettings.from_config(smoke).secure_aggregation == "dphe"
 

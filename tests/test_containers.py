@@ -344,7 +344,7 @@ def test_fedhap_dphe_run_with_ledger_and_decryptions(session: Session):
     rows = _rows(run_dir)
     assert config["config"]["strategy"] == "fedhap"
     assert config["config"]["secure-aggregation"] == "dphe"
-    assert config["config"]["dphe-prototypes"] is True
+    assert config["config"]["dphe.prototypes"] is True
     assert [n["partition_id"] for n in config["nodes"]] == list(range(NODES))
     trained = [r for r in rows if r["round"] > 0]
     assert [r["dphe"]["contributors"] for r in trained] == [NODES] * 2

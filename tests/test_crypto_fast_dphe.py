@@ -35,7 +35,8 @@ from crypto import (
     make_obfuscators,
 )
 from hashing.update_sparsity import block_top_k_sparsify
-from settings.run_settings import DPHE_OBFUSCATORS, ConfigError, RunSettings
+from settings.run_settings import ConfigError, RunSettings
+from strategies.dphe.config import DPHEConfig
 
 KEY_BITS = 512
 CLIENTS = 3
@@ -83,7 +84,7 @@ def _round(keys: dict, params: DPHEParams, updates: list, obfuscators: list) -> 
 
 
 def test_obfuscator_names_match_settings():
-    assert tuple(OBFUSCATORS) == DPHE_OBFUSCATORS
+    assert tuple(OBFUSCATORS) == DPHEConfig.keys()["dphe.obfuscators"].metadata["choices"]
     with pytest.raises(ValueError, match="obfuscators must be one of"):
         make_obfuscators("short", 35)
 
@@ -256,11 +257,11 @@ def test_block_sparse_users_send_one_padded_shard_and_decrypt(keys):
 
 
 def test_block_sparsity_setting_needs_dphe_and_sparsity():
-    with pytest.raises(ConfigError, match="dphe-block-sparsity"):
-        RunSettings(dphe_block_sparsity=True, update_sparsity=0.9).validate()
-    with pytest.raises(ConfigError, match="dphe-obfuscators"):
-        RunSettings(dphe_obfuscators="short").validate()
-    assert dataclasses.replace(RunSettings(), dphe_obfuscators="djn")
+    with pytest.raises(ConfigError, match="dphe.block-sparsity"):
+        RunSettings.from_config({"dphe.block-sparsity": True, "updates.sparsity": 0.9})
+    with pytest.raises(ConfigError, match="dphe.obfuscators"):
+        RunSettings.from_config({"dphe.obfuscators": "short"})
+    assert RunSettings.from_config({"dphe.obfuscators": "djn"}).dphe.obfuscators == "djn"
 
 
 def test_aggregator_refuses_several_shards_under_single_shard(keys):

@@ -77,10 +77,10 @@ FAST = {  # small enough for CI; the ServerApp still runs FedHAP + DPHE for real
     "code-length": 16,
     "model": "mlp",
     "hidden-dim": 32,
-    "discriminator-hidden-dim": 16,
+    "fedhap.discriminator-hidden-dim": 16,
     "map-top-k": 50,
     "precision-k": "10,50",
-    "dphe-weighting": "uniform",
+    "dphe.weighting": "uniform",
 }
 
 
@@ -304,7 +304,7 @@ def _run_config(dep: Deployment, path: Path, **extra) -> Path:
         if isinstance(value, str) and value.startswith("/"):
             config[key] = str(container_to_host(serverapp, value, dep.plan.rebase))
     keyholder = f"127.0.0.1:{dep.plan.port('keyholder', 8765)}"
-    config["dphe-keyholder-url"] = config["dphe-keyholder-url"].replace(
+    config["dphe.keyholder-url"] = config["dphe.keyholder-url"].replace(
         "keyholder:8765", keyholder
     )
     config.update(FAST)
@@ -348,8 +348,8 @@ def test_fedhap_with_dphe_runs_on_the_deployment(deployment: Deployment):
     assert f"client-{BAD_NODE}.json" in out
     trained = [r for r in rows if r["round"] > 0]
     assert [r["dphe"]["contributors"] for r in trained] == [GOOD_NODES] * 2
-    # prototypes went as encrypted per-class sums (conf: dphe-prototypes = true)
-    assert config["config"]["dphe-prototypes"] is True
+    # prototypes went as encrypted per-class sums (conf: dphe.prototypes = true)
+    assert config["config"]["dphe.prototypes"] is True
     assert all(r.get("prototype_classes") == 10 for r in trained)
     assert summary["final_round"] == 2
     assert summary["final"]["map_all"] > summary["initial_map_all"]
@@ -622,11 +622,11 @@ def test_seeded_privacy_noise_is_refused_by_the_deployment(deployment: Deploymen
     # seeded noise the server could rebuild every flip and DP-SGD draw
     dep = deployment
     app = dep.sign(dep.creds.fab_signing_key)
-    run = _submit(dep, app, "seeded", **{"privacy-noise": "seeded"})
+    run = _submit(dep, app, "seeded", **{"privacy.noise": "seeded"})
     out = _finish(
         dep, run, lambda text: "simulation engine only" in text, "the refusal"
     )
-    assert "privacy-noise='seeded'" in out and "simulation engine only" in out, out
+    assert "privacy.noise='seeded'" in out and "simulation engine only" in out, out
     assert "Discovery:" not in out and not (dep.tmp / "seeded").exists()
     for i in range(GOOD_NODES + 1):  # no node ever got a message of this run
         assert f"[RUN {run[0]}]" not in dep.log(f"supernode-{i}")

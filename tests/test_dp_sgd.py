@@ -158,26 +158,26 @@ def test_dp_config_refuses_no_guarantee(kw, fragment):
 @pytest.mark.parametrize(
     ("cfg", "fragment"),
     [
-        ({"dp-sgd": True}, "loss='dpsh'"),
-        ({"dp-max-grad-norm": 0.0}, "dp-max-grad-norm=0.0"),
-        ({"dp-max-grad-norm": -1.0}, "must be > 0"),
-        ({"dp-delta": 0.0}, "dp-delta"),
-        ({"dp-delta": 1.5}, "0 < delta < 1"),
-        ({"dp-noise-multiplier": 0.0}, "no guarantee"),
-        ({"dp-target-epsilon": -1.0}, "dp-target-epsilon"),
-        ({"dp-sgd": True, "strategy": "fedhap"}, "fedhap-3"),
+        ({"dp-sgd.enabled": True}, "loss='dpsh'"),
+        ({"dp-sgd.max-grad-norm": 0.0}, "dp-sgd.max-grad-norm=0.0"),
+        ({"dp-sgd.max-grad-norm": -1.0}, "must be > 0"),
+        ({"dp-sgd.delta": 0.0}, "dp-sgd.delta"),
+        ({"dp-sgd.delta": 1.5}, "(0, 1)"),
+        ({"dp-sgd.noise-multiplier": 0.0}, "no guarantee"),
+        ({"dp-sgd.target-epsilon": -1.0}, "dp-sgd.target-epsilon"),
+        ({"dp-sgd.enabled": True, "strategy": "fedhap"}, "fedhap-3"),
         (
-            {"dp-sgd": True, "strategy": "fedhap", "fedhap-variant": "fedhap-3"},
+            {"dp-sgd.enabled": True, "strategy": "fedhap", "fedhap.variant": "fedhap-3"},
             "centers",
         ),
         (
             {
-                "dp-sgd": True,
+                "dp-sgd.enabled": True,
                 "strategy": "fedhap",
-                "fedhap-variant": "fedhap-3",
-                "fedhap-initial-prototypes": "centers",
+                "fedhap.variant": "fedhap-3",
+                "fedhap.initial-prototypes": "centers",
             },
-            "prototype-flip-epsilon",
+            "privacy.prototype-flip-epsilon",
         ),
     ],
 )
@@ -188,14 +188,14 @@ def test_bad_dp_settings_refused_before_training(cfg, fragment):
 
 
 def test_valid_dp_settings():
-    RunSettings.from_config({"dp-sgd": True, "loss": "csq", "dp-target-epsilon": 1.0})
+    RunSettings.from_config({"dp-sgd.enabled": True, "loss": "csq", "dp-sgd.target-epsilon": 1.0})
     RunSettings.from_config(
         {
-            "dp-sgd": True,
+            "dp-sgd.enabled": True,
             "strategy": "fedhap",
-            "fedhap-variant": "fedhap-3",
-            "fedhap-initial-prototypes": "centers",
-            "prototype-flip-epsilon": 2.0,
+            "fedhap.variant": "fedhap-3",
+            "fedhap.initial-prototypes": "centers",
+            "privacy.prototype-flip-epsilon": 2.0,
         }
     )
     assert np.isfinite(noise_for_target(1.0, delta=1e-5, sample_rate=0.1, epochs=3))

@@ -1,4 +1,4 @@
-"""DPHE with ``dphe-block-sparsity`` and ``"djn"`` obfuscators through the strategy.
+"""DPHE with ``dphe.block-sparsity`` and ``"djn"`` obfuscators through the strategy.
 
 The real client path (``finish_train_reply``) and the strategy with its in-process
 keyholder (every check on), small test keys: each client sends one padded shard of
@@ -40,11 +40,11 @@ def test_block_sparse_djn_round_equals_plaintext_of_the_kept_blocks(key_dir):  #
     settings = settings_for(
         key_dir,
         **{
-            "update-sparsity": 0.6,
-            "dphe-packing": 2,
-            "dphe-block-sparsity": True,
-            "dphe-obfuscators": "djn",
-            "dphe-weighting": "uniform",
+            "updates.sparsity": 0.6,
+            "dphe.packing": 2,
+            "dphe.block-sparsity": True,
+            "dphe.obfuscators": "djn",
+            "dphe.weighting": "uniform",
         },
     )
     params = dphe_params(settings, dimension=26, key_bits=512)  # 25 values + loss

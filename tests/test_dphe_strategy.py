@@ -41,8 +41,8 @@ def settings_for(key_dir, **over):
         {
             "secure-aggregation": "dphe",
             "min-train-nodes": 3,
-            "dphe-key-dir": str(key_dir),
-            "dphe-scale-bits": SCALE_BITS,
+            "dphe.key-dir": str(key_dir),
+            "dphe.scale-bits": SCALE_BITS,
             **over,
         }
     )
@@ -137,7 +137,7 @@ def run_round(settings, locals_, weights, nodes, *, strategy=None, extra=()):
 @pytest.mark.parametrize("packing", [1, 0])
 def test_secure_average_equals_plaintext_average(key_dir, weighting, packing):
     settings = settings_for(
-        key_dir, **{"dphe-weighting": weighting, "dphe-packing": packing}
+        key_dir, **{"dphe.weighting": weighting, "dphe.packing": packing}
     )
     rng = np.random.default_rng(0)
     locals_ = [model(rng) for _ in range(4)]
@@ -161,7 +161,7 @@ def test_secure_average_equals_plaintext_average(key_dir, weighting, packing):
 def test_sparse_updates_and_padded_shards(key_dir):
     # 90% sparse: the average equals the plaintext average of the sparse updates
     settings = settings_for(
-        key_dir, **{"update-sparsity": 0.6, "dphe-packing": 1, "dphe-pad": False}
+        key_dir, **{"updates.sparsity": 0.6, "dphe.packing": 1, "dphe.pad": False}
     )
     from crypto import DPHEParams
 
@@ -171,10 +171,10 @@ def test_sparse_updates_and_padded_shards(key_dir):
     padded = settings_for(
         key_dir,
         **{
-            "update-sparsity": 0.6,
-            "dphe-packing": 1,
-            "dphe-capacity": 9,
-            "dphe-pad": True,
+            "updates.sparsity": 0.6,
+            "dphe.packing": 1,
+            "dphe.capacity": 9,
+            "dphe.pad": True,
         },
     )
     rng = np.random.default_rng(1)
@@ -312,8 +312,8 @@ def test_the_aggregator_holds_no_secret_key_and_no_user_shared_permutation(key_d
 
 
 def test_packing_that_does_not_fit_the_key_is_a_config_error(key_dir):
-    settings = settings_for(key_dir, **{"dphe-packing": 500})
-    with pytest.raises(ConfigError, match="dphe-packing=500"):
+    settings = settings_for(key_dir, **{"dphe.packing": 500})
+    with pytest.raises(ConfigError, match="dphe.packing=500"):
         build_secure_aggregation(
             settings, dimension=DIM, partition_ids=[0, 1, 2], simulation=True
         )
@@ -361,7 +361,7 @@ def test_fedhap_with_encrypted_prototype_sums(key_dir, caplog):
     from strategies.fedhap.strategy import HashingFedHAP
 
     settings = settings_for(
-        key_dir, strategy="fedhap", **{"dphe-prototypes": True, "code-length": 8}
+        key_dir, strategy="fedhap", **{"dphe.prototypes": True, "code-length": 8}
     )
     bits, classes = 8, 5
     s = HashingFedHAP(

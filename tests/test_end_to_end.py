@@ -54,7 +54,7 @@ def test_fedprox_on_multi_label_features_end_to_end(tmp_path):
         {
             **BASE,
             "strategy": "fedprox",
-            "proximal-mu": 0.1,
+            "fedprox.mu": 0.1,
             "dataset": "npz",
             "data-path": str(path),
             "partitioning": "dirichlet",
@@ -83,7 +83,7 @@ def test_fedhap_exchanges_prototypes_and_learns(tmp_path):
         num_clients=3,
     )
     config, rows, summary = load_run(run_dir)
-    assert config["config"]["fedhap-variant"] == "full"
+    assert config["config"]["fedhap.variant"] == "full"
     # every trained round built global prototypes for exactly the classes the
     # clients hold (pathological: some of the 10 digits are held by nobody)
     settings = RunSettings.from_config(config["config"])
@@ -108,10 +108,10 @@ def test_random_flipping_end_to_end_with_ledger(tmp_path):
             **BASE,
             "strategy": "fedhap",
             "local-epochs": 3,
-            "code-flip-epsilon": 3.0,
-            "prototype-flip-epsilon": 4.0,
+            "privacy.code-flip-epsilon": 3.0,
+            "privacy.prototype-flip-epsilon": 4.0,
             # simulation-only reproducible noise: allowed here, labelled everywhere
-            "privacy-noise": "seeded",
+            "privacy.noise": "seeded",
             "results-dir": str(tmp_path / "results"),
         },
         num_clients=3,
@@ -141,8 +141,8 @@ def test_random_flipping_end_to_end_with_ledger(tmp_path):
 @pytest.mark.parametrize("strategy", ["fedavg", "fedhap"])
 def test_dp_sgd_end_to_end_with_ledger(tmp_path, strategy):
     dp = {
-        "dp-sgd": True,
-        "dp-noise-multiplier": 0.7,
+        "dp-sgd.enabled": True,
+        "dp-sgd.noise-multiplier": 0.7,
         "model": "mlp",
         "learning-rate": 0.005,
         "local-epochs": 3,
@@ -152,9 +152,9 @@ def test_dp_sgd_end_to_end_with_ledger(tmp_path, strategy):
     else:
         dp |= {
             "strategy": "fedhap",
-            "fedhap-variant": "fedhap-3",
-            "fedhap-initial-prototypes": "centers",
-            "prototype-flip-epsilon": 3.0,
+            "fedhap.variant": "fedhap-3",
+            "fedhap.initial-prototypes": "centers",
+            "privacy.prototype-flip-epsilon": 3.0,
         }
     run_dir = simulate(
         {**BASE, **dp, "results-dir": str(tmp_path / "results")}, num_clients=3
@@ -199,11 +199,11 @@ def test_fedavg_with_dphe_end_to_end(tmp_path):
             **BASE,
             "model": "mlp",  # 24,864 values to encrypt instead of the cnn's 289,632
             "min-train-nodes": 3,
-            "update-sparsity": 0.9,
+            "updates.sparsity": 0.9,
             # padding is on by default with the automatic capacity M (a divisor of
             # the block count, >= 1/4 of it): every client sends padded shards
             "secure-aggregation": "dphe",
-            "dphe-key-dir": str(_dphe_keys(tmp_path)),
+            "dphe.key-dir": str(_dphe_keys(tmp_path)),
             "results-dir": str(tmp_path / "dphe"),
         },
         num_clients=3,
@@ -225,7 +225,7 @@ def test_pfmh_personalized_exchanges_prototypes_and_learns(tmp_path):
             **BASE,
             "strategy": "pfmh",
             "dataset": "multiview-digits",
-            "pfmh-k": 64,
+            "pfmh.k": 64,
             "learning-rate": 0.002,
             "results-dir": str(tmp_path / "results"),
         },

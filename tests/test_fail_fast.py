@@ -20,7 +20,7 @@ from settings.run_settings import STRATEGIES, ConfigError
 ROOT = Path(__file__).resolve().parents[1]
 
 BAD = [
-    ("code-length=7", "code-length=7: accepted are integers in 8..256"),
+    ("code-length=7", "code-length=7: accepted is [8, 256]"),
     ("strategy='fedfoo'", "strategy='fedfoo': accepted are fedavg"),
     (
         "dataset='npz' data-path='/nonexistent/features.npz'",
@@ -56,7 +56,7 @@ def test_check_prints_the_resolved_config():
     done = _check("--run-config", "code-length=64 strategy='fedhap'")
     assert done.returncode == 0, done.stderr
     assert "code-length = 64" in done.stdout and 'strategy = "fedhap"' in done.stdout
-    assert 'privacy-noise = "secure"' in done.stdout  # defaults are resolved too
+    assert 'privacy.noise = "secure"' in done.stdout  # defaults are resolved too
     toml = _check("--run-config", "conf/fedhap.toml", "--quiet")
     assert toml.returncode == 0 and toml.stdout == ""
 
@@ -65,8 +65,8 @@ def test_check_prints_the_resolved_config():
     "override",
     [
         "code-length=64 strategy='fedhap'",
-        'run-name="a b" learning-rate=1e-3 dp-sgd=true seed=7',
-        "dphe-clip=0.5  eval-every=2",
+        'run-name="a b" learning-rate=1e-3 dp-sgd.enabled=true seed=7',
+        "dphe.clip=0.5  eval-every=2",
         "conf/fedhap.toml",
     ],
 )
@@ -101,10 +101,10 @@ def _record(exc: BaseException) -> logging.LogRecord:
 
 def test_serverapp_config_error_is_one_line_other_errors_keep_traceback():
     fmt = logging.Formatter("%(levelname)s: %(message)s")
-    record = _record(ConfigError("code-length=7: accepted are integers in 8..256"))
+    record = _record(ConfigError("code-length=7: accepted is [8, 256]"))
     assert ConfigErrorOneLine().filter(record)
     text = fmt.format(record)
-    assert text == "ERROR: run config: code-length=7: accepted are integers in 8..256"
+    assert text == "ERROR: run config: code-length=7: accepted is [8, 256]"
     other = _record(RuntimeError("boom"))
     assert ConfigErrorOneLine().filter(other)
     assert "Traceback" in fmt.format(other)
@@ -163,7 +163,7 @@ def test_make_run_refuses_a_bad_value_before_anything_starts(tmp_path):
     out = (done.stdout + done.stderr).strip().splitlines()
     errors = [line for line in out if "code-length=7" in line]
     assert errors == [
-        "error: run config: code-length=7: accepted are integers in 8..256"
+        "error: run config: code-length=7: accepted is [8, 256]"
     ]
     assert "SuperLink" not in done.stdout + done.stderr
     assert "Traceback" not in done.stdout + done.stderr

@@ -10,8 +10,8 @@ from hashing.prototypes import ClassPrototypes
 from settings import keys as K
 from settings.prototype_records import read_broadcast, upload_record
 from settings.run_settings import RunSettings
-from strategies import build_strategy
 from strategies.fedhap.strategy import HashingFedHAP
+from strategies.registry import build_strategy
 from tests.messages import reply_from
 from tests.test_strategies import FakeGrid, arrays
 
@@ -141,7 +141,7 @@ def test_count_weighting_option():
 
 def test_fedhap1_exchanges_no_prototypes():
     settings = RunSettings.from_config(
-        {"strategy": "fedhap", "fedhap-variant": "fedhap-1"}
+        {"strategy": "fedhap", "fedhap.variant": "fedhap-1"}
     )
     assert not settings.uses_prototypes and not settings.uses_discriminator
     s = build_strategy(settings)  # min-train-nodes = 2 by default
@@ -163,9 +163,9 @@ def test_fedhap1_exchanges_no_prototypes():
     ],
 )
 def test_variant_switches(variant, disc, triplet):
-    s = RunSettings.from_config({"strategy": "fedhap", "fedhap-variant": variant})
+    s = RunSettings.from_config({"strategy": "fedhap", "fedhap.variant": variant})
     assert (s.uses_discriminator, s.uses_global_triplet) == (disc, triplet)
-    assert not RunSettings.from_config({"fedhap-variant": variant}).uses_prototypes
+    assert not RunSettings.from_config({"fedhap.variant": variant}).uses_prototypes
 
 
 def test_global_arrays_hold_the_discriminator_and_evaluation_strips_it():
@@ -184,7 +184,7 @@ def test_global_arrays_hold_the_discriminator_and_evaluation_strips_it():
     assert set(m) == set(model.state_dict())
     assert d["net.0.weight"].shape == torch.Size([128, 16 + 10])
     no_disc = RunSettings.from_config(
-        {"strategy": "fedhap", "fedhap-variant": "fedhap-3"}
+        {"strategy": "fedhap", "fedhap.variant": "fedhap-3"}
     )
     assert set(initial_global_state(no_disc, model, 10)) == set(model.state_dict())
     assert isinstance(ArrayRecord(state)["net.0.weight"], Array)

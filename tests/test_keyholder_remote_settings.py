@@ -1,4 +1,4 @@
-"""dphe-keyholder-ca: the ServerApp verifies the keyholder service's TLS with it."""
+"""dphe.keyholder-ca: the ServerApp verifies the keyholder service's TLS with it."""
 
 from __future__ import annotations
 
@@ -12,25 +12,27 @@ TOKEN = "t" * 40
 
 
 def test_keyholder_ca_needs_an_https_url():
-    with pytest.raises(ConfigError, match="dphe-keyholder-ca='/ca.crt' needs an https"):
+    with pytest.raises(ConfigError, match="dphe.keyholder-ca='/ca.crt' needs an https"):
         RunSettings.from_config(
-            {"dphe-keyholder-ca": "/ca.crt", "dphe-keyholder-url": "http://kh:8765"}
+            {"dphe.keyholder-ca": "/ca.crt", "dphe.keyholder-url": "http://kh:8765"}
         )
-    with pytest.raises(ConfigError, match="dphe-keyholder-ca"):
-        RunSettings.from_config({"dphe-keyholder-ca": "/ca.crt"})
+    with pytest.raises(ConfigError, match="dphe.keyholder-ca"):
+        RunSettings.from_config({"dphe.keyholder-ca": "/ca.crt"})
     ok = RunSettings.from_config(
-        {"dphe-keyholder-ca": "/ca.crt", "dphe-keyholder-url": "https://kh:8765"}
+        {"dphe.keyholder-ca": "/ca.crt", "dphe.keyholder-url": "https://kh:8765"}
     )
-    assert ok.dphe_keyholder_ca == "/ca.crt"
+    assert ok.dphe.keyholder_ca == "/ca.crt"
 
 
 def test_remote_keyholder_uses_the_ca_file(tmp_path):
     from deploy.generate import generate
 
     creds = generate(tmp_path / "c", dphe=False)
-    settings = RunSettings(
-        dphe_keyholder_url="https://keyholder:8765",
-        dphe_keyholder_ca=str(creds.serverapp / "ca.crt"),
+    settings = RunSettings.from_config(
+        {
+            "dphe.keyholder-url": "https://keyholder:8765",
+            "dphe.keyholder-ca": str(creds.serverapp / "ca.crt"),
+        }
     )
     keyholder = _remote_keyholder(settings, TOKEN)
     assert isinstance(keyholder, RemoteKeyholder)
@@ -38,15 +40,19 @@ def test_remote_keyholder_uses_the_ca_file(tmp_path):
 
 
 def test_remote_keyholder_errors_name_the_keys(tmp_path):
-    missing = RunSettings(
-        dphe_keyholder_url="https://keyholder:8765",
-        dphe_keyholder_ca=str(tmp_path / "nope.crt"),
+    missing = RunSettings.from_config(
+        {
+            "dphe.keyholder-url": "https://keyholder:8765",
+            "dphe.keyholder-ca": str(tmp_path / "nope.crt"),
+        }
     )
-    with pytest.raises(ConfigError, match="dphe-keyholder-ca=.*does not exist"):
+    with pytest.raises(ConfigError, match="dphe.keyholder-ca=.*does not exist"):
         _remote_keyholder(missing, TOKEN)
-    plain = RunSettings(dphe_keyholder_url="http://keyholder:8765")
-    with pytest.raises(ConfigError, match="dphe-keyholder-url: refusing plain http"):
+    plain = RunSettings.from_config({"dphe.keyholder-url": "http://keyholder:8765"})
+    with pytest.raises(ConfigError, match="dphe.keyholder-url: refusing plain http"):
         _remote_keyholder(plain, TOKEN)
     # no CA: the system's trust store verifies the certificate
-    system = RunSettings(dphe_keyholder_url="https://keyholder.example.org")
+    system = RunSettings.from_config(
+        {"dphe.keyholder-url": "https://keyholder.example.org"}
+    )
     assert isinstance(_remote_keyholder(system, TOKEN), RemoteKeyholder)

@@ -35,7 +35,7 @@ def dphe_run(keys) -> dict[str, Any]:
     return {
         "secure-aggregation": "dphe",
         "min-train-nodes": 3,
-        "dphe-key-dir": str(keys),
+        "dphe.key-dir": str(keys),
     }
 
 

@@ -16,8 +16,8 @@ from settings.prototype_records import (
     read_pfmh_upload,
 )
 from settings.run_settings import RunSettings
-from strategies import build_strategy
 from strategies.pfmh.strategy import HashingPFMH
+from strategies.registry import build_strategy
 from tests.messages import reply_from
 from tests.test_strategies import FakeGrid, arrays
 
@@ -280,9 +280,9 @@ def test_registered_with_mode_and_variant(
         {
             "strategy": "pfmh",
             "dataset": "multiview-digits",
-            "pfmh-mode": mode,
-            "pfmh-variant": variant,
-            "pfmh-k": 16,
+            "pfmh.mode": mode,
+            "pfmh.variant": variant,
+            "pfmh.k": 16,
         }
     )
     s = build_strategy(settings)

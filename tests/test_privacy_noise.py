@@ -56,9 +56,9 @@ def test_flip_codes_accepts_a_noise_source_and_refuses_other_things():
 
 
 def test_config_key_and_node_side_refusal():
-    with pytest.raises(ConfigError, match="privacy-noise='os': accepted are"):
-        RunSettings.from_config({"privacy-noise": "os"})
-    seeded = RunSettings.from_config({"privacy-noise": "seeded"})
+    with pytest.raises(ConfigError, match="privacy.noise='os': accepted are"):
+        RunSettings.from_config({"privacy.noise": "os"})
+    seeded = RunSettings.from_config({"privacy.noise": "seeded"})
     assert seeded.seeded_noise and not RunSettings().seeded_noise
     kw = {"server_round": 1, "partition_id": 0, "purpose": "train"}
     assert node_noise(seeded, in_simulation=True, **kw).mode == SEEDED
@@ -75,7 +75,7 @@ def test_serverapp_refuses_seeded_noise_outside_simulation():
 
     from server.server_app import build_server_app
 
-    app = build_server_app({"privacy-noise": "seeded"})
+    app = build_server_app({"privacy.noise": "seeded"})
     context = Context(
         run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config={}
     )

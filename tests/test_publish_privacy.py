@@ -38,7 +38,7 @@ def test_codes_published_unchanged_without_epsilon():
 @pytest.mark.parametrize(("eps", "calibration"), [(1.0, "rr"), (2.0, "paper")])
 def test_codes_flipped_at_the_calibrated_rate_with_true_epsilon(eps, calibration):
     codes = np.ones((2000, 32), dtype=np.int8)
-    s = settings(**{"code-flip-epsilon": eps, "flip-calibration": calibration})
+    s = settings(**{"privacy.code-flip-epsilon": eps, "privacy.flip-calibration": calibration})
     out, uses = publish_codes(codes, settings=s, noise=NoiseSource.seeded(3))
     beta = 1 / (1 + math.exp(eps)) if calibration == "rr" else math.exp(-eps)
     rate = float((out == -1).mean())
@@ -67,7 +67,7 @@ def test_private_prototypes_are_binarised_flipped_and_hide_counts():
         protos, settings=settings(), noise=NoiseSource.seeded(0)
     )
     assert none == [] and plain is protos
-    s = settings(**{"strategy": "fedhap", "prototype-flip-epsilon": 20.0})
+    s = settings(**{"strategy": "fedhap", "privacy.prototype-flip-epsilon": 20.0})
     out, uses = publish_prototypes(protos, settings=s, noise=NoiseSource.seeded(0))
     # eps = 20 per bit: beta ~ 2e-9, so (practically) the signs themselves
     assert out.vectors.tolist() == [[1, -1, 1, 1], [-1, 1, -1, 1]]
@@ -85,16 +85,16 @@ def test_private_prototypes_are_binarised_flipped_and_hide_counts():
 @pytest.mark.parametrize(
     ("cfg", "fragment"),
     [
-        ({"code-flip-epsilon": -1.0}, "code-flip-epsilon=-1.0"),
-        ({"code-flip-epsilon": 0.5, "flip-calibration": "paper"}, "ln 2"),
-        ({"code-flip-epsilon": 0.25, "flip-calibration": "paper"}, "true per-bit eps"),
-        ({"code-flip-epsilon": 1.0, "flip-calibration": "exp"}, "flip-calibration"),
-        ({"prototype-flip-epsilon": 1.0}, "needs strategy"),
+        ({"privacy.code-flip-epsilon": -1.0}, "privacy.code-flip-epsilon=-1.0"),
+        ({"privacy.code-flip-epsilon": 0.5, "privacy.flip-calibration": "paper"}, "ln 2"),
+        ({"privacy.code-flip-epsilon": 0.25, "privacy.flip-calibration": "paper"}, "true per-bit eps"),
+        ({"privacy.code-flip-epsilon": 1.0, "privacy.flip-calibration": "exp"}, "privacy.flip-calibration"),
+        ({"privacy.prototype-flip-epsilon": 1.0}, "needs strategy"),
         (
             {
                 "strategy": "fedhap",
-                "fedhap-variant": "fedhap-1",
-                "prototype-flip-epsilon": 1.0,
+                "fedhap.variant": "fedhap-1",
+                "privacy.prototype-flip-epsilon": 1.0,
             },
             "needs strategy",
         ),

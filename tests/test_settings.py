@@ -4,15 +4,14 @@ from pathlib import Path
 
 import pytest
 
+from settings.check import app_config_defaults, parse_run_config
 from settings.run_settings import ConfigError, RunSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def app_config() -> dict:
-    return tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["flwr"]["app"][
-        "config"
-    ]
+    return app_config_defaults(ROOT)
 
 
 def test_pyproject_defaults_equal_dataclass_defaults():
@@ -24,7 +23,7 @@ def test_pyproject_defaults_equal_dataclass_defaults():
 
 @pytest.mark.parametrize("preset", sorted((ROOT / "conf").glob("*.toml")))
 def test_presets_use_known_keys_and_validate(preset):
-    overrides = tomllib.loads(preset.read_text())
+    overrides = parse_run_config([str(preset)])  # flattened as Flower does
     assert set(overrides) <= set(app_config()), "preset names a key Flower rejects"
     config = {**app_config(), **overrides}
     if config["dataset"] in ("npz", "cifar10"):  # the others are embedded
@@ -36,7 +35,7 @@ def test_presets_use_known_keys_and_validate(preset):
     ("key", "value", "fragment"),
     [
         ("code-length", 4, "code-length=4"),
-        ("code-length", 300, "8..256"),
+        ("code-length", 300, "[8, 256]"),
         ("rounds", 0, "rounds=0"),
         ("local-epochs", -1, "local-epochs"),
         ("learning-rate", 0.0, "learning-rate"),
@@ -53,14 +52,14 @@ def test_presets_use_known_keys_and_validate(preset):
         ("learning-rate", "fast", "must be a number"),
         ("download", "yes", "true or false"),
         ("classes-per-client", 0, "classes-per-client"),
-        ("fedhap-mu", -0.01, "fedhap-mu=-0.01"),
-        ("fedhap-lambda", -1.0, "must be >= 0"),
-        ("triplet-margin", 0.0, "must be > 0"),
-        ("triplet-margin", -0.5, "triplet-margin"),
-        ("triplet-distance", "manhattan", "accepted are cosine, euclidean"),
-        ("fedhap-variant", "fedhap-4", "fedhap-1"),
+        ("fedhap.mu", -0.01, "fedhap.mu=-0.01"),
+        ("fedhap.lambda", -1.0, "must be >= 0"),
+        ("fedhap.triplet-margin", 0.0, "must be > 0"),
+        ("fedhap.triplet-margin", -0.5, "fedhap.triplet-margin"),
+        ("fedhap.triplet-distance", "manhattan", "accepted are cosine, euclidean"),
+        ("fedhap.variant", "fedhap-4", "fedhap-1"),
         ("prototype-weighting", "median", "mean, count"),
-        ("discriminator-hidden-dim", 0, "positive integer"),
+        ("fedhap.discriminator-hidden-dim", 0, "positive integer"),
     ],
 )
 def test_bad_values_name_the_key(key, value, fragment):
@@ -78,7 +77,7 @@ def test_npz_needs_a_path():
 def test_unknown_strategy_is_refused_with_the_accepted_names():
     # refused by the settings (so `python -m settings check` needs no torch) and,
     # should settings ever let one through, by the registry
-    from strategies import build_strategy
+    from strategies.registry import build_strategy
 
     with pytest.raises(ConfigError, match="strategy='fedsgd'.*fedavg, fedprox"):
         RunSettings.from_config({**app_config(), "strategy": "fedsgd"})
@@ -101,32 +100,32 @@ def test_unknown_key_is_refused():
 @pytest.mark.parametrize(
     ("overrides", "fragment"),
     [
-        ({"update-sparsity": 1.0}, "update-sparsity=1.0"),
-        ({"elastic-net-l1": -0.1}, "elastic-net-l1"),
+        ({"updates.sparsity": 1.0}, "updates.sparsity=1.0"),
+        ({"updates.elastic-net-l1": -0.1}, "updates.elastic-net-l1"),
         ({"secure-aggregation": "mpc"}, "secure-aggregation='mpc'"),
-        ({"dphe-packing": -1}, "dphe-packing=-1"),
-        ({"dphe-scale-bits": 0}, "dphe-scale-bits=0"),
-        ({"dphe-clip": 0.0}, "dphe-clip"),
-        ({"dphe-weighting": "size"}, "dphe-weighting"),
-        ({"dphe-max-weight": 0}, "dphe-max-weight"),
-        ({"dphe-max-contributors": 2}, "dphe-max-contributors"),
-        ({"dphe-prototypes": True}, "dphe-prototypes=true needs"),
+        ({"dphe.packing": -1}, "dphe.packing=-1"),
+        ({"dphe.scale-bits": 0}, "dphe.scale-bits=0"),
+        ({"dphe.clip": 0.0}, "dphe.clip"),
+        ({"dphe.weighting": "size"}, "dphe.weighting"),
+        ({"dphe.max-weight": 0}, "dphe.max-weight"),
+        ({"dphe.max-contributors": 2}, "dphe.max-contributors"),
+        ({"dphe.prototypes": True}, "dphe.prototypes=true needs"),
         (
             {
                 "strategy": "fedhap",
                 "secure-aggregation": "dphe",
                 "min-train-nodes": 3,
-                "dphe-key-dir": "k",
-                "dphe-prototypes": True,
+                "dphe.key-dir": "k",
+                "dphe.prototypes": True,
                 "prototype-weighting": "count",
             },
             "prototype-weighting='mean'",
         ),
         (
-            {"secure-aggregation": "dphe", "min-train-nodes": 2, "dphe-key-dir": "k"},
+            {"secure-aggregation": "dphe", "min-train-nodes": 2, "dphe.key-dir": "k"},
             "min-train-nodes=2",
         ),
-        ({"secure-aggregation": "dphe", "min-train-nodes": 3}, "dphe-key-dir is empty"),
+        ({"secure-aggregation": "dphe", "min-train-nodes": 3}, "dphe.key-dir is empty"),
     ],
 )
 def test_secure_aggregation_bad_values_name_the_key(overrides, fragment):
@@ -136,7 +135,7 @@ def test_secure_aggregation_bad_values_name_the_key(overrides, fragment):
 
 def test_dphe_accepts_three_nodes_with_a_key_folder():
     s = RunSettings.from_config(
-        {"secure-aggregation": "dphe", "min-train-nodes": 3, "dphe-key-dir": "keys"}
+        {"secure-aggregation": "dphe", "min-train-nodes": 3, "dphe.key-dir": "keys"}
     )
     assert s.secure_aggregation == "dphe"
 
@@ -144,16 +143,16 @@ def test_dphe_accepts_three_nodes_with_a_key_folder():
 @pytest.mark.parametrize(
     ("overrides", "fragment"),
     [
-        ({"pfmh-tau": 0.0}, "pfmh-tau=0.0"),
-        ({"pfmh-tau": -0.07}, "pfmh-tau=-0.07"),
-        ({"pfmh-tau": float("nan")}, "pfmh-tau=nan"),
-        ({"pfmh-alpha": -0.01}, "pfmh-alpha=-0.01"),
-        ({"pfmh-beta": -0.001}, "pfmh-beta=-0.001"),
-        ({"pfmh-beta": float("inf")}, "pfmh-beta=inf"),
-        ({"pfmh-k": 0}, "pfmh-k=0"),
-        ({"pfmh-dropout": 1.0}, "pfmh-dropout=1.0"),
-        ({"pfmh-mode": "local"}, "pfmh-mode='local'"),
-        ({"pfmh-variant": "w/o-P"}, "pfmh-variant='w/o-P'"),
+        ({"pfmh.tau": 0.0}, "pfmh.tau=0.0"),
+        ({"pfmh.tau": -0.07}, "pfmh.tau=-0.07"),
+        ({"pfmh.tau": float("nan")}, "pfmh.tau=nan"),
+        ({"pfmh.alpha": -0.01}, "pfmh.alpha=-0.01"),
+        ({"pfmh.beta": -0.001}, "pfmh.beta=-0.001"),
+        ({"pfmh.beta": float("inf")}, "pfmh.beta=inf"),
+        ({"pfmh.k": 0}, "pfmh.k=0"),
+        ({"pfmh.dropout": 1.0}, "pfmh.dropout=1.0"),
+        ({"pfmh.mode": "local"}, "pfmh.mode='local'"),
+        ({"pfmh.variant": "w/o-P"}, "pfmh.variant='w/o-P'"),
         ({"strategy": "pfmh"}, "dataset='digits' has a single modality"),
         (
             {"strategy": "pfmh", "dataset": "cifar10", "data-path": "d"},
@@ -164,12 +163,12 @@ def test_dphe_accepts_three_nodes_with_a_key_folder():
             "batch-size=1",
         ),
         (
-            {"strategy": "pfmh", "dataset": "multiview-digits", "dp-sgd": True},
-            "dp-sgd=true",
+            {"strategy": "pfmh", "dataset": "multiview-digits", "dp-sgd.enabled": True},
+            "dp-sgd.enabled=true",
         ),
         (
-            {"strategy": "pfmh", "dataset": "multiview-digits", "update-sparsity": 0.5},
-            'pfmh-mode="personalized"',
+            {"strategy": "pfmh", "dataset": "multiview-digits", "updates.sparsity": 0.5},
+            'pfmh.mode="personalized"',
         ),
     ],
 )
@@ -187,11 +186,11 @@ def test_pfmh_settings_and_loss_config():
             **app_config(),
             "strategy": "pfmh",
             "dataset": "multiview-digits",
-            "pfmh-variant": "wo-pe",
-            "pfmh-tau": 0.1,
+            "pfmh.variant": "wo-pe",
+            "pfmh.tau": 0.1,
         }
     )
-    assert s.pfmh_personalized and s.pfmh_ablation == "w/o-PE"
+    assert s.pfmh_personalized and s.pfmh.ablation == "w/o-PE"
     cfg = pfmh_loss_config(s)
     assert (cfg.tau, cfg.alpha, cfg.beta) == (0.1, 0.01, 0.001)
     assert not cfg.use_completion and cfg.uses_prototypes
@@ -201,8 +200,8 @@ def test_pfmh_settings_and_loss_config():
             **app_config(),
             "strategy": "pfmh",
             "dataset": "multiview-digits",
-            "pfmh-mode": "fedavg",
-            "update-sparsity": 0.5,
+            "pfmh.mode": "fedavg",
+            "updates.sparsity": 0.5,
         }
     )
     assert not fed.pfmh_personalized
@@ -221,7 +220,7 @@ def test_pfmh_run_model_is_multimodal_and_seeded():
             **app_config(),
             "strategy": "pfmh",
             "dataset": "multiview-digits",
-            "pfmh-k": 8,
+            "pfmh.k": 8,
             "code-length": 16,
         }
     )

@@ -124,7 +124,7 @@ def test_sampling_is_seeded_ordered_by_partition_and_skips_unknown_nodes():
 
 
 def test_fedprox_factory_sends_mu():
-    s = fedprox(RunSettings(strategy="fedprox", proximal_mu=0.3))
+    s = fedprox(RunSettings.from_config({"strategy": "fedprox", "fedprox.mu": 0.3}))
     assert isinstance(s, HashingFedProx)
     s.set_node_partitions({5: 0, 6: 1})
     msgs = list(s.configure_train(1, arrays(0.0), ConfigRecord(), FakeGrid([5, 6])))

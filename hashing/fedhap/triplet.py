@@ -6,7 +6,7 @@ Distances between relaxed codes (``distance`` key):
 * ``euclidean`` -- d(a, b) = ||a - b||_2 / sqrt(bits), the root-mean-square
   difference per bit, so that for +-1 codes it also lies in [0, 2] and one margin
   default serves both metrics (the paper's Table 7 compares the two but gives no
-  margin; our default ``triplet-margin = 0.5`` is our choice).
+  margin; our default ``fedhap.triplet-margin = 0.5`` is our choice).
 
 Triplet selection is not specified by the paper. We use all valid triplets of the
 mini-batch ("batch-all"): every anchor j, every positive p != j with

@@ -51,7 +51,7 @@ from crypto import (
 )
 from hashing.update_sparsity import ArrayLayout, flatten_arrays, unflatten_arrays
 from settings import keys as K
-from settings.run_settings import DPHE_MIN_CONTRIBUTORS
+from strategies.dphe.config import MIN_CONTRIBUTORS as DPHE_MIN_CONTRIBUTORS
 from strategies.dphe.setup import read_dphe_record, split_loss
 
 

@@ -19,11 +19,11 @@ import argparse
 import sys
 import tomllib
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from crypto import DPHEParams
 from crypto.keyholder import write_streams_file
+from settings.check import parse_run_config
 from settings.run_settings import ConfigError, RunSettings
 from strategies.dphe.setup import stream_params
 
@@ -57,7 +57,7 @@ def read_run_config(path: str | None, overrides: Sequence[str]) -> dict[str, Any
     """Flat run config from a TOML file plus ``key=value`` overrides."""
     config: dict[str, Any] = {}
     if path:
-        config.update(tomllib.loads(Path(path).read_text(encoding="utf-8")))
+        config.update(parse_run_config([path]))  # nested tables flattened
     for item in overrides:
         key, sep, value = item.partition("=")
         if not sep:

@@ -26,9 +26,9 @@ from crypto import (
     KeyholderLike,
     RemoteKeyholder,
 )
-from settings import keys as K
 from settings.run_settings import ConfigError, RunSettings
 from strategies.dphe.aggregation import SecureAggregation, SecureSum
+from strategies.dphe.config import DPHEConfig
 from strategies.dphe.setup import load_server_bundles, stream_params
 
 
@@ -57,7 +57,7 @@ def build_secure_components(
     num_classes: int,
     simulation: bool,
 ) -> tuple[SecureAggregation, SecureSum | None]:
-    """Build the model's DPHE component and, with ``dphe-prototypes``, FedHAP's.
+    """Build the model's DPHE component and, with ``dphe.prototypes``, FedHAP's.
 
     Both share one keyholder handle (and its session id).
 
@@ -66,7 +66,7 @@ def build_secure_components(
     ConfigError
         Missing/invalid bundles, a packing that does not fit the key, a partition
         without a permutation in the aggregator's bundle, an empty
-        ``dphe-keyholder-url`` outside simulation, a keyholder service whose
+        ``dphe.keyholder-url`` outside simulation, a keyholder service whose
         pinned streams are not those of this run, or one whose session an earlier
         run already used.
     """
@@ -82,7 +82,7 @@ def build_secure_components(
     missing = sorted(set(partition_ids) - known)
     if missing:
         raise ConfigError(
-            f"{K.DPHE_KEY_DIR}={settings.dphe_key_dir!r}: the aggregator bundle has "
+            f"{DPHEConfig.key('key_dir')}={settings.dphe.key_dir!r}: the aggregator bundle has "
             f"permutations for {len(known)} clients but partitions {missing[:5]} "
             "take part; "
             "regenerate the keys with --clients >= the number of partitions"
@@ -91,9 +91,9 @@ def build_secure_components(
     if keyholder_bundle is None:
         remote = _remote_keyholder(settings, aggregator.auth_token)
         _check_remote_streams(remote, streams)
-        _check_fresh_session(remote, settings.dphe_keyholder_url)
+        _check_fresh_session(remote, settings.dphe.keyholder_url)
         keyholder = remote
-        where = f"keyholder service {settings.dphe_keyholder_url}"
+        where = f"keyholder service {settings.dphe.keyholder_url}"
     else:
         keyholder = Keyholder(keyholder_bundle, streams)
         where = "in-process keyholder (simulation)"
@@ -115,7 +115,7 @@ def build_secure_components(
         where,
     )
     model = SecureAggregation(aggregator, keyholder, params)
-    if not settings.dphe_prototypes:
+    if not settings.dphe.prototypes:
         return model, None
     prototypes = SecureSum(
         aggregator,
@@ -138,13 +138,13 @@ def _check_fresh_session(remote: RemoteKeyholder, url: str) -> None:
     try:
         used = remote.decrypted_rounds()
     except RuntimeError as exc:
-        raise ConfigError(f"{K.DPHE_KEYHOLDER_URL}: {exc}") from None
+        raise ConfigError(f"{DPHEConfig.key('keyholder_url')}: {exc}") from None
     if used:
         shown = ", ".join(
             f"{stream} up to round {r}" for stream, r in sorted(used.items())
         )
         raise ConfigError(
-            f"{K.DPHE_KEYHOLDER_URL}={url!r}: this keyholder session already "
+            f"{DPHEConfig.key('keyholder_url')}={url!r}: this keyholder session already "
             f"decrypted {shown} for an earlier run; a session serves one run (it "
             "decrypts each round once): restart the keyholder service before a new "
             "run (docker compose restart keyholder)"
@@ -156,10 +156,10 @@ def _check_remote_streams(remote: RemoteKeyholder, streams: dict) -> None:
     try:
         served = remote.health().get("streams")
     except RuntimeError as exc:
-        raise ConfigError(f"{K.DPHE_KEYHOLDER_URL}: {exc}") from None
+        raise ConfigError(f"{DPHEConfig.key('keyholder_url')}: {exc}") from None
     if isinstance(served, list) and not set(streams) <= set(served):
         raise ConfigError(
-            f"{K.DPHE_KEYHOLDER_URL}: the keyholder service pins the streams "
+            f"{DPHEConfig.key('keyholder_url')}: the keyholder service pins the streams "
             f"{sorted(served)}, this run needs {sorted(streams)}: write its "
             "--streams file from this run config "
             "(python -m strategies.dphe.keyholder_streams)"
@@ -167,7 +167,7 @@ def _check_remote_streams(remote: RemoteKeyholder, streams: dict) -> None:
 
 
 def _remote_keyholder(settings: RunSettings, auth_token: str) -> RemoteKeyholder:
-    """Client of the keyholder service, verifying TLS with ``dphe-keyholder-ca``.
+    """Client of the keyholder service, verifying TLS with ``dphe.keyholder-ca``.
 
     Raises
     ------
@@ -175,14 +175,14 @@ def _remote_keyholder(settings: RunSettings, auth_token: str) -> RemoteKeyholder
         A CA file that does not exist, or a URL the client refuses (plain http
         off loopback), naming the key.
     """
-    ca_file = settings.dphe_keyholder_ca or None
+    ca_file = settings.dphe.keyholder_ca or None
     if ca_file is not None and not Path(ca_file).is_file():
         raise ConfigError(
-            f"{K.DPHE_KEYHOLDER_CA}={ca_file!r} does not exist on the ServerApp's "
+            f"{DPHEConfig.key('keyholder_ca')}={ca_file!r} does not exist on the ServerApp's "
             "machine: give the CA certificate (PEM) that signed the keyholder's "
             "certificate (deploy/credentials/serverapp/ca.crt)"
         )
     try:
-        return RemoteKeyholder(settings.dphe_keyholder_url, auth_token, ca_file=ca_file)
+        return RemoteKeyholder(settings.dphe.keyholder_url, auth_token, ca_file=ca_file)
     except ValueError as exc:
-        raise ConfigError(f"{K.DPHE_KEYHOLDER_URL}: {exc}") from None
+        raise ConfigError(f"{DPHEConfig.key('keyholder_url')}: {exc}") from None

@@ -11,9 +11,9 @@ An encrypted update travels in its own ``dphe`` ArrayRecord (``block-ids``,
 Streams: ``model`` is the flattened model update followed by one more coordinate,
 the client's train loss divided by :data:`LOSS_SCALE` (so under DPHE the server
 learns only the weighted average loss, never a client's); ``prototypes`` (FedHAP
-with ``dphe-prototypes``) is :func:`hashing.fedhap.prototypes.prototype_sum_vector`.
+with ``dphe.prototypes``) is :func:`hashing.fedhap.prototypes.prototype_sum_vector`.
 
-Padding is on by default (``dphe-pad = true``); with ``dphe-capacity = 0`` the
+Padding is on by default (``dphe.pad = true``); with ``dphe.capacity = 0`` the
 capacity is then :func:`crypto.auto_capacity` of the stream's number of blocks (at
 most 4 shard counts), so the aggregator learns ``ceil(touched / M)`` only.
 """
@@ -44,6 +44,7 @@ from crypto import (
 )
 from settings import keys as K
 from settings.run_settings import ConfigError, RunSettings
+from strategies.dphe.config import DPHEConfig
 
 AGGREGATOR_BUNDLE = "aggregator.json"
 KEYHOLDER_BUNDLE = "keyholder.json"
@@ -88,14 +89,14 @@ def stream_params(
     Returns
     -------
     dict of str to DPHEParams
-        ``{"model": ...}`` and, with ``dphe-prototypes``, ``"prototypes"``.
+        ``{"model": ...}`` and, with ``dphe.prototypes``, ``"prototypes"``.
     """
     streams = {
         STREAM_MODEL: dphe_params(
             settings, dimension=model_dimension + 1, key_bits=key_bits
         )
     }
-    if settings.dphe_prototypes:
+    if settings.dphe.prototypes:
         streams[STREAM_PROTOTYPES] = dphe_params(
             settings,
             dimension=num_classes * (settings.code_length + 1),
@@ -113,15 +114,15 @@ def client_bundle_name(partition_id: int) -> str:
 def fixed_point(settings: RunSettings, *, uniform: bool = False) -> FixedPointParams:
     """Return the run's fixed-point encoding (scale, clip, weight, summands).
 
-    ``uniform`` forces weight 1 (prototype sums), whatever ``dphe-weighting`` says.
+    ``uniform`` forces weight 1 (prototype sums), whatever ``dphe.weighting`` says.
     """
-    uniform = uniform or settings.dphe_weighting == "uniform"
-    max_weight = 1 if uniform else settings.dphe_max_weight
+    uniform = uniform or settings.dphe.weighting == "uniform"
+    max_weight = 1 if uniform else settings.dphe.max_weight
     return FixedPointParams(
-        scale_bits=settings.dphe_scale_bits,
-        clip=settings.dphe_clip,
+        scale_bits=settings.dphe.scale_bits,
+        clip=settings.dphe.clip,
         max_weight=max_weight,
-        max_summands=settings.dphe_max_contributors,
+        max_summands=settings.dphe.max_contributors,
     )
 
 
@@ -130,43 +131,43 @@ def dphe_params(
 ) -> DPHEParams:
     """DPHE parameters for a vector of ``dimension`` values and a ``key_bits`` key.
 
-    ``dphe-packing = 0`` packs as many slots per plaintext as the key allows;
-    ``dphe-pad = true`` with ``dphe-capacity = 0`` uses :func:`crypto.auto_capacity`,
-    or, for the model stream (``uniform`` False) with ``dphe-block-sparsity``,
+    ``dphe.packing = 0`` packs as many slots per plaintext as the key allows;
+    ``dphe.pad = true`` with ``dphe.capacity = 0`` uses :func:`crypto.auto_capacity`,
+    or, for the model stream (``uniform`` False) with ``dphe.block-sparsity``,
     exactly the blocks a user keeps (:func:`crypto.kept_blocks`; one padded shard,
-    ``single_shard``; ``dphe-capacity`` is then ignored).
+    ``single_shard``; ``dphe.capacity`` is then ignored).
 
     Raises
     ------
     ConfigError
-        If the packing does not fit the key, naming ``dphe-packing``.
+        If the packing does not fit the key, naming ``dphe.packing``.
     """
     fp = fixed_point(settings, uniform=uniform)
     most = max_packing(key_bits, fp)
-    packing = settings.dphe_packing or most
+    packing = settings.dphe.packing or most
     if packing > most:
         raise ConfigError(
-            f"{K.DPHE_PACKING}={settings.dphe_packing}: a {key_bits}-bit key holds at "
-            f"most {most} slots of {fp.slot_bits} bits (set by {K.DPHE_SCALE_BITS}, "
-            f"{K.DPHE_CLIP}, {K.DPHE_MAX_WEIGHT}, {K.DPHE_MAX_CONTRIBUTORS}); accepted "
+            f"{DPHEConfig.key('packing')}={settings.dphe.packing}: a {key_bits}-bit key holds at "
+            f"most {most} slots of {fp.slot_bits} bits (set by {DPHEConfig.key('scale_bits')}, "
+            f"{DPHEConfig.key('clip')}, {DPHEConfig.key('max_weight')}, {DPHEConfig.key('max_contributors')}); accepted "
             f"is 0 (= {most}) or 1..{most}"
         )
-    capacity = settings.dphe_capacity
+    capacity = settings.dphe.capacity
     num_blocks = -(-(dimension + 1) // packing)
     single = False
     try:
-        if settings.dphe_block_sparsity and not uniform:
+        if settings.dphe.block_sparsity and not uniform:
             # every user touches at most k blocks: one padded shard of k blocks
-            capacity = kept_blocks(num_blocks, settings.update_sparsity)
-            single = settings.dphe_pad
-        elif settings.dphe_pad and capacity == 0:
+            capacity = kept_blocks(num_blocks, settings.updates.sparsity)
+            single = settings.dphe.pad
+        elif settings.dphe.pad and capacity == 0:
             capacity = auto_capacity(num_blocks)
         params = DPHEParams(
             dimension=dimension,
             packing=packing,
             fixed_point=fp,
             capacity=capacity,
-            pad=settings.dphe_pad,
+            pad=settings.dphe.pad,
             single_shard=single,
         )
         params.validate(key_bits)
@@ -181,15 +182,15 @@ def update_weight(settings: RunSettings, num_examples: int) -> int:
     Raises
     ------
     ValueError
-        If ``num_examples`` exceeds ``dphe-max-weight`` (the fixed point's bound).
+        If ``num_examples`` exceeds ``dphe.max-weight`` (the fixed point's bound).
     """
-    if settings.dphe_weighting == "uniform":
+    if settings.dphe.weighting == "uniform":
         return 1
-    if not 1 <= num_examples <= settings.dphe_max_weight:
+    if not 1 <= num_examples <= settings.dphe.max_weight:
         raise ValueError(
-            f"this client holds {num_examples} examples but {K.DPHE_MAX_WEIGHT}="
-            f"{settings.dphe_max_weight}: raise {K.DPHE_MAX_WEIGHT} (it sets the "
-            f"fixed-point headroom) or use {K.DPHE_WEIGHTING}='uniform'"
+            f"this client holds {num_examples} examples but {DPHEConfig.key('max_weight')}="
+            f"{settings.dphe.max_weight}: raise {DPHEConfig.key('max_weight')} (it sets the "
+            f"fixed-point headroom) or use {DPHEConfig.key('weighting')}='uniform'"
         )
     return int(num_examples)
 
@@ -231,8 +232,8 @@ def client_bundle_path(
         path = Path(node_bundle)
         where = f"node config {K.DPHE_KEY_BUNDLE}={node_bundle!r}"
     else:
-        path = Path(settings.dphe_key_dir) / client_bundle_name(partition_id)
-        where = f"{K.DPHE_KEY_DIR}={settings.dphe_key_dir!r}"
+        path = Path(settings.dphe.key_dir) / client_bundle_name(partition_id)
+        where = f"{DPHEConfig.key('key_dir')}={settings.dphe.key_dir!r}"
     if not path.is_file():
         raise FileNotFoundError(
             f"DPHE key bundle {str(path)!r} (from {where}) does not exist: give this "
@@ -254,36 +255,36 @@ def load_server_bundles(
 
     In simulation the keyholder is an in-process object built from
     ``keyholder.json`` -- outside the strategy, which only ever holds the
-    aggregator's bundle. With ``dphe-keyholder-url`` the keyholder is a separate
+    aggregator's bundle. With ``dphe.keyholder-url`` the keyholder is a separate
     service and its bundle is not read here at all. Outside simulation
     (``simulation`` False: the ServerApp's grid is not the simulation engine's,
     :func:`settings.runtime.server_in_simulation`) the secret key never loads into
-    the ServerApp: an empty ``dphe-keyholder-url`` is a ConfigError, whether or not
+    the ServerApp: an empty ``dphe.keyholder-url`` is a ConfigError, whether or not
     ``keyholder.json`` lies in the key folder.
     """
-    folder = Path(settings.dphe_key_dir)
+    folder = Path(settings.dphe.key_dir)
     agg_path = folder / AGGREGATOR_BUNDLE
     if not agg_path.is_file():
         raise ConfigError(
-            f"{K.DPHE_KEY_DIR}={settings.dphe_key_dir!r} has no {AGGREGATOR_BUNDLE}: "
+            f"{DPHEConfig.key('key_dir')}={settings.dphe.key_dir!r} has no {AGGREGATOR_BUNDLE}: "
             "write the bundles with `python -m crypto.keygen --out DIR --clients N`"
         )
     aggregator = load_aggregator_bundle(agg_path)
-    if settings.dphe_keyholder_url:
+    if settings.dphe.keyholder_url:
         return aggregator, None
     if not simulation:
         raise ConfigError(
-            f"{K.DPHE_KEYHOLDER_URL} is empty outside simulation: the ServerApp "
+            f"{DPHEConfig.key('keyholder_url')} is empty outside simulation: the ServerApp "
             f"must never hold the secret key ({KEYHOLDER_BUNDLE}); run "
             "`python -m crypto.keyholder_service` and give its URL in "
-            f"{K.DPHE_KEYHOLDER_URL} (the in-process keyholder is for Flower's "
+            f"{DPHEConfig.key('keyholder_url')} (the in-process keyholder is for Flower's "
             "simulation engine only)"
         )
     kh_path = folder / KEYHOLDER_BUNDLE
     if not kh_path.is_file():
         raise ConfigError(
-            f"{K.DPHE_KEY_DIR}={settings.dphe_key_dir!r} has no {KEYHOLDER_BUNDLE} "
-            f"and {K.DPHE_KEYHOLDER_URL} is empty: either run the keyholder service "
+            f"{DPHEConfig.key('key_dir')}={settings.dphe.key_dir!r} has no {KEYHOLDER_BUNDLE} "
+            f"and {DPHEConfig.key('keyholder_url')} is empty: either run the keyholder service "
             "and give its URL, or (simulation) keep keyholder.json in the key folder"
         )
     return aggregator, load_keyholder_bundle(kh_path)

@@ -15,7 +15,6 @@ from flwr.serverapp.strategy import FedAvg, FedProx
 
 from settings.run_settings import RunSettings
 from strategies.partition_order import PartitionOrderedMixin
-from strategies.registry import register
 
 
 class HashingFedAvg(PartitionOrderedMixin, FedAvg):
@@ -37,13 +36,11 @@ def common_kwargs(settings: RunSettings) -> dict:
     }
 
 
-@register("fedavg")
 def fedavg(settings: RunSettings) -> HashingFedAvg:
     """FedAvg baseline (``strategy = "fedavg"``)."""
     return HashingFedAvg(**common_kwargs(settings))
 
 
-@register("fedprox")
 def fedprox(settings: RunSettings) -> HashingFedProx:
-    """FedProx baseline (``strategy = "fedprox"``), mu from ``proximal-mu``."""
-    return HashingFedProx(**common_kwargs(settings), proximal_mu=settings.proximal_mu)
+    """FedProx baseline (``strategy = "fedprox"``), mu from ``fedprox.mu``."""
+    return HashingFedProx(**common_kwargs(settings), proximal_mu=settings.fedprox.mu)

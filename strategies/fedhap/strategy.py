@@ -46,7 +46,6 @@ from settings.run_settings import RunSettings
 from strategies.dphe.aggregation import SecureSum
 from strategies.fedavg.strategy import common_kwargs
 from strategies.partition_order import PartitionOrderedMixin
-from strategies.registry import register
 
 
 class HashingFedHAP(PartitionOrderedMixin, FedAvg):
@@ -93,7 +92,7 @@ class HashingFedHAP(PartitionOrderedMixin, FedAvg):
         self._secure_uploads: dict[int, EncryptedUpdate] = {}
 
     def set_secure_prototypes(self, secure: SecureSum | None) -> None:
-        """Receive prototypes as DPHE-encrypted per-class sums (``dphe-prototypes``).
+        """Receive prototypes as DPHE-encrypted per-class sums (``dphe.prototypes``).
 
         The server then learns only, per class, the sum of the holders' means and
         the number of holders -- not any client's prototypes or classes.
@@ -235,14 +234,13 @@ class HashingFedHAP(PartitionOrderedMixin, FedAvg):
         return arrays, metrics
 
 
-@register("fedhap")
 def fedhap(settings: RunSettings) -> HashingFedHAP:
-    """FedHAP (``strategy = "fedhap"``), variant from ``fedhap-variant``."""
+    """FedHAP (``strategy = "fedhap"``), variant from ``fedhap.variant``."""
     return HashingFedHAP(
         **common_kwargs(settings),
         bits=settings.code_length,
         uses_prototypes=settings.uses_prototypes,
         weighting=settings.prototype_weighting,
-        initial_centers=settings.fedhap_initial_prototypes == "centers",
+        initial_centers=settings.fedhap.initial_prototypes == "centers",
         centers_seed=settings.seed,
     )

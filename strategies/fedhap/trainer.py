@@ -3,7 +3,7 @@
 Receives the global hashing network + discriminator (one ArrayRecord, discriminator
 under ``discriminator.``) and, once the server has them, the global prototype codes
 in their own record; trains with :func:`hashing.fedhap.train.train_fedhap` (or, with
-``dp-sgd``, with Opacus on the per-sample part of the objective); replies with the
+``dp-sgd.enabled``, with Opacus on the per-sample part of the objective); replies with the
 updated parameters, the metrics and -- through the single upload function
 :func:`clients.publish.publish_prototypes` -- its class prototypes (Eq. 5) computed
 with the updated network on all its samples, for the classes it holds.
@@ -17,7 +17,7 @@ import torch
 from flwr.app import ArrayRecord, MetricRecord, RecordDict
 
 from clients.publish import labels_per_record, publish_prototypes
-from clients.trainers import TrainContext, dp_train, register_trainer
+from clients.trainers import TrainContext, dp_train
 from hashing.fedhap.discriminator import Discriminator
 from hashing.fedhap.train import FedHAPTrainConfig, fedhap_dp_loss, train_fedhap
 from hashing.prototypes import class_prototypes
@@ -37,7 +37,6 @@ from settings.run_settings import RunSettings
 Prototypes = tuple[torch.Tensor, torch.Tensor]
 
 
-@register_trainer("fedhap")
 def fedhap_trainer(content: RecordDict, ctx: TrainContext) -> RecordDict:
     """One FedHAP round on this client."""
     s = ctx.settings
@@ -56,7 +55,7 @@ def fedhap_trainer(content: RecordDict, ctx: TrainContext) -> RecordDict:
         classes, codes = read_broadcast(content[K.PROTOTYPES])
         prototypes = (torch.from_numpy(codes), torch.from_numpy(classes))
     uses: list[MechanismUse] = []
-    if s.dp_sgd:  # the settings guarantee fedhap-3, initial centres, flipped uploads
+    if s.dp_sgd.enabled:  # the settings guarantee fedhap-3, initial centres, flipped uploads
         if prototypes is None:
             raise ValueError("a DP-SGD FedHAP round needs global prototypes")
         loss, use = dp_train(model, dp_objective(s, num_classes, prototypes), ctx)
@@ -108,10 +107,10 @@ def _train(
             learning_rate=s.learning_rate,
             batch_size=s.batch_size,
             num_classes=ctx.data.num_classes,
-            margin=s.triplet_margin,
-            distance=s.triplet_distance,
-            mu=s.fedhap_mu,
-            lam=s.fedhap_lambda,
+            margin=s.fedhap.triplet_margin,
+            distance=s.fedhap.triplet_distance,
+            mu=s.fedhap.mu,
+            lam=s.fedhap.lambda_,
             global_triplet=s.uses_global_triplet,
             weight_decay=s.weight_decay,
         ),
@@ -133,9 +132,9 @@ def dp_objective(
             codes,
             classes,
             num_classes=num_classes,
-            margin=s.triplet_margin,
-            metric=s.triplet_distance,
-            mu=s.fedhap_mu,
+            margin=s.fedhap.triplet_margin,
+            metric=s.fedhap.triplet_distance,
+            mu=s.fedhap.mu,
         )
 
     return loss_fn

@@ -80,7 +80,7 @@ class PFMHEvaluator:
     model_factory : callable
         Returns a fresh multi-modal network of this run (fedavg mode).
     personalized : bool
-        ``pfmh-mode = "personalized"``: no global model.
+        ``pfmh.mode = "personalized"``: no global model.
     bits, top_k, ks, device, required_mechanisms, timeout_s
         As :class:`server.evaluation.RetrievalEvaluator`.
     """

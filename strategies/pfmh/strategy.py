@@ -19,7 +19,7 @@ Server side of the paper's Algorithm 1 (lines 7-13; math in
    nobody stays absent. Without completion (ablation w/o-PE) a client's personal set
    is only its own prototypes (FedProto-like exchange).
 
-Two modes (``pfmh-mode``):
+Two modes (``pfmh.mode``):
 
 ``personalized`` (default)
     Only prototypes travel. The server sends an *empty* ArrayRecord, and a reply
@@ -59,7 +59,6 @@ from settings.run_model import pfmh_loss_config
 from settings.run_settings import RunSettings
 from strategies.fedavg.strategy import common_kwargs
 from strategies.partition_order import PartitionOrderedMixin
-from strategies.registry import register
 
 
 class HashingPFMH(PartitionOrderedMixin, FedAvg):
@@ -219,14 +218,13 @@ class HashingPFMH(PartitionOrderedMixin, FedAvg):
         return arrays, metrics
 
 
-@register("pfmh")
 def pfmh(settings: RunSettings) -> HashingPFMH:
-    """PFMH (``strategy = "pfmh"``): ``pfmh-mode``, variant ``pfmh-variant``."""
+    """PFMH (``strategy = "pfmh"``): ``pfmh.mode``, variant ``pfmh.variant``."""
     loss = pfmh_loss_config(settings)
     return HashingPFMH(
         **common_kwargs(settings),
-        dim=settings.pfmh_k,
-        personalized=settings.pfmh_mode == "personalized",
+        dim=settings.pfmh.k,
+        personalized=settings.pfmh.mode == "personalized",
         uses_prototypes=loss.uses_prototypes,
         complete=loss.use_completion,
         weighting=settings.prototype_weighting,

@@ -33,7 +33,7 @@ from flwr.app import (
 
 from clients.data import LocalData
 from clients.publish import publish_codes, publish_pfmh_prototypes
-from clients.trainers import TrainContext, register_trainer
+from clients.trainers import TrainContext
 from hashing.codes import pack_bytes, sign_codes
 from hashing.pfmh.evaluation import local_retrieval
 from hashing.pfmh.losses import LOSS_PARTS
@@ -45,6 +45,7 @@ from settings.privacy_records import privacy_record
 from settings.prototype_records import pfmh_upload_record, read_pfmh_set
 from settings.run_model import build_run_model, pfmh_loss_config
 from settings.run_settings import RunSettings
+from strategies.pfmh.config import PFMHConfig
 
 
 def client_model(
@@ -65,13 +66,13 @@ def client_model(
         return model
     if arrays is None or not len(arrays):
         raise ValueError(
-            f'{K.PFMH_MODE}="fedavg": the message carries no model arrays to start from'
+            f"{PFMHConfig.key('mode')}=\"fedavg\": the message carries no model "
+            "arrays to start from"
         )
     model.load_state_dict(arrays.to_torch_state_dict())
     return model
 
 
-@register_trainer("pfmh")
 def pfmh_trainer(content: RecordDict, ctx: TrainContext) -> RecordDict:
     """One PFMH round on this client."""
     s = ctx.settings

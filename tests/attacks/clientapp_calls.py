@@ -70,7 +70,7 @@ def query_encode(
     packed = reply.content[K.CODES][K.PACKED_CODES].numpy()
     published = unpack_bytes(packed, bits)
     # the truth, which only the client knows: sign of its codes, no flips
-    no_flip = {**config, K.CODE_FLIP_EPSILON: 0.0}
+    no_flip = {**config, "privacy.code-flip-epsilon": 0.0}
     reply = build_client_app()(
         request_to(NODE_ID, content, MessageType.QUERY), _context(pid, no_flip)
     )

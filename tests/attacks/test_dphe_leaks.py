@@ -35,7 +35,7 @@ def settings_for(key_dir, **over):
         {
             "secure-aggregation": "dphe",
             "min-train-nodes": 3,
-            "dphe-key-dir": str(key_dir),
+            "dphe.key-dir": str(key_dir),
             **over,
         }
     )
@@ -56,8 +56,8 @@ def test_phi_differs_across_rounds_streams_and_sessions(key_dir):
 
 
 def test_padding_is_on_by_default_and_hides_sparsity(key_dir):
-    settings = settings_for(key_dir, **{"dphe-packing": 1})
-    assert settings.dphe_pad and settings.dphe_capacity == 0
+    settings = settings_for(key_dir, **{"dphe.packing": 1})
+    assert settings.dphe.pad and settings.dphe.capacity == 0
     params = dphe_params(settings, dimension=99, key_bits=512)
     assert params.pad and params.num_blocks == 100 and params.capacity == 25
     client = load_client_bundle(key_dir / "client-0.json")
@@ -77,9 +77,9 @@ def test_padding_is_on_by_default_and_hides_sparsity(key_dir):
 def test_keyholder_json_is_refused_outside_simulation(key_dir):
     settings = settings_for(key_dir)
     assert (key_dir / "keyholder.json").is_file()
-    with pytest.raises(ConfigError, match="dphe-keyholder-url"):
+    with pytest.raises(ConfigError, match="dphe.keyholder-url"):
         load_server_bundles(settings, simulation=False)
-    with pytest.raises(ConfigError, match="dphe-keyholder-url"):
+    with pytest.raises(ConfigError, match="dphe.keyholder-url"):
         build_secure_aggregation(
             settings, dimension=25, partition_ids=[0, 1, 2], simulation=False
         )
@@ -88,7 +88,7 @@ def test_keyholder_json_is_refused_outside_simulation(key_dir):
 
 
 def test_loss_and_num_examples_do_not_travel_in_clear(key_dir):
-    settings = settings_for(key_dir, **{"dphe-scale-bits": 24})
+    settings = settings_for(key_dir, **{"dphe.scale-bits": 24})
     strategy = strategy_for(settings)
     zeros = {k: np.zeros(v, dtype=np.float32) for k, v in SHAPES.items()}
     global_arrays = record(zeros)

@@ -32,15 +32,15 @@ CODES_CONFIG = {
     "model": "mlp",
     "code-length": 32,
     "seed": SEED,
-    "code-flip-epsilon": FLIP_EPS,
+    "privacy.code-flip-epsilon": FLIP_EPS,
 }
 DP_CONFIG = {
     "model": "mlp",
     "code-length": 16,
     "seed": SEED,
     "loss": "csq",
-    "dp-sgd": True,
-    "dp-noise-multiplier": 1.0,
+    "dp-sgd.enabled": True,
+    "dp-sgd.noise-multiplier": 1.0,
     "local-epochs": 1,
     "batch-size": 32,
 }
@@ -86,7 +86,7 @@ def test_server_cannot_undo_code_flips():
 def test_control_seeded_mode_lets_the_server_undo_flips(monkeypatch):
     # the attack is real: with seeded noise (simulation only) it recovers every bit
     monkeypatch.setattr(privacy_noise, "client_in_simulation", lambda: True)
-    config = {**CODES_CONFIG, "privacy-noise": "seeded"}
+    config = {**CODES_CONFIG, "privacy.noise": "seeded"}
     published, true = query_encode(config, PID, ROUND)
     mask = _server_guesses(true.shape)["seeded-mode stream"]
     assert _agreement(published, true, mask) == 1.0
@@ -94,8 +94,8 @@ def test_control_seeded_mode_lets_the_server_undo_flips(monkeypatch):
 
 def test_deployed_client_refuses_seeded_noise():
     # outside Flower's simulation engine the run config cannot switch it on
-    config = {**CODES_CONFIG, "privacy-noise": "seeded"}
-    with pytest.raises(ConfigError, match="privacy-noise='seeded': refused"):
+    config = {**CODES_CONFIG, "privacy.noise": "seeded"}
+    with pytest.raises(ConfigError, match="privacy.noise='seeded': refused"):
         query_encode(config, PID, ROUND)
 
 
@@ -118,7 +118,7 @@ def test_server_cannot_replay_dp_sgd():
 
 def test_control_seeded_dp_sgd_is_replayable(monkeypatch):
     monkeypatch.setattr(privacy_noise, "client_in_simulation", lambda: True)
-    config = {**DP_CONFIG, "privacy-noise": "seeded"}
+    config = {**DP_CONFIG, "privacy.noise": "seeded"}
     assert _same_model(train(config, PID, ROUND), train(config, PID, ROUND))
 
 
@@ -136,7 +136,7 @@ def test_multi_label_prototype_flips_charged_per_changed_prototype():
     moved = int(np.sum(np.any(before.vectors != after.vectors, axis=1)))
     assert moved == 3
     settings = RunSettings.from_config(
-        {"strategy": "fedhap", "prototype-flip-epsilon": 2.0}
+        {"strategy": "fedhap", "privacy.prototype-flip-epsilon": 2.0}
     )
     _, uses = publish_prototypes(
         before,

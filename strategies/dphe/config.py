@@ -1,0 +1,141 @@
+"""DPHE's config section ``[tool.flwr.app.config.dphe]`` (``secure-aggregation = "dphe"``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from crypto.obfuscators import OBFUSCATORS
+from settings.schema import ConfigError, Section, option
+
+STRATEGIES = ("fedavg", "fedprox", "fedhap")
+"""Strategies DPHE secure aggregation composes with."""
+WEIGHTINGS = ("num-examples", "uniform")
+# the DPHE paper's condition (Section 2.5): an aggregate of fewer than 3 users
+# would let one user (or the server) recover another's update
+MIN_CONTRIBUTORS = 3
+MAX_SCALE_BITS = 40
+
+
+@dataclass(frozen=True)
+class DPHEConfig(Section):
+    """DPHE secure aggregation (``secure-aggregation = "dphe"``)."""
+
+    NAME: ClassVar[str] = "dphe"
+    TITLE: ClassVar[str] = 'DPHE secure aggregation (secure-aggregation = "dphe")'
+
+    key_dir: str = option(
+        "",
+        "folder of the bundles from `python -m crypto.keygen`; the server reads "
+        "`aggregator.json` (and `keyholder.json` in simulation), clients "
+        "`client-<partition-id>.json` unless the node config gives `dphe-key-bundle`",
+    )
+    keyholder_url: str = option(
+        "",
+        "the keyholder service (deployment); empty = in-process keyholder from "
+        "`keyholder.json` (simulation only)",
+    )
+    keyholder_ca: str = option(
+        "",
+        "CA certificate (PEM, on the ServerApp's machine) that signed the keyholder's "
+        "TLS certificate; needs an `https` keyholder-url; empty = system trust store",
+    )
+    packing: int = option(
+        0, "slots per Paillier plaintext: 0 = as many as the key holds, 1 = the paper",
+        low=0,
+    )
+    scale_bits: int = option(
+        20, "fixed point: values are multiples of 2^-scale-bits", low=1,
+        high=MAX_SCALE_BITS,
+    )
+    clip: float = option(
+        1.0, "update values are clipped to +-clip before encryption", low=0,
+        low_open=True,
+    )
+    weighting: str = option(
+        "num-examples",
+        "`num-examples` (FedAvg's weights, encrypted) or `uniform` (the paper's mean)",
+        choices=WEIGHTINGS,
+    )
+    max_weight: int = option(
+        4096, "largest `num-examples` a client may have (fixed-point headroom)", low=1
+    )
+    max_contributors: int = option(
+        128, "most clients in one aggregate (slot headroom)", low=MIN_CONTRIBUTORS
+    )
+    capacity: int = option(
+        0,
+        "most encrypted blocks per shard (the paper's M); 0 = no limit, or with "
+        "padding the automatic M (smallest divisor of the block count >= 1/4 of it)",
+        low=0,
+    )
+    pad: bool = option(
+        True,
+        "pad every shard to exactly M blocks with tagged dummies: the aggregator "
+        "learns only ceil(touched / M)",
+    )
+    prototypes: bool = option(
+        False, "FedHAP: the class-prototype sums are DPHE-encrypted too"
+    )
+    block_sparsity: bool = option(
+        False,
+        "with updates.sparsity > 0: top-k over phi-permuted packed blocks instead of "
+        "single values, so a client encrypts about (1 - sparsity) of the blocks",
+    )
+    obfuscators: str = option(
+        "full",
+        "`djn`: Damgard-Jurik-Nielsen short-exponent obfuscators from a fixed-base "
+        "table, about 10x cheaper per ciphertext; adds the short-exponent assumption",
+        choices=OBFUSCATORS,
+    )
+
+    def check(self, run: Any) -> None:
+        """Cross-key conditions of secure aggregation."""
+        agg = run.key("secure_aggregation")
+        if self.block_sparsity and (
+            run.secure_aggregation != "dphe" or run.updates.sparsity <= 0
+        ):
+            raise ConfigError(
+                f'{self.key("block_sparsity")}=true needs {agg}="dphe" and '
+                f"{run.updates.key('sparsity')} > 0: it applies the top-k to DPHE's "
+                "packed blocks of the phi-permuted space"
+            )
+        if self.keyholder_ca and not self.keyholder_url.startswith("https://"):
+            raise ConfigError(
+                f"{self.key('keyholder_ca')}={self.keyholder_ca!r} needs an https "
+                f"{self.key('keyholder_url')} (got {self.keyholder_url!r}): the CA "
+                "verifies the keyholder's TLS certificate"
+            )
+        if self.prototypes:
+            if run.secure_aggregation != "dphe" or not run.uses_prototypes:
+                raise ConfigError(
+                    f'{self.key("prototypes")}=true needs {agg}="dphe" and '
+                    f'{run.key("strategy")}="fedhap" with a variant that uses '
+                    "prototypes (full, fedhap-2, fedhap-3)"
+                )
+            if run.prototype_weighting != "mean":
+                raise ConfigError(
+                    f"{self.key('prototypes')}=true needs "
+                    f"{run.key('prototype_weighting')}='mean': the encrypted sums "
+                    "carry one holder count per class, not the clients' sample counts"
+                )
+        if run.secure_aggregation != "dphe":
+            return
+        if run.strategy not in STRATEGIES:
+            raise ConfigError(
+                f'{agg}="dphe" with {run.key("strategy")}={run.strategy!r}: '
+                f"accepted strategies are {', '.join(STRATEGIES)}"
+            )
+        nodes = run.key("min_train_nodes")
+        if run.min_train_nodes < MIN_CONTRIBUTORS:
+            raise ConfigError(
+                f'{nodes}={run.min_train_nodes} with {agg}="dphe": DPHE needs at '
+                f"least {MIN_CONTRIBUTORS} contributors per aggregate (with 2, each "
+                f"learns the other's update from the average); set {nodes} >= "
+                f"{MIN_CONTRIBUTORS}"
+            )
+        if not self.key_dir:
+            raise ConfigError(
+                f'{self.key("key_dir")} is empty: {agg}="dphe" needs the folder of '
+                "key bundles written by `python -m crypto.keygen --out DIR --clients N`"
+            )

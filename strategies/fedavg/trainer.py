@@ -1,0 +1,71 @@
+"""The FedAvg / FedProx client trainer: local hashing training from the global model."""
+
+from __future__ import annotations
+
+import torch
+from flwr.app import ArrayRecord, MetricRecord, RecordDict
+
+from clients.trainers import TrainContext, dp_train
+from hashing.csq import csq_loss, hash_centers
+from hashing.losses import dpsh_loss
+from hashing.train import LocalTrainConfig, train_local
+from privacy.ledger import MechanismUse
+from settings import keys as K
+from settings.privacy_records import privacy_record
+from settings.run_model import build_run_model
+
+
+def dpsh_trainer(content: RecordDict, ctx: TrainContext) -> RecordDict:
+    """Local training from the global model with the run's loss (DPSH or CSQ).
+
+    FedProx adds its proximal term; with ``dp-sgd.enabled`` the (per-sample) CSQ loss is
+    minimised with Opacus' DP-SGD instead, and the round's epsilon is reported.
+    """
+    s = ctx.settings
+    config = content[K.CONFIG]
+    model = build_run_model(s, ctx.data.input_shape)
+    model.load_state_dict(content[K.ARRAYS].to_torch_state_dict())
+    if s.loss == "csq":
+        centers = hash_centers(ctx.data.num_classes, s.code_length, seed=s.seed)
+
+        def loss_fn(u: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return csq_loss(u, y, centers, quantization_weight=s.quantization_weight)
+
+    else:
+
+        def loss_fn(u: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return dpsh_loss(u, y, quantization_weight=s.quantization_weight)
+
+    uses: list[MechanismUse] = []
+    if s.dp_sgd.enabled:
+        loss, use = dp_train(model, loss_fn, ctx)
+        uses.append(use)
+    else:
+        stats = train_local(
+            model,
+            ctx.data.inputs,
+            ctx.data.labels,
+            loss_fn=loss_fn,
+            config=LocalTrainConfig(
+                epochs=s.local_epochs,
+                learning_rate=s.learning_rate,
+                batch_size=s.batch_size,
+                weight_decay=s.weight_decay,
+                quantization_weight=s.quantization_weight,
+                proximal_mu=float(config.get(K.PROXIMAL_MU, 0.0)),
+            ),
+            device=ctx.device,
+            generator=ctx.generator,
+        )
+        loss = stats["loss"]
+    reply = RecordDict(
+        {
+            K.ARRAYS: ArrayRecord(model.cpu().state_dict()),
+            K.METRICS: MetricRecord(
+                {K.NUM_EXAMPLES: len(ctx.data.inputs), K.TRAIN_LOSS: loss}
+            ),
+        }
+    )
+    if uses:
+        reply[K.PRIVACY] = privacy_record(uses)
+    return reply
