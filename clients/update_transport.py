@@ -55,7 +55,7 @@ from hashing.update_sparsity import (
     unflatten_arrays,
 )
 from settings import keys as K
-from settings.prototype_records import read_upload
+from settings.prototype_records import FEDHAP_UPLOAD, read_prototype_record
 from settings.run_settings import RunSettings
 from strategies.dphe.setup import (
     ClientBundle,
@@ -158,7 +158,7 @@ def finish_train_reply(
     )
     reply[K.METRICS] = MetricRecord()  # nothing about this client in clear
     if settings.dphe.prototypes and K.PROTOTYPES in reply:
-        upload = read_upload(reply.pop(K.PROTOTYPES))
+        upload = read_prototype_record(reply.pop(K.PROTOTYPES), FEDHAP_UPLOAD)
         vector = prototype_sum_vector(
             upload,
             num_classes=num_classes,

@@ -1,101 +1,87 @@
-"""Prototypes <-> Flower ArrayRecord, for both directions of the wire.
+"""Prototype sets <-> Flower ArrayRecord: one codec for every prototype record.
 
-FedHAP. Upload (client -> server), record ``prototypes``: ``classes`` (m,) int64,
-``codes`` (m, bits) float32 relaxed class means, ``counts`` (m,) int64.
-Broadcast (server -> client), record ``prototypes``: ``classes`` (m,) int64 and
-``codes`` (m, bits) float32 in {-1, +1}.
+A prototype record holds ``classes`` (m,) int64, the prototypes (m, d) float32 under
+the format's array key and, for an upload, ``counts`` (m,) int64. The formats
+(record key; array key of the prototypes; content):
 
-PFMH (prototypes in the k-dim space of H, never inside the model's ArrayRecord).
-Upload, record ``pfmh-prototypes``: ``classes`` (m,) int64, ``vectors`` (m, k)
-float32 unit-norm class means (Eq. 5), ``counts`` (m,) int64. Down, two records per
-client: ``pfmh-personal`` (its completed set, Eq. 7) and ``pfmh-centralized``
-(Eq. 6), each ``classes`` (m,) int64 and ``vectors`` (m, k) float32.
+* ``FEDHAP_UPLOAD``: ``prototypes`` (up); ``codes``; relaxed class means (Eq. 5)
+  and counts.
+* ``FEDHAP_BROADCAST``: ``prototypes`` (down); ``codes``; the global codes in
+  {-1, +1} (Eq. 6, then sign).
+* ``PFMH_UPLOAD``: ``pfmh-prototypes`` (up); ``vectors``; unit-norm class means of
+  H (Eq. 5) and counts.
+* ``PFMH_PERSONAL``: ``pfmh-personal`` (down); ``vectors``; the client's completed
+  set (Eq. 7).
+* ``PFMH_CENTRALIZED``: ``pfmh-centralized`` (down); ``vectors``; the centralized
+  set (Eq. 6).
+
+PFMH's prototypes never travel inside the model's ArrayRecord.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
 import numpy as np
 from flwr.app import Array, ArrayRecord
 
-from hashing.fedhap.prototypes import GlobalPrototypes
 from hashing.prototypes import ClassPrototypes, PrototypeSet
 from settings import keys as K
 
-
-def upload_record(protos: ClassPrototypes) -> ArrayRecord:
-    """Pack a client's prototype upload into an ArrayRecord."""
-    return ArrayRecord(
-        {
-            K.PROTO_CLASSES: Array(np.ascontiguousarray(protos.classes)),
-            K.PROTO_CODES: Array(np.ascontiguousarray(protos.vectors)),
-            K.PROTO_COUNTS: Array(np.ascontiguousarray(protos.counts)),
-        }
-    )
+P = TypeVar("P", ClassPrototypes, PrototypeSet)
 
 
-def read_upload(record: ArrayRecord) -> ClassPrototypes:
-    """Inverse of :func:`upload_record` (KeyError/TypeError if malformed)."""
+@dataclass(frozen=True)
+class PrototypeFormat(Generic[P]):
+    """Where a prototype set travels and what it carries.
+
+    Attributes
+    ----------
+    record : str
+        Key of the record in the message (for error messages).
+    vectors : str
+        Key of the (m, d) prototype array inside the record.
+    kind : type
+        :class:`ClassPrototypes` (with ``counts``: uploads) or
+        :class:`PrototypeSet` (without: what the server sends).
+    """
+
+    record: str
+    vectors: str
+    kind: type[P]
+
+
+FEDHAP_UPLOAD = PrototypeFormat(K.PROTOTYPES, K.PROTO_CODES, ClassPrototypes)
+FEDHAP_BROADCAST = PrototypeFormat(K.PROTOTYPES, K.PROTO_CODES, PrototypeSet)
+PFMH_UPLOAD = PrototypeFormat(K.PFMH_UPLOAD, K.PROTO_VECTORS, ClassPrototypes)
+PFMH_PERSONAL = PrototypeFormat(K.PFMH_PERSONAL, K.PROTO_VECTORS, PrototypeSet)
+PFMH_CENTRALIZED = PrototypeFormat(K.PFMH_CENTRALIZED, K.PROTO_VECTORS, PrototypeSet)
+
+
+def prototype_record(protos: P, fmt: PrototypeFormat[P]) -> ArrayRecord:
+    """Pack a prototype set into an ArrayRecord of format ``fmt``."""
+    arrays = {
+        K.PROTO_CLASSES: Array(np.ascontiguousarray(protos.classes)),
+        fmt.vectors: Array(np.ascontiguousarray(protos.vectors)),
+    }
+    if isinstance(protos, ClassPrototypes):
+        arrays[K.PROTO_COUNTS] = Array(np.ascontiguousarray(protos.counts))
+    return ArrayRecord(arrays)
+
+
+def read_prototype_record(record: object, fmt: PrototypeFormat[P]) -> P:
+    """Inverse of :func:`prototype_record` (KeyError/TypeError if malformed).
+
+    Only the structure is read; :func:`hashing.prototypes.prototype_problem` says
+    whether the values are usable.
+    """
     if not isinstance(record, ArrayRecord):
-        raise TypeError(f"'{K.PROTOTYPES}' is a {type(record).__name__}")
-    return ClassPrototypes(
-        classes=record[K.PROTO_CLASSES].numpy(),
-        vectors=record[K.PROTO_CODES].numpy(),
-        counts=record[K.PROTO_COUNTS].numpy(),
-    )
-
-
-def broadcast_record(protos: GlobalPrototypes) -> ArrayRecord:
-    """Pack the server's global prototype codes into an ArrayRecord."""
-    return ArrayRecord(
-        {
-            K.PROTO_CLASSES: Array(np.ascontiguousarray(protos.classes)),
-            K.PROTO_CODES: Array(np.ascontiguousarray(protos.codes)),
-        }
-    )
-
-
-def read_broadcast(record: ArrayRecord) -> tuple[np.ndarray, np.ndarray]:
-    """``(classes (m,) int64, codes (m, bits) float32)`` from a broadcast record."""
-    return record[K.PROTO_CLASSES].numpy(), record[K.PROTO_CODES].numpy()
-
-
-def pfmh_upload_record(protos: ClassPrototypes) -> ArrayRecord:
-    """Pack a client's PFMH upload (Eq. 5) into an ArrayRecord."""
-    return ArrayRecord(
-        {
-            K.PROTO_CLASSES: Array(np.ascontiguousarray(protos.classes)),
-            K.PROTO_VECTORS: Array(np.ascontiguousarray(protos.vectors)),
-            K.PROTO_COUNTS: Array(np.ascontiguousarray(protos.counts)),
-        }
-    )
-
-
-def read_pfmh_upload(record: ArrayRecord) -> ClassPrototypes:
-    """Inverse of :func:`pfmh_upload_record` (KeyError/TypeError if malformed)."""
-    if not isinstance(record, ArrayRecord):
-        raise TypeError(f"'{K.PFMH_UPLOAD}' is a {type(record).__name__}")
-    return ClassPrototypes(
-        classes=record[K.PROTO_CLASSES].numpy(),
-        vectors=record[K.PROTO_VECTORS].numpy(),
-        counts=record[K.PROTO_COUNTS].numpy(),
-    )
-
-
-def pfmh_set_record(protos: PrototypeSet) -> ArrayRecord:
-    """Pack a PFMH prototype set (personal or centralized) into an ArrayRecord."""
-    return ArrayRecord(
-        {
-            K.PROTO_CLASSES: Array(np.ascontiguousarray(protos.classes)),
-            K.PROTO_VECTORS: Array(np.ascontiguousarray(protos.vectors)),
-        }
-    )
-
-
-def read_pfmh_set(record: ArrayRecord) -> PrototypeSet:
-    """Inverse of :func:`pfmh_set_record` (KeyError/TypeError if malformed)."""
-    if not isinstance(record, ArrayRecord):
-        raise TypeError(f"a PFMH prototype set is a {type(record).__name__}")
-    return PrototypeSet(
-        classes=record[K.PROTO_CLASSES].numpy(),
-        vectors=record[K.PROTO_VECTORS].numpy(),
-    )
+        raise TypeError(f"'{fmt.record}' is a {type(record).__name__}")
+    arrays = {
+        "classes": record[K.PROTO_CLASSES].numpy(),
+        "vectors": record[fmt.vectors].numpy(),
+    }
+    if fmt.kind is ClassPrototypes:
+        arrays["counts"] = record[K.PROTO_COUNTS].numpy()
+    return fmt.kind(**arrays)

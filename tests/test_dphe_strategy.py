@@ -356,7 +356,7 @@ def test_prototype_sum_layout_reproduces_the_plain_mean_aggregation():
 
 def test_fedhap_with_encrypted_prototype_sums(key_dir, caplog):
     from hashing.prototypes import ClassPrototypes
-    from settings.prototype_records import upload_record
+    from settings.prototype_records import FEDHAP_UPLOAD, prototype_record
     from strategies.dphe.server_setup import build_secure_components
     from strategies.fedhap.strategy import HashingFedHAP
 
@@ -395,12 +395,13 @@ def test_fedhap_with_encrypted_prototype_sums(key_dir, caplog):
             {
                 K.ARRAYS: record(model(rng)),
                 K.METRICS: MetricRecord({K.NUM_EXAMPLES: 5, K.TRAIN_LOSS: 0.0}),
-                K.PROTOTYPES: upload_record(
+                K.PROTOTYPES: prototype_record(
                     ClassPrototypes(
                         classes=np.array(cls, dtype=np.int64),
                         vectors=means[node].astype(np.float32),
                         counts=np.ones(len(cls), dtype=np.int64),
-                    )
+                    ),
+                    FEDHAP_UPLOAD,
                 ),
             }
         )

@@ -21,12 +21,21 @@ from hashing.fedhap.triplet import (
     pairwise_distance,
 )
 from hashing.models import MLPHash
-from hashing.prototypes import ClassPrototypes, class_prototypes, prototype_problem
+from hashing.prototypes import (
+    ClassPrototypes,
+    PrototypeSet,
+    class_prototypes,
+    prototype_problem,
+)
+from settings import keys as K
 from settings.prototype_records import (
-    broadcast_record,
-    read_broadcast,
-    read_upload,
-    upload_record,
+    FEDHAP_BROADCAST,
+    FEDHAP_UPLOAD,
+    PFMH_CENTRALIZED,
+    PFMH_PERSONAL,
+    PFMH_UPLOAD,
+    prototype_record,
+    read_prototype_record,
 )
 
 T = torch.tensor
@@ -195,14 +204,39 @@ def test_prototype_problems_are_named(upload, fragment):
 
 def test_records_round_trip():
     up = _up([1, 4], [[0.5, -0.5], [0.1, 0.2]], [3, 1])
-    back = read_upload(upload_record(up))
+    back = read_prototype_record(prototype_record(up, FEDHAP_UPLOAD), FEDHAP_UPLOAD)
     for f in ("classes", "vectors", "counts"):
         assert np.array_equal(getattr(back, f), getattr(up, f))
     glob = aggregate_prototypes([up], num_classes=5, bits=2)
-    classes, codes = read_broadcast(broadcast_record(glob))
-    assert classes.tolist() == [1, 4] and codes.tolist() == [[1, -1], [1, 1]]
+    sent = prototype_record(
+        PrototypeSet(classes=glob.classes, vectors=glob.codes), FEDHAP_BROADCAST
+    )
+    got = read_prototype_record(sent, FEDHAP_BROADCAST)
+    assert got.classes.tolist() == [1, 4] and got.vectors.tolist() == [[1, -1], [1, 1]]
     with pytest.raises(KeyError):
-        read_upload(ArrayRecord({"x": Array(np.zeros(2))}))
+        read_prototype_record(ArrayRecord({"x": Array(np.zeros(2))}), FEDHAP_UPLOAD)
+
+
+def test_prototype_wire_format_per_record():
+    up = _up([1, 4], [[0.5, -0.5], [0.1, 0.2]], [3, 1])
+    down = PrototypeSet(classes=up.classes, vectors=up.vectors)
+    names = {
+        (K.PROTOTYPES, "up"): list(prototype_record(up, FEDHAP_UPLOAD)),
+        (K.PROTOTYPES, "down"): list(prototype_record(down, FEDHAP_BROADCAST)),
+        (K.PFMH_UPLOAD, "up"): list(prototype_record(up, PFMH_UPLOAD)),
+        (K.PFMH_PERSONAL, "down"): list(prototype_record(down, PFMH_PERSONAL)),
+        (K.PFMH_CENTRALIZED, "down"): list(prototype_record(down, PFMH_CENTRALIZED)),
+    }
+    assert names == {
+        ("prototypes", "up"): ["classes", "codes", "counts"],
+        ("prototypes", "down"): ["classes", "codes"],
+        ("pfmh-prototypes", "up"): ["classes", "vectors", "counts"],
+        ("pfmh-personal", "down"): ["classes", "vectors"],
+        ("pfmh-centralized", "down"): ["classes", "vectors"],
+    }
+    assert (FEDHAP_UPLOAD.record, PFMH_UPLOAD.record) == (K.PROTOTYPES, K.PFMH_UPLOAD)
+    with pytest.raises(TypeError, match="'pfmh-personal' is a"):
+        read_prototype_record(down, PFMH_PERSONAL)
 
 
 # --- one local round ---------------------------------------------------------------

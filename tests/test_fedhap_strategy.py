@@ -8,7 +8,12 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
 from hashing.prototypes import ClassPrototypes
 from settings import keys as K
-from settings.prototype_records import read_broadcast, upload_record
+from settings.prototype_records import (
+    FEDHAP_BROADCAST,
+    FEDHAP_UPLOAD,
+    prototype_record,
+    read_prototype_record,
+)
 from settings.run_settings import RunSettings
 from strategies.fedhap.strategy import HashingFedHAP
 from strategies.registry import build_strategy
@@ -39,7 +44,7 @@ def reply(node, protos=None, value=1.0, n=10, record=None):
     if record is not None:
         content[K.PROTOTYPES] = record
     elif protos is not None:
-        content[K.PROTOTYPES] = upload_record(protos)
+        content[K.PROTOTYPES] = prototype_record(protos, FEDHAP_UPLOAD)
     return reply_from(node, content)
 
 
@@ -78,8 +83,9 @@ def test_prototypes_aggregated_per_class_and_broadcast_next_round():
     nxt = list(s.configure_train(2, agg, ConfigRecord(), FakeGrid([10, 20, 30])))
     assert len(nxt) == 3
     for msg in nxt:
-        classes, codes = read_broadcast(msg.content[K.PROTOTYPES])
-        assert classes.tolist() == [0, 1, 3] and codes.tolist() == g.codes.tolist()
+        got = read_prototype_record(msg.content[K.PROTOTYPES], FEDHAP_BROADCAST)
+        assert got.classes.tolist() == [0, 1, 3]
+        assert got.vectors.tolist() == g.codes.tolist()
     comm = s.comm_history[1]
     assert comm["up_bytes_per_client"] > comm["down_bytes_per_client"] > 0
 

@@ -10,10 +10,11 @@ from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 from hashing.prototypes import ClassPrototypes, PrototypeSet
 from settings import keys as K
 from settings.prototype_records import (
-    pfmh_set_record,
-    pfmh_upload_record,
-    read_pfmh_set,
-    read_pfmh_upload,
+    PFMH_CENTRALIZED,
+    PFMH_PERSONAL,
+    PFMH_UPLOAD,
+    prototype_record,
+    read_prototype_record,
 )
 from settings.run_settings import RunSettings
 from strategies.pfmh.strategy import HashingPFMH
@@ -37,6 +38,10 @@ def up(classes, vectors, counts=None):
     )
 
 
+def received(msg, fmt=PFMH_PERSONAL):
+    return read_prototype_record(msg.content[fmt.record], fmt)
+
+
 def reply(node, protos=None, *, model=None, n=10, loss=1.0, record=None):
     content = RecordDict(
         {
@@ -47,7 +52,7 @@ def reply(node, protos=None, *, model=None, n=10, loss=1.0, record=None):
     if record is not None:
         content[K.PFMH_UPLOAD] = record
     elif protos is not None:
-        content[K.PFMH_UPLOAD] = pfmh_upload_record(protos)
+        content[K.PFMH_UPLOAD] = prototype_record(protos, PFMH_UPLOAD)
     return reply_from(node, content)
 
 
@@ -112,18 +117,18 @@ def test_centralized_and_completed_sets_are_sent_per_client():
     contents = [m.content for m in sent.values()]
     assert len({id(c) for c in contents}) == 3  # one RecordDict per client
     for msg in sent.values():
-        central = read_pfmh_set(msg.content[K.PFMH_CENTRALIZED])
+        central = received(msg, PFMH_CENTRALIZED)
         assert central.classes.tolist() == [0, 1, 2, 3]
         np.testing.assert_array_equal(central.vectors, c.vectors)
         assert len(msg.content[K.ARRAYS]) == 0  # no model travels
     # Eq. 7: own prototypes kept, missing classes filled from the centralized set
-    p0 = read_pfmh_set(sent[30].content[K.PFMH_PERSONAL])
+    p0 = received(sent[30])
     assert p0.classes.tolist() == [0, 1, 2, 3]
     np.testing.assert_array_equal(p0.vectors[:2], [[1, 0], [0, 1]])  # own
     np.testing.assert_array_equal(p0.vectors[2:], c.vectors[2:])  # filled
-    p1 = read_pfmh_set(sent[20].content[K.PFMH_PERSONAL])
+    p1 = received(sent[20])
     np.testing.assert_array_equal(p1.vectors[1], [1, 0])  # its own class 1, not P_bar
-    p2 = read_pfmh_set(sent[10].content[K.PFMH_PERSONAL])
+    p2 = received(sent[10])
     np.testing.assert_array_equal(p2.vectors[:3], c.vectors[:3])
     np.testing.assert_array_equal(p2.vectors[3], [-1, 0])
 
@@ -142,7 +147,7 @@ def test_class_held_by_nobody_stays_absent_and_count_weighting():
     np.testing.assert_allclose(s.centralized.vectors[0], np.array([3, 1]) / 10**0.5)
     # node 10 never uploaded: it misses every class, so it gets the whole P_bar
     sent = by_node(s.configure_train(2, ArrayRecord(), ConfigRecord(), FakeGrid(NODES)))
-    p = read_pfmh_set(sent[10].content[K.PFMH_PERSONAL])
+    p = received(sent[10])
     assert p.classes.tolist() == [1]
 
 
@@ -242,11 +247,11 @@ def test_without_completion_each_client_gets_only_its_own_classes():
     round1(s)
     s.aggregate_train(1, good_replies()[:2])  # node 10 does not upload
     sent = by_node(s.configure_train(2, ArrayRecord(), ConfigRecord(), FakeGrid(NODES)))
-    assert read_pfmh_set(sent[30].content[K.PFMH_PERSONAL]).classes.tolist() == [0, 1]
-    assert read_pfmh_set(sent[20].content[K.PFMH_PERSONAL]).classes.tolist() == [1, 2]
+    assert received(sent[30]).classes.tolist() == [0, 1]
+    assert received(sent[20]).classes.tolist() == [1, 2]
     assert K.PFMH_PERSONAL not in sent[10].content  # nothing known of its classes
     for msg in sent.values():  # the centralized set is still sent (L_global)
-        assert read_pfmh_set(msg.content[K.PFMH_CENTRALIZED]).classes.tolist() == [
+        assert received(msg, PFMH_CENTRALIZED).classes.tolist() == [
             0,
             1,
             2,
@@ -297,11 +302,11 @@ def test_registered_with_mode_and_variant(
 
 def test_records_round_trip():
     u = up([1, 3], [[1, 0], [0, 1]], [2, 5])
-    back = read_pfmh_upload(pfmh_upload_record(u))
+    back = read_prototype_record(prototype_record(u, PFMH_UPLOAD), PFMH_UPLOAD)
     for name in ("classes", "vectors", "counts"):
         np.testing.assert_array_equal(getattr(back, name), getattr(u, name))
     p = PrototypeSet(classes=u.classes, vectors=u.vectors)
-    back_p = read_pfmh_set(pfmh_set_record(p))
+    back_p = read_prototype_record(prototype_record(p, PFMH_PERSONAL), PFMH_PERSONAL)
     np.testing.assert_array_equal(back_p.vectors, p.vectors)
     with pytest.raises(TypeError):
-        read_pfmh_upload(ConfigRecord({"x": 1}))
+        read_prototype_record(ConfigRecord({"x": 1}), PFMH_UPLOAD)

@@ -39,9 +39,14 @@ from hashing.fedhap.prototypes import (
     aggregate_prototypes,
     prototypes_from_sums,
 )
-from hashing.prototypes import ClassPrototypes, prototype_problem
+from hashing.prototypes import ClassPrototypes, PrototypeSet, prototype_problem
 from settings import keys as K
-from settings.prototype_records import broadcast_record, read_upload
+from settings.prototype_records import (
+    FEDHAP_BROADCAST,
+    FEDHAP_UPLOAD,
+    prototype_record,
+    read_prototype_record,
+)
 from settings.run_settings import RunSettings
 from strategies.dphe.aggregation import SecureSum
 from strategies.fedavg.strategy import common_kwargs
@@ -125,7 +130,10 @@ class HashingFedHAP(PartitionOrderedMixin, FedAvg):
             assert self.num_classes is not None
             self.secure_prototypes.begin(server_round)
         if self.uses_prototypes and self.global_prototypes is not None:
-            record = broadcast_record(self.global_prototypes)
+            g = self.global_prototypes
+            record = prototype_record(
+                PrototypeSet(classes=g.classes, vectors=g.codes), FEDHAP_BROADCAST
+            )
             for msg in messages:
                 msg.content[K.PROTOTYPES] = record
         return messages
@@ -142,7 +150,7 @@ class HashingFedHAP(PartitionOrderedMixin, FedAvg):
         if record is None:
             return f"no '{K.PROTOTYPES}' record"
         try:
-            upload = read_upload(record)
+            upload = read_prototype_record(record, FEDHAP_UPLOAD)
         except (KeyError, TypeError, ValueError) as exc:
             return f"malformed '{K.PROTOTYPES}' record ({exc!r})"
         problem = prototype_problem(upload, num_classes=self.num_classes, dim=self.bits)

@@ -25,7 +25,12 @@ from hashing.train import encode
 from privacy.ledger import MechanismUse
 from settings import keys as K
 from settings.privacy_records import privacy_record
-from settings.prototype_records import read_broadcast, upload_record
+from settings.prototype_records import (
+    FEDHAP_BROADCAST,
+    FEDHAP_UPLOAD,
+    prototype_record,
+    read_prototype_record,
+)
 from settings.run_model import (
     build_run_discriminator,
     build_run_model,
@@ -52,8 +57,11 @@ def fedhap_trainer(content: RecordDict, ctx: TrainContext) -> RecordDict:
         disc.load_state_dict(disc_state)
     prototypes = None
     if s.uses_prototypes and K.PROTOTYPES in content:
-        classes, codes = read_broadcast(content[K.PROTOTYPES])
-        prototypes = (torch.from_numpy(codes), torch.from_numpy(classes))
+        received = read_prototype_record(content[K.PROTOTYPES], FEDHAP_BROADCAST)
+        prototypes = (
+            torch.from_numpy(received.vectors),
+            torch.from_numpy(received.classes),
+        )
     uses: list[MechanismUse] = []
     if s.dp_sgd.enabled:  # the settings guarantee fedhap-3, initial centres, flipped uploads
         if prototypes is None:
@@ -82,7 +90,7 @@ def fedhap_trainer(content: RecordDict, ctx: TrainContext) -> RecordDict:
             noise=ctx.noise,
             labels_per_record=labels_per_record(ctx.data.labels),
         )
-        reply[K.PROTOTYPES] = upload_record(published)
+        reply[K.PROTOTYPES] = prototype_record(published, FEDHAP_UPLOAD)
         uses += flip_uses
     if uses:
         reply[K.PRIVACY] = privacy_record(uses)

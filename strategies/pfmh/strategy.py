@@ -54,7 +54,13 @@ from flwr.serverapp.strategy import FedAvg
 from hashing.pfmh.prototypes import centralized_prototypes, personal_prototypes
 from hashing.prototypes import ClassPrototypes, PrototypeSet, prototype_problem
 from settings import keys as K
-from settings.prototype_records import pfmh_set_record, read_pfmh_upload
+from settings.prototype_records import (
+    PFMH_CENTRALIZED,
+    PFMH_PERSONAL,
+    PFMH_UPLOAD,
+    prototype_record,
+    read_prototype_record,
+)
 from settings.run_model import pfmh_loss_config
 from settings.run_settings import RunSettings
 from strategies.fedavg.strategy import common_kwargs
@@ -129,14 +135,14 @@ class HashingPFMH(PartitionOrderedMixin, FedAvg):
         messages = list(super().configure_train(server_round, arrays, config, grid))
         if not self.uses_prototypes or self.centralized is None:
             return messages
-        central = pfmh_set_record(self.centralized)
+        central = prototype_record(self.centralized, PFMH_CENTRALIZED)
         for msg in messages:
             # Flower builds every message on one shared RecordDict: copy it, since
             # the personal sets differ per client
             content = RecordDict(dict(msg.content.items()))
             personal = self.personal_set(msg.metadata.dst_node_id)
             if personal is not None and len(personal.classes):
-                content[K.PFMH_PERSONAL] = pfmh_set_record(personal)
+                content[K.PFMH_PERSONAL] = prototype_record(personal, PFMH_PERSONAL)
             content[K.PFMH_CENTRALIZED] = central
             msg.content = content
         return messages
@@ -151,7 +157,7 @@ class HashingPFMH(PartitionOrderedMixin, FedAvg):
             if record is None:
                 return f"no '{K.PFMH_UPLOAD}' record"
             try:
-                upload = read_pfmh_upload(record)
+                upload = read_prototype_record(record, PFMH_UPLOAD)
             except (KeyError, TypeError, ValueError) as exc:
                 return f"malformed '{K.PFMH_UPLOAD}' record ({exc!r})"
             problem = prototype_problem(

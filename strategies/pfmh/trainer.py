@@ -42,7 +42,13 @@ from hashing.train import encode
 from privacy.noise import NoiseSource
 from settings import keys as K
 from settings.privacy_records import privacy_record
-from settings.prototype_records import pfmh_upload_record, read_pfmh_set
+from settings.prototype_records import (
+    PFMH_CENTRALIZED,
+    PFMH_PERSONAL,
+    PFMH_UPLOAD,
+    prototype_record,
+    read_prototype_record,
+)
 from settings.run_model import build_run_model, pfmh_loss_config
 from settings.run_settings import RunSettings
 from strategies.pfmh.config import PFMHConfig
@@ -81,10 +87,12 @@ def pfmh_trainer(content: RecordDict, ctx: TrainContext) -> RecordDict:
         raise ValueError("personalized PFMH needs the node's context.state")
     model = client_model(s, data, content.get(K.ARRAYS), ctx.state)
     personal = (
-        read_pfmh_set(content[K.PFMH_PERSONAL]) if K.PFMH_PERSONAL in content else None
+        read_prototype_record(content[K.PFMH_PERSONAL], PFMH_PERSONAL)
+        if K.PFMH_PERSONAL in content
+        else None
     )
     central = (
-        read_pfmh_set(content[K.PFMH_CENTRALIZED])
+        read_prototype_record(content[K.PFMH_CENTRALIZED], PFMH_CENTRALIZED)
         if K.PFMH_CENTRALIZED in content
         else None
     )
@@ -119,7 +127,9 @@ def pfmh_trainer(content: RecordDict, ctx: TrainContext) -> RecordDict:
         protos = local_prototypes(
             model, inputs, labels, num_classes=data.num_classes, device=ctx.device
         )
-        reply[K.PFMH_UPLOAD] = pfmh_upload_record(publish_pfmh_prototypes(protos))
+        reply[K.PFMH_UPLOAD] = prototype_record(
+            publish_pfmh_prototypes(protos), PFMH_UPLOAD
+        )
     trained = ArrayRecord(model.cpu().state_dict())
     if s.pfmh_personalized:
         assert ctx.state is not None
