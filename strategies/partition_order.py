@@ -163,12 +163,18 @@ class PartitionOrderedMixin:
     def screen_train_reply(self, msg: Message) -> str | None:
         """Why a (non-error) train reply is unusable, or ``None`` to keep it.
 
-        Subclasses whose replies carry extra records take them out of ``msg`` here
-        (Flower's FedAvg wants exactly one ArrayRecord and one MetricRecord), check
-        them, then call ``super()``. A ``privacy`` ConfigRecord (mechanisms the
-        client applied) is read here for the ledger; a malformed one, or one that
-        lacks a mechanism the run requires, drops the reply.
+        The one screening path of every strategy, in order: the method's own
+        records (:meth:`screen_extras` takes them out of ``msg``: Flower's FedAvg
+        wants exactly one ArrayRecord and one MetricRecord); a ``privacy``
+        ConfigRecord (mechanisms the client applied), read for the ledger -- a
+        malformed one, or one that lacks a mechanism the run requires, drops the
+        reply; then the model update (:func:`train_reply_problem`, or the DPHE
+        component's screen). Only a reply that passes all of them is kept, and
+        what :meth:`screen_extras` read from it goes to :meth:`keep_extras`.
         """
+        problem, extras = self.screen_extras(msg)
+        if problem is not None:
+            return problem
         uses: list[MechanismUse] = []
         if K.PRIVACY in msg.content:
             try:
@@ -186,7 +192,20 @@ class PartitionOrderedMixin:
             problem = train_reply_problem(msg, self._expected)
         if problem is None:
             self._privacy[msg.metadata.src_node_id] = uses
+            self.keep_extras(msg.metadata.src_node_id, extras)
         return problem
+
+    def screen_extras(self, msg: Message) -> tuple[str | None, object]:
+        """Take the method's own records out of a train reply and check them.
+
+        Returns ``(problem, extras)``: a reason to drop the reply, or ``None`` and
+        what was read (handed to :meth:`keep_extras` if the reply is kept). The
+        baselines carry no extra records: ``(None, None)``.
+        """
+        return None, None
+
+    def keep_extras(self, node_id: int, extras: object) -> None:
+        """Keep what :meth:`screen_extras` read from a kept reply (here: nothing)."""
 
 
 def content_bytes(content: RecordDict) -> int:

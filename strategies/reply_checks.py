@@ -13,12 +13,44 @@ import math
 import numpy as np
 from flwr.app import ArrayRecord, Message
 
+from hashing.prototypes import ClassPrototypes, prototype_problem
 from settings import keys as K
+from settings.prototype_records import PrototypeFormat, read_prototype_record
 
 
 def array_signature(arrays: ArrayRecord) -> dict[str, tuple[tuple[int, ...], str]]:
     """``{name: (shape, dtype)}`` of an ArrayRecord."""
     return {name: (tuple(arr.shape), str(arr.dtype)) for name, arr in arrays.items()}
+
+
+def take_prototype_upload(
+    msg: Message,
+    fmt: PrototypeFormat[ClassPrototypes],
+    *,
+    num_classes: int,
+    dim: int,
+    unit_norm: bool = False,
+) -> tuple[str | None, ClassPrototypes | None]:
+    """Take a prototype upload out of a reply and check it.
+
+    Returns ``(None, upload)`` for a usable upload, else ``(problem, None)``:
+    the record is missing, malformed, or its values are unusable
+    (:func:`hashing.prototypes.prototype_problem`). The record is removed from
+    ``msg`` either way, so that Flower's FedAvg sees only the model's records.
+    """
+    record = msg.content.pop(fmt.record, None)
+    if record is None:
+        return f"no '{fmt.record}' record", None
+    try:
+        upload = read_prototype_record(record, fmt)
+    except (KeyError, TypeError, ValueError) as exc:
+        return f"malformed '{fmt.record}' record ({exc!r})", None
+    problem = prototype_problem(
+        upload, num_classes=num_classes, dim=dim, unit_norm=unit_norm
+    )
+    if problem is not None:
+        return f"prototypes: {problem}", None
+    return None, upload
 
 
 def train_reply_problem(

@@ -39,18 +39,18 @@ from hashing.fedhap.prototypes import (
     aggregate_prototypes,
     prototypes_from_sums,
 )
-from hashing.prototypes import ClassPrototypes, PrototypeSet, prototype_problem
+from hashing.prototypes import ClassPrototypes, PrototypeSet
 from settings import keys as K
 from settings.prototype_records import (
     FEDHAP_BROADCAST,
     FEDHAP_UPLOAD,
     prototype_record,
-    read_prototype_record,
 )
 from settings.run_settings import RunSettings
 from strategies.dphe.aggregation import SecureSum
 from strategies.fedavg.strategy import common_kwargs
 from strategies.partition_order import PartitionOrderedMixin
+from strategies.reply_checks import take_prototype_upload
 
 
 class HashingFedHAP(PartitionOrderedMixin, FedAvg):
@@ -138,31 +138,27 @@ class HashingFedHAP(PartitionOrderedMixin, FedAvg):
                 msg.content[K.PROTOTYPES] = record
         return messages
 
-    def screen_train_reply(self, msg: Message) -> str | None:
-        """Take the prototype record out of the reply and check it, then the rest."""
+    def screen_extras(self, msg: Message) -> tuple[str | None, object]:
+        """Take the prototype upload (or its encrypted sums) out and check it."""
         if not self.uses_prototypes:
-            return super().screen_train_reply(msg)
+            return None, None
         if self.num_classes is None:
             raise RuntimeError("set_label_space() must be called before training")
         if self.secure_prototypes is not None:
             return self._screen_secure(msg)
-        record = msg.content.pop(K.PROTOTYPES, None)
-        if record is None:
-            return f"no '{K.PROTOTYPES}' record"
-        try:
-            upload = read_prototype_record(record, FEDHAP_UPLOAD)
-        except (KeyError, TypeError, ValueError) as exc:
-            return f"malformed '{K.PROTOTYPES}' record ({exc!r})"
-        problem = prototype_problem(upload, num_classes=self.num_classes, dim=self.bits)
-        if problem is not None:
-            return f"prototypes: {problem}"
-        problem = super().screen_train_reply(msg)
-        if problem is None:
-            self._uploads[msg.metadata.src_node_id] = upload
-        return problem
+        return take_prototype_upload(
+            msg, FEDHAP_UPLOAD, num_classes=self.num_classes, dim=self.bits
+        )
 
-    def _screen_secure(self, msg: Message) -> str | None:
-        """Parse and check the encrypted prototype sums, then the rest of the reply.
+    def keep_extras(self, node_id: int, extras: object) -> None:
+        """Keep a kept reply's upload (or encrypted sums) for Eq. (6)."""
+        if isinstance(extras, ClassPrototypes):
+            self._uploads[node_id] = extras
+        elif isinstance(extras, EncryptedUpdate):
+            self._secure_uploads[node_id] = extras
+
+    def _screen_secure(self, msg: Message) -> tuple[str | None, object]:
+        """Parse and check the encrypted prototype sums (nothing is added yet).
 
         The sums are added only in :meth:`aggregate_train`, for the kept replies, so
         the prototype aggregate and the model aggregate have the same clients.
@@ -170,18 +166,15 @@ class HashingFedHAP(PartitionOrderedMixin, FedAvg):
         assert self.secure_prototypes is not None
         record = msg.content.pop(K.DPHE_PROTOS, None)
         if record is None:
-            return f"no '{K.DPHE_PROTOS}' record (encrypted prototypes are on)"
+            return f"no '{K.DPHE_PROTOS}' record (encrypted prototypes are on)", None
         node = msg.metadata.src_node_id
         try:
             update = self.secure_prototypes.parse(
                 record, self.node_partitions.get(node)
             )
         except ValueError as exc:
-            return f"encrypted prototypes refused: {exc}"
-        problem = super().screen_train_reply(msg)
-        if problem is None:
-            self._secure_uploads[node] = update
-        return problem
+            return f"encrypted prototypes refused: {exc}", None
+        return None, update
 
     def _secure_global_prototypes(self, server_round: int) -> GlobalPrototypes | None:
         """Add the kept clients' encrypted sums; decrypt the per-class totals."""

@@ -52,19 +52,19 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg
 
 from hashing.pfmh.prototypes import centralized_prototypes, personal_prototypes
-from hashing.prototypes import ClassPrototypes, PrototypeSet, prototype_problem
+from hashing.prototypes import ClassPrototypes, PrototypeSet
 from settings import keys as K
 from settings.prototype_records import (
     PFMH_CENTRALIZED,
     PFMH_PERSONAL,
     PFMH_UPLOAD,
     prototype_record,
-    read_prototype_record,
 )
 from settings.run_model import pfmh_loss_config
 from settings.run_settings import RunSettings
 from strategies.fedavg.strategy import common_kwargs
 from strategies.partition_order import PartitionOrderedMixin
+from strategies.reply_checks import take_prototype_upload
 
 
 class HashingPFMH(PartitionOrderedMixin, FedAvg):
@@ -147,24 +147,26 @@ class HashingPFMH(PartitionOrderedMixin, FedAvg):
             msg.content = content
         return messages
 
-    def screen_train_reply(self, msg: Message) -> str | None:
-        """Take the upload out of the reply and check it, then the rest."""
+    def screen_extras(self, msg: Message) -> tuple[str | None, object]:
+        """Take the upload out and check it; in personalized mode, no model arrays.
+
+        Without prototypes (w/o-P) a stray upload is taken out and ignored.
+        """
         upload = None
-        record = msg.content.pop(K.PFMH_UPLOAD, None)
-        if self.uses_prototypes:
+        if not self.uses_prototypes:
+            msg.content.pop(K.PFMH_UPLOAD, None)
+        else:
             if self.num_classes is None:
                 raise RuntimeError("set_label_space() must be called before training")
-            if record is None:
-                return f"no '{K.PFMH_UPLOAD}' record"
-            try:
-                upload = read_prototype_record(record, PFMH_UPLOAD)
-            except (KeyError, TypeError, ValueError) as exc:
-                return f"malformed '{K.PFMH_UPLOAD}' record ({exc!r})"
-            problem = prototype_problem(
-                upload, num_classes=self.num_classes, dim=self.dim, unit_norm=True
+            problem, upload = take_prototype_upload(
+                msg,
+                PFMH_UPLOAD,
+                num_classes=self.num_classes,
+                dim=self.dim,
+                unit_norm=True,
             )
             if problem is not None:
-                return f"prototypes: {problem}"
+                return problem, None
         if self.personalized:
             arrays = msg.content.get(K.ARRAYS)
             if not isinstance(arrays, ArrayRecord) or len(arrays):
@@ -172,11 +174,13 @@ class HashingPFMH(PartitionOrderedMixin, FedAvg):
                 return (
                     f"personalized PFMH expects an empty '{K.ARRAYS}' record (the "
                     f"model stays on the client), got {size!r} arrays"
-                )
-        problem = super().screen_train_reply(msg)
-        if problem is None and upload is not None:
-            self._round_uploads[msg.metadata.src_node_id] = upload
-        return problem
+                ), None
+        return None, upload
+
+    def keep_extras(self, node_id: int, extras: object) -> None:
+        """Keep a kept reply's upload for Eqs. 6-7."""
+        if isinstance(extras, ClassPrototypes):
+            self._round_uploads[node_id] = extras
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
