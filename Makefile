@@ -22,8 +22,8 @@ export FEDHASH_VERBOSE := 1
 QUIET :=
 endif
 
-.PHONY: install run check-config test test-fast lint bench-retrieval bench-round-time bench-fedhap-cost clean-superlink \
-	deploy-credentials deploy-constraints test-containers
+.PHONY: install run check-config test test-fast lint docs bench-retrieval bench-round-time bench-fedhap-cost \
+	clean-superlink deploy-credentials deploy-constraints test-containers
 
 install: $(STAMP)
 
@@ -70,6 +70,12 @@ test-fast: install
 lint: install
 	$(VENV)/bin/ruff check .
 
+# The docs site (mkdocs-material, mkdocs.yml) into site/ (git-ignored). --strict: a
+# broken link, a page outside the nav or a missing result file fails the build
+# (tests/test_docs.py builds it the same way). Open site/index.html.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
+
 bench-retrieval: install
 	$(PY) benchmarks/retrieval.py
 
@@ -79,7 +85,7 @@ bench-round-time: install
 bench-fedhap-cost: install
 	$(PY) benchmarks/fedhap_cost.py
 
-# Deployment (README "Deploy"): CA, TLS certificates, SuperNode keys, SuperExec
+# Deployment (docs/deploy.md): CA, TLS certificates, SuperNode keys, SuperExec
 # secrets and DPHE bundles under deploy/credentials/ (DEPLOY_ARGS="--overwrite" etc.)
 deploy-credentials: install
 	$(PY) -m deploy.generate $(DEPLOY_ARGS)

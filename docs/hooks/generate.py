@@ -1,0 +1,239 @@
+"""MkDocs hook: fill the generated parts of the docs at build time.
+
+Three markers, each an HTML comment on a line of its own in a docs page:
+
+``<!-- config-reference -->``
+    The whole configuration reference, from
+    ``settings.reference.config_reference_markdown()`` (the config dataclasses).
+``<!-- config: PATTERN ... -->``
+    Only the reference's table rows whose key matches one of the shell-style
+    patterns (``rounds``, ``fedhap.*``), under their table's header; a method page
+    lists its own keys this way. Every pattern must match a key, so a renamed key
+    fails the build.
+``<!-- results: NAME/table.md -->``
+    The file ``docs/results/NAME/table.md`` as the experiment driver wrote it;
+    ``NAME/summary.json#map_at_k`` renders that column of a seed sweep's
+    ``aggregate`` rows; ``benchmarks/FILE.json`` renders a benchmark's JSON
+    (see ``RENDERERS``).
+
+Nothing generated is committed into the pages, so the docs cannot drift from the
+code or from the result files. The project is imported from the repository root.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from mkdocs.exceptions import PluginError
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "docs" / "results"
+_MARKER = re.compile(r"^<!-- (config-reference|config|results):?\s*(.*?)\s*-->$", re.M)
+
+
+def _config_reference() -> str:
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from settings.reference import config_reference_markdown  # noqa: PLC0415
+
+    return config_reference_markdown().strip("\n")
+
+
+def _tables(markdown: str) -> list[tuple[str, list[str]]]:
+    """``(header + separator, rows)`` of every pipe table in ``markdown``."""
+    tables: list[tuple[str, list[str]]] = []
+    lines = markdown.splitlines()
+    i = 0
+    while i < len(lines):
+        is_table = lines[i].startswith("|") and i + 1 < len(lines)
+        if is_table and re.match(r"^\|[\s:|-]+\|$", lines[i + 1]):
+            head = lines[i] + "\n" + lines[i + 1]
+            i += 2
+            rows = []
+            while i < len(lines) and lines[i].startswith("|"):
+                rows.append(lines[i])
+                i += 1
+            tables.append((head, rows))
+        else:
+            i += 1
+    return tables
+
+
+def _row_key(row: str) -> str:
+    return row.strip("|").split("|")[0].strip().strip("`")
+
+
+def config_rows(patterns: list[str], reference: str) -> str:
+    """Keep the reference's rows whose key matches a pattern, under their headers."""
+    tables = _tables(reference)
+    keys = [_row_key(row) for _, rows in tables for row in rows]
+    for pattern in patterns:
+        if not fnmatch.filter(keys, pattern):
+            raise PluginError(
+                f"config marker pattern {pattern!r}: no key of the configuration "
+                "reference matches (a renamed key? update the marker)"
+            )
+    out = []
+    for head, rows in tables:
+        keep = [
+            row
+            for row in rows
+            if any(fnmatch.fnmatchcase(_row_key(row), p) for p in patterns)
+        ]
+        if keep:
+            out.append(head + "\n" + "\n".join(keep))
+    return "\n\n".join(out)
+
+
+def _percent(mean: float, std: float) -> str:
+    return f"{100 * mean:.2f} ± {100 * std:.2f}"
+
+
+def sweep_column(path: Path, column: str) -> str:
+    """One metric of a seed sweep's ``aggregate`` rows: methods x bits."""
+    data = json.loads(path.read_text())
+    rows = data["aggregate"]
+    bits = sorted({r["bits"] for r in rows})
+    cells: dict[tuple[str, str], dict[int, str]] = {}
+    for r in rows:
+        cell = _percent(r[f"{column}_mean"], r[f"{column}_std"])
+        cells.setdefault((r["method"], r["partitioning"]), {})[r["bits"]] = cell
+    order = sorted(cells, key=lambda k: (k[0] == "centralized", k))
+    lines = [
+        "| method | partitioning | " + " | ".join(f"{b} bits" for b in bits) + " |",
+        "|---|---|" + "---|" * len(bits),
+    ]
+    for method, part in order:
+        row = cells[(method, part)]
+        lines.append(
+            f"| {method} | {part} | "
+            + " | ".join(row.get(b, "-") for b in bits)
+            + " |"
+        )
+    return "\n".join(lines)
+
+
+def _retrieval(data: dict[str, Any]) -> str:
+    topk, mapall = data["topk"], data["map_all"]
+    return "\n".join(
+        [
+            "| task | ours (packed popcount, numba) | faiss `IndexBinaryFlat` "
+            f"{topk['faiss_version']} | float dot product + full `np.argsort`* |",
+            "|---|---|---|---|",
+            f"| exhaustive top-{data['parameters']['top_k']}, all queries "
+            f"| **{topk['ours_seconds']:.2f} s** | {topk['faiss_seconds']:.2f} s "
+            f"(ours {topk['ratio_faiss']:.1f}x faster) "
+            f"| ~{topk['float_baseline_seconds_extrapolated']:.1f} s |",
+            f"| mAP@ALL, all queries | **{mapall['ours_seconds']:.2f} s** | - "
+            f"| ~{mapall['float_baseline_seconds_extrapolated']:.1f} s |",
+        ]
+    )
+
+
+def _round_time(data: dict[str, Any]) -> str:
+    lines = [
+        "| clients | seconds / round | sequential local training (baseline) | ratio |",
+        "|---|---|---|---|",
+    ]
+    for r in data["results"]:
+        lines.append(
+            f"| {r['clients']} | {r['seconds_per_round']:.2f} "
+            f"| {r['sequential_local_training_seconds']:.2f} "
+            f"| {r['ratio_round_over_sequential']:.2f} |"
+        )
+    return "\n".join(lines)
+
+
+def _fedhap_cost(data: dict[str, Any]) -> str:
+    base, fedhap = data["baseline"], data["fedhap"]
+    down, up = data["extra_down_bytes_per_client"], data["extra_up_bytes_per_client"]
+    return "\n".join(
+        [
+            "| | FedAvg (DPSH) | FedHAP | FedHAP / FedAvg |",
+            "|---|---|---|---|",
+            f"| training wall time per round (all clients) "
+            f"| {base['train_seconds_per_round']:.2f} s "
+            f"| {fedhap['train_seconds_per_round']:.2f} s "
+            f"| {data['ratio_train_seconds']:.2f}x |",
+            "| bytes per client, server → client "
+            f"| {base['down_bytes_per_client']:,.0f}"
+            f" | {fedhap['down_bytes_per_client']:,.0f} | +{down:,.0f} B "
+            f"(+{100 * down / base['down_bytes_per_client']:.1f}%) |",
+            "| bytes per client, client → server "
+            f"| {base['up_bytes_per_client']:,.0f}"
+            f" | {fedhap['up_bytes_per_client']:,.0f} | +{up:,.0f} B "
+            f"(+{100 * up / base['up_bytes_per_client']:.1f}%) |",
+        ]
+    )
+
+
+def _dphe_grid(data: dict[str, Any]) -> str:
+    lines = [
+        "| update | sparsity | method | ciphertexts / client | encrypt s "
+        "| aggregate s | decrypt s | total s / client / round "
+        "| upload MB / client | |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in data["rows"]:
+        lines.append(
+            f"| {r['model']} | {100 * r['sparsity']:.0f}% | {r['method']} "
+            f"| {r['ciphertexts_per_client']:,.0f} | {r['encrypt_s']:.2f} "
+            f"| {r['aggregate_s']:.3f} | {r['decrypt_s']:.2f} | {r['total_s']:.2f} "
+            f"| {r['upload_bytes_per_client'] / 1e6:.2f} "
+            f"| {'measured' if r['measured'] else 'extrapolated'} |"
+        )
+    return "\n".join(lines)
+
+
+RENDERERS: dict[str, Callable[[dict[str, Any]], str]] = {
+    "benchmarks/retrieval.json": _retrieval,
+    "benchmarks/round_time.json": _round_time,
+    "benchmarks/fedhap_cost.json": _fedhap_cost,
+    "benchmarks/dphe.json": _dphe_grid,
+}
+
+
+def results_block(spec: str) -> str:
+    """Render what a ``results:`` marker stands for, as markdown."""
+    name, _, column = spec.partition("#")
+    path = RESULTS / name
+    if not path.is_file():
+        raise PluginError(f"results marker {spec!r}: {path} does not exist")
+    if column:
+        return sweep_column(path, column)
+    if name in RENDERERS:
+        return RENDERERS[name](json.loads(path.read_text()))
+    if path.suffix != ".md":
+        raise PluginError(f"results marker {spec!r}: no renderer for {name}")
+    return path.read_text().strip("\n")
+
+
+def fill(markdown: str) -> str:
+    """Replace every marker of ``markdown`` with what it stands for."""
+    reference: list[str] = []  # computed once per page, on first use
+
+    def _reference() -> str:
+        if not reference:
+            reference.append(_config_reference())
+        return reference[0]
+
+    def _replace(match: re.Match[str]) -> str:
+        kind, arg = match.group(1), match.group(2)
+        if kind == "config-reference":
+            return _reference()
+        if kind == "config":
+            return config_rows(arg.split(), _reference())
+        return results_block(arg)
+
+    return _MARKER.sub(_replace, markdown)
+
+
+def on_page_markdown(markdown: str, **_: Any) -> str:
+    """MkDocs event: fill the page's markers before it is rendered."""
+    return fill(markdown)
