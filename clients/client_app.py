@@ -1,15 +1,16 @@
 """The ClientApp: reads node/run config, loads local data, dispatches to library code.
 
-Message types handled:
+Flower routes each message on its type (``<category>.<action>``):
 
-* ``train``  -- local training with the strategy's registered trainer; the model
-  update is then sparsified and/or DPHE-encrypted as the run asks
-  (``clients/update_transport.py``).
-* ``query``  -- ``op=describe``: report partition id and local database size;
-  ``op=encode``: encode the local database with the sent model and publish the
-  codes (never raw data) through :func:`clients.publish.publish_codes`;
-  ``op=pfmh-eval`` (PFMH): per-client retrieval with the client's own model
-  (:func:`strategies.pfmh.trainer.pfmh_eval_reply`).
+* ``train``  -- local training with the method's trainer
+  (:data:`strategies.registry.METHODS`); the update then leaves through the
+  :func:`clients.update_transport.update_transport_mod` mod (sparsified and/or
+  DPHE-encrypted as the run asks).
+* ``query.describe`` -- report partition id, local database size and device.
+* ``query.encode`` -- encode the local database with the sent model and publish the
+  codes (never raw data) through :func:`clients.publish.publish_codes`.
+* ``query.<action>`` of a method (PFMH: ``query.pfmh_eval``, per-client retrieval
+  with the client's own model), registered from the method's entry.
 """
 
 from __future__ import annotations
@@ -28,15 +29,14 @@ from clients.node_inputs import check_node_inputs, with_node_data_path
 from clients.privacy_noise import PURPOSE_PUBLISH, PURPOSE_TRAIN, node_noise
 from clients.publish import publish_codes
 from clients.trainers import TrainContext
-from clients.update_transport import finish_train_reply
+from clients.update_transport import update_transport_mod
 from hashing.codes import pack_bytes, sign_codes
 from hashing.train import encode, select_device
 from settings import keys as K
 from settings.privacy_records import privacy_record
 from settings.run_model import build_run_model
 from settings.run_settings import RunSettings
-from strategies.pfmh.trainer import pfmh_eval_reply
-from strategies.registry import method
+from strategies.registry import QueryHandler, method, query_actions
 
 logger = logging.getLogger(__name__)
 
@@ -77,7 +77,9 @@ def build_client_app(overrides: Mapping[str, Any] | None = None) -> ClientApp:
         config = {**dict(context.run_config), **extra}
         return RunSettings.from_config(with_node_data_path(config, context.node_config))
 
-    @app.train()
+    transport = update_transport_mod(settings_of, node_partition, derive_seed)
+
+    @app.train(mods=[transport])
     def train(msg: Message, context: Context) -> Message:
         settings = settings_of(context)
         pid, num = node_partition(context)
@@ -101,69 +103,41 @@ def build_client_app(overrides: Mapping[str, Any] | None = None) -> ClientApp:
             ),
             state=context.state,
         )
-        global_arrays = msg.content[K.ARRAYS]
         reply = method(settings).trainer(msg.content, ctx)
-        reply = finish_train_reply(
-            reply,
-            global_arrays=global_arrays,
-            settings=settings,
-            partition_id=pid,
-            rng=np.random.default_rng(derive_seed(settings.seed, server_round, pid, 2)),
-            node_bundle=str(context.node_config.get(K.DPHE_KEY_BUNDLE, "")),
-            num_classes=ctx.data.num_classes,
-            train_config=msg.content[K.CONFIG],
+        return Message(reply, reply_to=msg)
+
+    @app.query("describe")
+    def describe(msg: Message, context: Context) -> Message:
+        settings = settings_of(context)
+        pid, num = node_partition(context)
+        # missing node-local inputs fail discovery, before any training
+        check_node_inputs(settings, node_config=context.node_config, partition_id=pid)
+        data = load_local_data(settings, partition_id=pid, num_partitions=num)
+        reply = RecordDict(
+            {
+                K.CONFIG: ConfigRecord(
+                    {
+                        K.PARTITION_ID: pid,
+                        K.NUM_PARTITIONS: num,
+                        K.NUM_DATABASE: data.num_samples,
+                        K.NODE_DEVICE: str(select_device(settings.device)),
+                    }
+                )
+            }
         )
         return Message(reply, reply_to=msg)
 
-    @app.query()
-    def query(msg: Message, context: Context) -> Message:
+    @app.query("encode")
+    def encode_database(msg: Message, context: Context) -> Message:
         settings = settings_of(context)
         pid, num = node_partition(context)
-        op = msg.content[K.CONFIG][K.QUERY_OP]
-        if op == K.OP_DESCRIBE:  # missing node-local inputs fail discovery
-            check_node_inputs(
-                settings, node_config=context.node_config, partition_id=pid
-            )
         data = load_local_data(settings, partition_id=pid, num_partitions=num)
-        if op == K.OP_DESCRIBE:
-            reply = RecordDict(
-                {
-                    K.CONFIG: ConfigRecord(
-                        {
-                            K.PARTITION_ID: pid,
-                            K.NUM_PARTITIONS: num,
-                            K.NUM_DATABASE: data.num_samples,
-                            K.NODE_DEVICE: str(select_device(settings.device)),
-                        }
-                    )
-                }
-            )
-            return Message(reply, reply_to=msg)
-        server_round = int(msg.content[K.CONFIG].get(K.SERVER_ROUND, 0))
-        noise = node_noise(
-            settings,
-            server_round=server_round,
-            partition_id=pid,
-            purpose=PURPOSE_PUBLISH,
-        )
-        if op == K.OP_PFMH_EVAL:
-            reply = pfmh_eval_reply(
-                msg.content,
-                settings=settings,
-                data=data,
-                state=context.state,
-                partition_id=pid,
-                device=select_device(settings.device),
-                noise=noise,
-            )
-            return Message(reply, reply_to=msg)
-        if op != K.OP_ENCODE:
-            raise ValueError(f"unknown query op {op!r}")
         model = build_run_model(settings, data.input_shape)
         model.load_state_dict(msg.content[K.ARRAYS].to_torch_state_dict())
         codes = sign_codes(
             encode(model, data.inputs, device=select_device(settings.device))
         )
+        noise = _publish_noise(settings, msg, pid)
         published, uses = publish_codes(codes, settings=settings, noise=noise)
         labels = data.labels.numpy()
         reply = RecordDict(
@@ -183,7 +157,37 @@ def build_client_app(overrides: Mapping[str, Any] | None = None) -> ClientApp:
             reply[K.PRIVACY] = privacy_record(uses)
         return Message(reply, reply_to=msg)
 
+    def method_query(handler: QueryHandler) -> Any:
+        def run(msg: Message, context: Context) -> Message:
+            settings = settings_of(context)
+            pid, num = node_partition(context)
+            reply = handler(
+                msg.content,
+                settings=settings,
+                data=load_local_data(settings, partition_id=pid, num_partitions=num),
+                state=context.state,
+                partition_id=pid,
+                device=select_device(settings.device),
+                noise=_publish_noise(settings, msg, pid),
+            )
+            return Message(reply, reply_to=msg)
+
+        return run
+
+    for action, handler in query_actions().items():
+        app.query(action)(method_query(handler))
+
     return app
+
+
+def _publish_noise(settings: RunSettings, msg: Message, partition_id: int) -> Any:
+    server_round = int(msg.content[K.CONFIG].get(K.SERVER_ROUND, 0))
+    return node_noise(
+        settings,
+        server_round=server_round,
+        partition_id=partition_id,
+        purpose=PURPOSE_PUBLISH,
+    )
 
 
 app = build_client_app()

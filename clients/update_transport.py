@@ -34,9 +34,19 @@ sampling rate; ``privacy/`` owns that record).
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
+from flwr.app import (
+    Array,
+    ArrayRecord,
+    ConfigRecord,
+    Context,
+    Message,
+    MetricRecord,
+    RecordDict,
+)
+from flwr.clientapp.typing import ClientAppCallable, Mod
 
 from crypto import (
     STREAM_MODEL,
@@ -239,3 +249,42 @@ def _obfuscators(n: int, name: str) -> ObfuscatorSource:
 
 def _numpy(record: ArrayRecord) -> dict[str, np.ndarray]:
     return {name: arr.numpy() for name, arr in record.items()}
+
+
+def update_transport_mod(
+    settings_of: Callable[[Context], RunSettings],
+    partition_of: Callable[[Context], tuple[int, int]],
+    seed_of: Callable[..., int],
+) -> Mod:
+    """A Flower mod for ``train``: the trainer's reply leaves as the run asks.
+
+    Wraps the train function: after it returns, the model update in the reply is
+    sparsified and/or DPHE-encrypted by :func:`finish_train_reply` (nothing
+    happens for a dense plaintext run). ``settings_of``/``partition_of`` read the
+    run's settings and the node's partition from the context; ``seed_of(seed,
+    round, partition, purpose)`` derives the shard-order seed.
+    """
+    from clients.data import load_local_data
+
+    def mod(msg: Message, context: Context, call_next: ClientAppCallable) -> Message:
+        reply = call_next(msg, context)
+        if reply.has_error():
+            return reply
+        settings = settings_of(context)
+        pid, num = partition_of(context)
+        config = msg.content[K.CONFIG]
+        server_round = int(config.get(K.SERVER_ROUND, 0))
+        data = load_local_data(settings, partition_id=pid, num_partitions=num)
+        finish_train_reply(
+            reply.content,
+            global_arrays=msg.content[K.ARRAYS],
+            settings=settings,
+            partition_id=pid,
+            rng=np.random.default_rng(seed_of(settings.seed, server_round, pid, 2)),
+            node_bundle=str(context.node_config.get(K.DPHE_KEY_BUNDLE, "")),
+            num_classes=data.num_classes,
+            train_config=config,
+        )
+        return reply
+
+    return mod

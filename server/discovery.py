@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from logging import INFO, WARNING
 
-from flwr.app import ConfigRecord, Message, MessageType, RecordDict
+from flwr.app import ConfigRecord, Message, RecordDict
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
@@ -108,8 +108,8 @@ def describe_nodes(
 
 def _describe_message(node_id: int) -> Message:
     return Message(
-        content=RecordDict({K.CONFIG: ConfigRecord({K.QUERY_OP: K.OP_DESCRIBE})}),
-        message_type=MessageType.QUERY,
+        content=RecordDict({K.CONFIG: ConfigRecord()}),
+        message_type=K.QUERY_DESCRIBE,
         dst_node_id=node_id,
     )
 

@@ -19,7 +19,7 @@ from logging import WARNING
 
 import numpy as np
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
@@ -186,11 +186,11 @@ class RetrievalEvaluator:
     def _collect_codes(
         self, server_round: int, arrays: ArrayRecord
     ) -> tuple[list[int], list[np.ndarray], list[np.ndarray], list]:
-        config = ConfigRecord({K.QUERY_OP: K.OP_ENCODE, K.SERVER_ROUND: server_round})
+        config = ConfigRecord({K.SERVER_ROUND: server_round})
         messages = [
             Message(
                 content=RecordDict({K.ARRAYS: arrays, K.CONFIG: config}),
-                message_type=MessageType.QUERY,
+                message_type=K.QUERY_ENCODE,
                 dst_node_id=node_id,
             )
             for node_id in self.nodes

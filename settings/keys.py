@@ -14,6 +14,11 @@ NUM_PARTITIONS = "num-partitions"
 DPHE_KEY_BUNDLE = "dphe-key-bundle"  # this client's DPHE bundle (deployment)
 NODE_DATA_PATH = "data-path"  # node-local data; overrides the run's data-path there
 
+# --- message types: Flower's "<category>.<action>"; the ClientApp routes on them --
+QUERY_DESCRIBE = "query.describe"  # reply with partition id, sizes and device
+QUERY_ENCODE = "query.encode"  # encode the local database with the sent model
+QUERY_PFMH_EVAL = "query.pfmh_eval"  # PFMH: per-client retrieval, client's own model
+
 # --- message record keys ---------------------------------------------------------
 ARRAYS = "arrays"  # ArrayRecord: model parameters
 CONFIG = "config"  # ConfigRecord: per-round instructions
@@ -36,10 +41,6 @@ PFMH_LOSS_PREFIX = "loss-"  # PFMH train metrics: loss-global, loss-local, ...
 SERVER_ROUND = "server-round"
 PROXIMAL_MU = "proximal-mu"  # train config: Flower FedProx's own entry
 DPHE_SESSION = "dphe-session"  # train config: the keyholder's session id (hex)
-QUERY_OP = "op"  # what a query message asks for
-OP_DESCRIBE = "describe"  # reply with partition id and sizes
-OP_ENCODE = "encode"  # encode the local database with the sent model
-OP_PFMH_EVAL = "pfmh-eval"  # PFMH: per-client retrieval with the client's model
 PACKED_CODES = "packed-codes"
 CODE_LABELS = "labels"
 CODE_BITS = "bits"

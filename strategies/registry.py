@@ -10,8 +10,9 @@ be checked without importing torch; a test keeps the two equal.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 from flwr.serverapp.strategy import Strategy
 
@@ -26,9 +27,12 @@ from strategies.fedhap.strategy import fedhap
 from strategies.fedhap.trainer import fedhap_trainer
 from strategies.pfmh.config import PFMHConfig
 from strategies.pfmh.strategy import pfmh
-from strategies.pfmh.trainer import pfmh_trainer
+from strategies.pfmh.trainer import pfmh_eval_reply, pfmh_trainer
 
 StrategyFactory = Callable[[RunSettings], Strategy]
+QueryHandler = Callable[..., Any]
+"""``handler(content, *, settings, data, state, partition_id, device, noise)`` ->
+the reply's RecordDict, for one method-specific ``query.<action>`` message."""
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,8 @@ class Method:
     """Builds the server strategy from the validated settings."""
     trainer: Trainer
     """The client's local training for one ``train`` message."""
+    queries: Mapping[str, QueryHandler] = field(default_factory=dict)
+    """Its own ClientApp query actions (``@app.query(action)``), if any."""
 
 
 METHODS: dict[str, Method] = {
@@ -50,9 +56,19 @@ METHODS: dict[str, Method] = {
         Method("fedavg", None, fedavg, dpsh_trainer),
         Method("fedprox", FedProxConfig, fedprox, dpsh_trainer),
         Method("fedhap", FedHAPConfig, fedhap, fedhap_trainer),
-        Method("pfmh", PFMHConfig, pfmh, pfmh_trainer),
+        Method("pfmh", PFMHConfig, pfmh, pfmh_trainer, {"pfmh_eval": pfmh_eval_reply}),
     )
 }
+
+
+def query_actions() -> dict[str, QueryHandler]:
+    """Every method's own query actions (an action name belongs to one method)."""
+    actions: dict[str, QueryHandler] = {}
+    for m in METHODS.values():
+        for action, handler in m.queries.items():
+            if actions.setdefault(action, handler) is not handler:
+                raise ValueError(f"query action {action!r} is registered twice")
+    return actions
 
 
 def registered_strategies() -> tuple[str, ...]:

@@ -77,8 +77,8 @@ class ClientAppGrid:
 def describe(node_config: dict, run_config: dict[str, Any]) -> Message:
     grid = ClientAppGrid({7: node_config}, run_config)
     message = Message(
-        content=RecordDict({"config": ConfigRecord({"op": "describe"})}),
-        message_type=MessageType.QUERY,
+        content=RecordDict({"config": ConfigRecord()}),
+        message_type="query.describe",
         dst_node_id=7,
     )
     return grid.answer(message)

@@ -123,7 +123,7 @@ def test_more_clients_than_samples_stops_before_training(tmp_path):
     )
     with pytest.raises(ValueError, match="more clients than samples"):
         run_experiment(grid, s)
-    assert grid.sent == [MessageType.QUERY] * 8  # discovery only, no training
+    assert grid.sent == ["query.describe"] * 8  # discovery only, no training
     assert not (tmp_path / "results").exists()
 
 

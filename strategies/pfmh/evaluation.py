@@ -38,7 +38,6 @@ from flwr.app import (
     ArrayRecord,
     ConfigRecord,
     Message,
-    MessageType,
     RecordDict,
 )
 from flwr.common.logger import log
@@ -206,9 +205,7 @@ class PFMHEvaluator:
         self, server_round: int, arrays: ArrayRecord
     ) -> list[tuple[NodeInfo, Message]]:
         """Send ``pfmh-eval`` to every node; (info, reply) in partition order."""
-        config = ConfigRecord(
-            {K.QUERY_OP: K.OP_PFMH_EVAL, K.SERVER_ROUND: server_round}
-        )
+        config = ConfigRecord({K.SERVER_ROUND: server_round})
         content = (
             RecordDict({K.CONFIG: config, K.PFMH_QUERIES: self._query_record})
             if self.personalized
@@ -216,7 +213,7 @@ class PFMHEvaluator:
         )
         messages = [
             Message(
-                content=content, message_type=MessageType.QUERY, dst_node_id=node_id
+                content=content, message_type=K.QUERY_PFMH_EVAL, dst_node_id=node_id
             )
             for node_id in self.nodes
         ]

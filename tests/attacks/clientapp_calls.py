@@ -60,19 +60,19 @@ def query_encode(
         {
             K.ARRAYS: arrays,
             K.CONFIG: ConfigRecord(
-                {K.QUERY_OP: K.OP_ENCODE, K.SERVER_ROUND: server_round}
+                {K.SERVER_ROUND: server_round}
             ),
         }
     )
     app = build_client_app()
-    reply = app(request_to(NODE_ID, content, MessageType.QUERY), _context(pid, config))
+    reply = app(request_to(NODE_ID, content, K.QUERY_ENCODE), _context(pid, config))
     bits = int(reply.content[K.CONFIG][K.CODE_BITS])
     packed = reply.content[K.CODES][K.PACKED_CODES].numpy()
     published = unpack_bytes(packed, bits)
     # the truth, which only the client knows: sign of its codes, no flips
     no_flip = {**config, "privacy.code-flip-epsilon": 0.0}
     reply = build_client_app()(
-        request_to(NODE_ID, content, MessageType.QUERY), _context(pid, no_flip)
+        request_to(NODE_ID, content, K.QUERY_ENCODE), _context(pid, no_flip)
     )
     true = unpack_bytes(reply.content[K.CODES][K.PACKED_CODES].numpy(), bits)
     return published, true
