@@ -49,7 +49,8 @@ def node_noise(
     simulated = client_in_simulation() if in_simulation is None else in_simulation
     if not simulated:
         raise ConfigError(
-            f"{PrivacyConfig.key('noise')}={settings.privacy.noise!r}: refused by this node; "
+            f"{PrivacyConfig.key('noise')}={settings.privacy.noise!r}: refused by this "
+            "node; "
             "seeded privacy noise lets the server rebuild every flip and DP-SGD noise "
             "draw, so it is accepted in Flower's simulation engine only. Accepted "
             "here: 'secure'"

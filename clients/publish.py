@@ -42,7 +42,8 @@ def publish_codes(
     codes : np.ndarray
         (n, bits) int8 in {-1, +1}: sign of the global model's outputs.
     settings : RunSettings
-        ``privacy.code-flip-epsilon`` (0 = publish as is) and ``privacy.flip-calibration``.
+        ``privacy.code-flip-epsilon`` (0 = publish as is) and
+        ``privacy.flip-calibration``.
     noise : NoiseSource
         The node's privacy noise (:func:`clients.privacy_noise.node_noise`).
 
@@ -71,8 +72,8 @@ def publish_prototypes(
 ) -> tuple[ClassPrototypes, list[MechanismUse]]:
     """Return the class prototypes this client uploads, and the mechanisms applied.
 
-    Without ``privacy.prototype-flip-epsilon`` the relaxed class means (Eq. 5) go as they
-    are. In the private mode each prototype is binarised (sign, ties +1), every bit
+    Without ``privacy.prototype-flip-epsilon`` the relaxed class means (Eq. 5) go as
+    they are. In the private mode each prototype is binarised (sign, ties +1), every bit
     is flipped with the calibrated ``beta``, and the counts are replaced by 1, so
     the server learns neither the relaxed values nor the class sizes (it still
     learns which classes the client holds). The server's per-class mean of these
@@ -148,8 +149,9 @@ def publish_pfmh_prototypes(protos: ClassPrototypes) -> ClassPrototypes:
 
     PFMH's uploads are the unit-norm class means of the fused representation H,
     with the per-class counts and the ids of the classes the client holds. No
-    privacy mechanism is applied (the paper has none; ``privacy.prototype-flip-epsilon`` is
-    FedHAP's), so nothing is charged to the ledger: the server learns the client's
-    classes, their sizes and the class means. README "PFMH" says what this leaks.
+    privacy mechanism is applied (the paper has none;
+    ``privacy.prototype-flip-epsilon`` is FedHAP's), so nothing is charged to the
+    ledger: the server learns the client's classes, their sizes and the class
+    means. docs/methods/pfmh.md says what this leaks.
     """
     return protos

@@ -256,7 +256,7 @@ def update_transport_mod(
     partition_of: Callable[[Context], tuple[int, int]],
     seed_of: Callable[..., int],
 ) -> Mod:
-    """A Flower mod for ``train``: the trainer's reply leaves as the run asks.
+    """Build the Flower mod for ``train``: the reply leaves as the run asks.
 
     Wraps the train function: after it returns, the model update in the reply is
     sparsified and/or DPHE-encrypted by :func:`finish_train_reply` (nothing

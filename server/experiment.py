@@ -42,6 +42,8 @@ from strategies.dphe.server_setup import build_secure_components
 from strategies.pfmh.evaluation import PFMHEvaluator
 from strategies.registry import build_strategy
 
+_DATASET = RunSettings.key("dataset")
+
 
 @dataclass(frozen=True)
 class PreparedData:
@@ -75,7 +77,7 @@ def prepare_data(settings: RunSettings) -> PreparedData:
     except (ValueError, FileNotFoundError) as exc:
         # a missing or unreadable data file, arrays of different lengths: the
         # user fixes the config or the file (one ERROR line, server/log_filters.py)
-        raise ConfigError(f"{RunSettings.key('dataset')}={settings.dataset!r}: {exc}") from None
+        raise ConfigError(f"{_DATASET}={settings.dataset!r}: {exc}") from None
     data, x = split.dataset, split.inputs
     q_idx, db_idx = split.query_index, split.database_index
     inputs: torch.Tensor | dict[str, torch.Tensor] = torch.from_numpy(x[q_idx])
@@ -84,7 +86,7 @@ def prepare_data(settings: RunSettings) -> PreparedData:
         try:
             require_multimodal(data)
         except ValueError as exc:
-            raise ConfigError(f"{RunSettings.key('dataset')}={settings.dataset!r}: {exc}") from None
+            raise ConfigError(f"{_DATASET}={settings.dataset!r}: {exc}") from None
         inputs = {m: torch.from_numpy(data.inputs[m][q_idx]) for m in data.modalities}
         input_shape = modality_dims(data)
     return PreparedData(

@@ -29,9 +29,10 @@ def build_server_app(overrides: Mapping[str, Any] | None = None) -> ServerApp:
         settings = RunSettings.from_config({**dict(context.run_config), **extra})
         if settings.seeded_noise and not server_in_simulation(grid):
             raise ConfigError(
-                f"{PrivacyConfig.key('noise')}={settings.privacy.noise!r}: seeded privacy noise "
-                "is for Flower's simulation engine only (the server could rebuild "
-                "every flip and DP-SGD draw); accepted in a deployment: 'secure'"
+                f"{PrivacyConfig.key('noise')}={settings.privacy.noise!r}: seeded "
+                "privacy noise is for Flower's simulation engine only (the server "
+                "could rebuild every flip and DP-SGD draw); accepted in a "
+                "deployment: 'secure'"
             )
         run_experiment(grid, settings, simulation=server_in_simulation(grid))
 

@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 from settings.run_settings import ConfigError, RunSettings
-from strategies.dphe.config import DPHEConfig
 
 EXIT_BAD_CONFIG = 2
 PROJECT_DIR = Path(__file__).resolve().parent.parent
@@ -151,15 +150,15 @@ def file_problems(settings: RunSettings) -> list[str]:
     ):
         kind = "dir" if settings.dataset == "cifar10" else "file"
         what = "the CIFAR-10 folder" if kind == "dir" else "the data file"
-        need(RunSettings.key('data_path'), settings.data_path, kind=kind, what=what)
+        need(RunSettings.key("data_path"), settings.data_path, kind=kind, what=what)
     if settings.model_weights:
-        need(RunSettings.key('model_weights'), settings.model_weights, kind="file", what="the file")
-    if settings.secure_aggregation != "none" and settings.dphe.key_dir:
-        need(DPHEConfig.key('key_dir'), settings.dphe.key_dir, kind="dir", what="the key folder")
-    if settings.dphe.keyholder_ca:
-        need(
-            DPHEConfig.key('keyholder_ca'), settings.dphe.keyholder_ca, kind="file", what="the CA"
-        )
+        key = RunSettings.key("model_weights")
+        need(key, settings.model_weights, kind="file", what="the file")
+    dphe = settings.dphe
+    if settings.secure_aggregation != "none" and dphe.key_dir:
+        need(dphe.key("key_dir"), dphe.key_dir, kind="dir", what="the key folder")
+    if dphe.keyholder_ca:
+        need(dphe.key("keyholder_ca"), dphe.keyholder_ca, kind="file", what="the CA")
     return problems
 
 

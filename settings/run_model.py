@@ -31,8 +31,8 @@ def build_run_model(
     """Build the configured hashing network for samples of ``input_shape``.
 
     Reads ``model``, ``code-length``, ``hidden-dim`` and ``model-weights``. With
-    ``dp-sgd.enabled`` the model is made Opacus-compatible (BatchNorm -> GroupNorm), on the
-    server and the clients alike, so the global arrays match.
+    ``dp-sgd.enabled`` the model is made Opacus-compatible (BatchNorm -> GroupNorm),
+    on the server and the clients alike, so the global arrays match.
 
     For ``strategy = "pfmh"``, ``input_shape`` is the mapping modality name ->
     flattened per-sample size (``hashdata.modality_dims``) and the network is PFMH's

@@ -307,5 +307,5 @@ class RunSettings(Section):
         out = {key: getattr(self, f.name) for key, f in self.keys().items()}
         for name, section in self.sections().items():
             part = getattr(self, name)
-            out.update({key: getattr(part, f.name) for key, f in section.keys().items()})
+            out.update({k: getattr(part, f.name) for k, f in section.keys().items()})
         return out

@@ -35,7 +35,7 @@ def option(
     high_open: bool = False,
     note: str = "",
 ) -> Any:
-    """A config field: its default, one-line doc and range checks.
+    """Declare a config field: its default, one-line doc and range checks.
 
     ``choices`` are the accepted strings; ``low``/``high`` bound a number
     (inclusive unless ``low_open``/``high_open``); every number must be finite.
@@ -64,7 +64,7 @@ class Section:
 
     @classmethod
     def key(cls, name: str) -> str:
-        """The config key of field ``name`` (a typo raises ``AttributeError``)."""
+        """Return the config key of field ``name`` (a typo: ``AttributeError``)."""
         if name not in {f.name for f in cls.option_fields()}:
             raise AttributeError(f"{cls.__name__} has no config field {name!r}")
         dashed = name.rstrip("_").replace("_", "-")  # lambda_ -> "lambda"
@@ -72,7 +72,7 @@ class Section:
 
     @classmethod
     def option_fields(cls) -> tuple[dataclasses.Field[Any], ...]:
-        """The fields that are config keys (not nested sections)."""
+        """Return the fields that are config keys (not nested sections)."""
         return tuple(f for f in dataclasses.fields(cls) if "doc" in f.metadata)
 
     @classmethod
@@ -121,11 +121,11 @@ class Section:
                 raise ConfigError(f"{key}={value}: {_must(meta, value)}{note}")
 
     def check(self, run: Any) -> None:
-        """Checks that involve other keys of the run (``run``: the RunSettings)."""
+        """Check what involves other keys of the run (``run``: the RunSettings)."""
 
 
 def range_text(f: dataclasses.Field[Any]) -> str:
-    """What a field accepts, for the configuration reference."""
+    """Describe what a field accepts, for the configuration reference."""
     meta = f.metadata
     if meta["choices"] is not None:
         return ", ".join(f"`{c}`" for c in meta["choices"])
@@ -154,7 +154,7 @@ def _range_text(meta: Mapping[str, Any]) -> str:
 
 
 def unknown_key(key: str, known: Sequence[str], renamed: Mapping[str, str]) -> str:
-    """The error for an unknown key, with the closest valid key suggested."""
+    """Return the error for an unknown key, with the closest valid key suggested."""
     if key in renamed:
         return f"config key {key!r} was renamed: use {renamed[key]!r}"
     close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.6)

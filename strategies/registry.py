@@ -77,7 +77,7 @@ def registered_strategies() -> tuple[str, ...]:
 
 
 def method(settings: RunSettings) -> Method:
-    """The method named by ``settings.strategy`` (``ConfigError`` if unknown)."""
+    """Return the method named by ``settings.strategy`` (``ConfigError`` if unknown)."""
     try:
         return METHODS[settings.strategy]
     except KeyError:

@@ -84,7 +84,9 @@ def _round(keys: dict, params: DPHEParams, updates: list, obfuscators: list) -> 
 
 
 def test_obfuscator_names_match_settings():
-    assert tuple(OBFUSCATORS) == DPHEConfig.keys()["dphe.obfuscators"].metadata["choices"]
+    assert (
+        tuple(OBFUSCATORS) == DPHEConfig.keys()["dphe.obfuscators"].metadata["choices"]
+    )
     with pytest.raises(ValueError, match="obfuscators must be one of"):
         make_obfuscators("short", 35)
 
@@ -261,7 +263,9 @@ def test_block_sparsity_setting_needs_dphe_and_sparsity():
         RunSettings.from_config({"dphe.block-sparsity": True, "updates.sparsity": 0.9})
     with pytest.raises(ConfigError, match="dphe.obfuscators"):
         RunSettings.from_config({"dphe.obfuscators": "short"})
-    assert RunSettings.from_config({"dphe.obfuscators": "djn"}).dphe.obfuscators == "djn"
+    assert (
+        RunSettings.from_config({"dphe.obfuscators": "djn"}).dphe.obfuscators == "djn"
+    )
 
 
 def test_aggregator_refuses_several_shards_under_single_shard(keys):

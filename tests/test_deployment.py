@@ -54,6 +54,7 @@ from deploy.generate import (
     make_auth_key_pair,
     make_fab_signing_key,
 )
+from settings.check import parse_run_config
 from strategies.dphe.keyholder_streams import run_streams
 from tests.compose_local import (
     ROOT,
@@ -244,7 +245,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory):
         # the keyholder pins the parameters of this test's run (its own config)
         write_streams_file(
             creds.keyholder / "keyholder-streams.json",
-            run_streams({**tomllib.loads(PRESET.read_text()), **FAST}, key_bits=512),
+            run_streams({**parse_run_config([str(PRESET)]), **FAST}, key_bits=512),
         )
         for name in ("superlink", "keyholder", "serverapp", "fab-registry"):
             dep.start(name)
@@ -299,7 +300,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory):
 def _run_config(dep: Deployment, path: Path, **extra) -> Path:
     """conf/deploy-fedhap-dphe.toml with the serverapp's paths mapped, plus FAST."""
     serverapp = dep.plan.compose["services"]["serverapp"]
-    config = tomllib.loads(PRESET.read_text())
+    config = parse_run_config([str(PRESET)])
     for key, value in config.items():
         if isinstance(value, str) and value.startswith("/"):
             config[key] = str(container_to_host(serverapp, value, dep.plan.rebase))

@@ -167,7 +167,11 @@ def test_dp_config_refuses_no_guarantee(kw, fragment):
         ({"dp-sgd.target-epsilon": -1.0}, "dp-sgd.target-epsilon"),
         ({"dp-sgd.enabled": True, "strategy": "fedhap"}, "fedhap-3"),
         (
-            {"dp-sgd.enabled": True, "strategy": "fedhap", "fedhap.variant": "fedhap-3"},
+            {
+                "dp-sgd.enabled": True,
+                "strategy": "fedhap",
+                "fedhap.variant": "fedhap-3",
+            },
             "centers",
         ),
         (
@@ -188,7 +192,9 @@ def test_bad_dp_settings_refused_before_training(cfg, fragment):
 
 
 def test_valid_dp_settings():
-    RunSettings.from_config({"dp-sgd.enabled": True, "loss": "csq", "dp-sgd.target-epsilon": 1.0})
+    RunSettings.from_config(
+        {"dp-sgd.enabled": True, "loss": "csq", "dp-sgd.target-epsilon": 1.0}
+    )
     RunSettings.from_config(
         {
             "dp-sgd.enabled": True,

@@ -38,7 +38,9 @@ def test_codes_published_unchanged_without_epsilon():
 @pytest.mark.parametrize(("eps", "calibration"), [(1.0, "rr"), (2.0, "paper")])
 def test_codes_flipped_at_the_calibrated_rate_with_true_epsilon(eps, calibration):
     codes = np.ones((2000, 32), dtype=np.int8)
-    s = settings(**{"privacy.code-flip-epsilon": eps, "privacy.flip-calibration": calibration})
+    s = settings(
+        **{"privacy.code-flip-epsilon": eps, "privacy.flip-calibration": calibration}
+    )
     out, uses = publish_codes(codes, settings=s, noise=NoiseSource.seeded(3))
     beta = 1 / (1 + math.exp(eps)) if calibration == "rr" else math.exp(-eps)
     rate = float((out == -1).mean())
@@ -86,9 +88,18 @@ def test_private_prototypes_are_binarised_flipped_and_hide_counts():
     ("cfg", "fragment"),
     [
         ({"privacy.code-flip-epsilon": -1.0}, "privacy.code-flip-epsilon=-1.0"),
-        ({"privacy.code-flip-epsilon": 0.5, "privacy.flip-calibration": "paper"}, "ln 2"),
-        ({"privacy.code-flip-epsilon": 0.25, "privacy.flip-calibration": "paper"}, "true per-bit eps"),
-        ({"privacy.code-flip-epsilon": 1.0, "privacy.flip-calibration": "exp"}, "privacy.flip-calibration"),
+        (
+            {"privacy.code-flip-epsilon": 0.5, "privacy.flip-calibration": "paper"},
+            "ln 2",
+        ),
+        (
+            {"privacy.code-flip-epsilon": 0.25, "privacy.flip-calibration": "paper"},
+            "true per-bit eps",
+        ),
+        (
+            {"privacy.code-flip-epsilon": 1.0, "privacy.flip-calibration": "exp"},
+            "privacy.flip-calibration",
+        ),
         ({"privacy.prototype-flip-epsilon": 1.0}, "needs strategy"),
         (
             {

@@ -1,5 +1,4 @@
 import dataclasses
-import tomllib
 from pathlib import Path
 
 import pytest
@@ -167,7 +166,11 @@ def test_dphe_accepts_three_nodes_with_a_key_folder():
             "dp-sgd.enabled=true",
         ),
         (
-            {"strategy": "pfmh", "dataset": "multiview-digits", "updates.sparsity": 0.5},
+            {
+                "strategy": "pfmh",
+                "dataset": "multiview-digits",
+                "updates.sparsity": 0.5,
+            },
             'pfmh.mode="personalized"',
         ),
     ],

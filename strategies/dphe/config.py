@@ -1,4 +1,4 @@
-"""DPHE's config section ``[tool.flwr.app.config.dphe]`` (``secure-aggregation = "dphe"``)."""
+"""DPHE's config section ``[tool.flwr.app.config.dphe]``."""
 
 from __future__ import annotations
 

@@ -31,6 +31,8 @@ from strategies.dphe.aggregation import SecureAggregation, SecureSum
 from strategies.dphe.config import DPHEConfig
 from strategies.dphe.setup import load_server_bundles, stream_params
 
+_key = DPHEConfig.key  # the config key of a dphe field, e.g. dphe.key-dir
+
 
 def build_secure_aggregation(
     settings: RunSettings,
@@ -82,7 +84,7 @@ def build_secure_components(
     missing = sorted(set(partition_ids) - known)
     if missing:
         raise ConfigError(
-            f"{DPHEConfig.key('key_dir')}={settings.dphe.key_dir!r}: the aggregator bundle has "
+            f"{_key('key_dir')}={settings.dphe.key_dir!r}: the aggregator bundle has "
             f"permutations for {len(known)} clients but partitions {missing[:5]} "
             "take part; "
             "regenerate the keys with --clients >= the number of partitions"
@@ -138,13 +140,13 @@ def _check_fresh_session(remote: RemoteKeyholder, url: str) -> None:
     try:
         used = remote.decrypted_rounds()
     except RuntimeError as exc:
-        raise ConfigError(f"{DPHEConfig.key('keyholder_url')}: {exc}") from None
+        raise ConfigError(f"{_key('keyholder_url')}: {exc}") from None
     if used:
         shown = ", ".join(
             f"{stream} up to round {r}" for stream, r in sorted(used.items())
         )
         raise ConfigError(
-            f"{DPHEConfig.key('keyholder_url')}={url!r}: this keyholder session already "
+            f"{_key('keyholder_url')}={url!r}: this keyholder session already "
             f"decrypted {shown} for an earlier run; a session serves one run (it "
             "decrypts each round once): restart the keyholder service before a new "
             "run (docker compose restart keyholder)"
@@ -156,10 +158,10 @@ def _check_remote_streams(remote: RemoteKeyholder, streams: dict) -> None:
     try:
         served = remote.health().get("streams")
     except RuntimeError as exc:
-        raise ConfigError(f"{DPHEConfig.key('keyholder_url')}: {exc}") from None
+        raise ConfigError(f"{_key('keyholder_url')}: {exc}") from None
     if isinstance(served, list) and not set(streams) <= set(served):
         raise ConfigError(
-            f"{DPHEConfig.key('keyholder_url')}: the keyholder service pins the streams "
+            f"{_key('keyholder_url')}: the keyholder service pins the streams "
             f"{sorted(served)}, this run needs {sorted(streams)}: write its "
             "--streams file from this run config "
             "(python -m strategies.dphe.keyholder_streams)"
@@ -178,11 +180,11 @@ def _remote_keyholder(settings: RunSettings, auth_token: str) -> RemoteKeyholder
     ca_file = settings.dphe.keyholder_ca or None
     if ca_file is not None and not Path(ca_file).is_file():
         raise ConfigError(
-            f"{DPHEConfig.key('keyholder_ca')}={ca_file!r} does not exist on the ServerApp's "
+            f"{_key('keyholder_ca')}={ca_file!r} does not exist on the ServerApp's "
             "machine: give the CA certificate (PEM) that signed the keyholder's "
             "certificate (deploy/credentials/serverapp/ca.crt)"
         )
     try:
         return RemoteKeyholder(settings.dphe.keyholder_url, auth_token, ca_file=ca_file)
     except ValueError as exc:
-        raise ConfigError(f"{DPHEConfig.key('keyholder_url')}: {exc}") from None
+        raise ConfigError(f"{_key('keyholder_url')}: {exc}") from None

@@ -46,6 +46,8 @@ from settings import keys as K
 from settings.run_settings import ConfigError, RunSettings
 from strategies.dphe.config import DPHEConfig
 
+_key = DPHEConfig.key  # the config key of a dphe field, e.g. dphe.key-dir
+
 AGGREGATOR_BUNDLE = "aggregator.json"
 KEYHOLDER_BUNDLE = "keyholder.json"
 LOSS_SCALE = 64.0
@@ -147,9 +149,10 @@ def dphe_params(
     packing = settings.dphe.packing or most
     if packing > most:
         raise ConfigError(
-            f"{DPHEConfig.key('packing')}={settings.dphe.packing}: a {key_bits}-bit key holds at "
-            f"most {most} slots of {fp.slot_bits} bits (set by {DPHEConfig.key('scale_bits')}, "
-            f"{DPHEConfig.key('clip')}, {DPHEConfig.key('max_weight')}, {DPHEConfig.key('max_contributors')}); accepted "
+            f"{_key('packing')}={settings.dphe.packing}: a {key_bits}-bit key holds at "
+            f"most {most} slots of {fp.slot_bits} bits (set by {_key('scale_bits')}, "
+            f"{_key('clip')}, {_key('max_weight')}, "
+            f"{_key('max_contributors')}); accepted "
             f"is 0 (= {most}) or 1..{most}"
         )
     capacity = settings.dphe.capacity
@@ -188,9 +191,9 @@ def update_weight(settings: RunSettings, num_examples: int) -> int:
         return 1
     if not 1 <= num_examples <= settings.dphe.max_weight:
         raise ValueError(
-            f"this client holds {num_examples} examples but {DPHEConfig.key('max_weight')}="
-            f"{settings.dphe.max_weight}: raise {DPHEConfig.key('max_weight')} (it sets the "
-            f"fixed-point headroom) or use {DPHEConfig.key('weighting')}='uniform'"
+            f"this client holds {num_examples} examples but {_key('max_weight')}="
+            f"{settings.dphe.max_weight}: raise {_key('max_weight')} (it sets the "
+            f"fixed-point headroom) or use {_key('weighting')}='uniform'"
         )
     return int(num_examples)
 
@@ -233,7 +236,7 @@ def client_bundle_path(
         where = f"node config {K.DPHE_KEY_BUNDLE}={node_bundle!r}"
     else:
         path = Path(settings.dphe.key_dir) / client_bundle_name(partition_id)
-        where = f"{DPHEConfig.key('key_dir')}={settings.dphe.key_dir!r}"
+        where = f"{_key('key_dir')}={settings.dphe.key_dir!r}"
     if not path.is_file():
         raise FileNotFoundError(
             f"DPHE key bundle {str(path)!r} (from {where}) does not exist: give this "
@@ -266,7 +269,7 @@ def load_server_bundles(
     agg_path = folder / AGGREGATOR_BUNDLE
     if not agg_path.is_file():
         raise ConfigError(
-            f"{DPHEConfig.key('key_dir')}={settings.dphe.key_dir!r} has no {AGGREGATOR_BUNDLE}: "
+            f"{_key('key_dir')}={settings.dphe.key_dir!r} has no {AGGREGATOR_BUNDLE}: "
             "write the bundles with `python -m crypto.keygen --out DIR --clients N`"
         )
     aggregator = load_aggregator_bundle(agg_path)
@@ -274,17 +277,17 @@ def load_server_bundles(
         return aggregator, None
     if not simulation:
         raise ConfigError(
-            f"{DPHEConfig.key('keyholder_url')} is empty outside simulation: the ServerApp "
+            f"{_key('keyholder_url')} is empty outside simulation: the ServerApp "
             f"must never hold the secret key ({KEYHOLDER_BUNDLE}); run "
             "`python -m crypto.keyholder_service` and give its URL in "
-            f"{DPHEConfig.key('keyholder_url')} (the in-process keyholder is for Flower's "
+            f"{_key('keyholder_url')} (the in-process keyholder is for Flower's "
             "simulation engine only)"
         )
     kh_path = folder / KEYHOLDER_BUNDLE
     if not kh_path.is_file():
         raise ConfigError(
-            f"{DPHEConfig.key('key_dir')}={settings.dphe.key_dir!r} has no {KEYHOLDER_BUNDLE} "
-            f"and {DPHEConfig.key('keyholder_url')} is empty: either run the keyholder service "
+            f"{_key('key_dir')}={settings.dphe.key_dir!r} has no {KEYHOLDER_BUNDLE} "
+            f"and {_key('keyholder_url')} is empty: either run the keyholder service "
             "and give its URL, or (simulation) keep keyholder.json in the key folder"
         )
     return aggregator, load_keyholder_bundle(kh_path)

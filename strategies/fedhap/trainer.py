@@ -3,8 +3,8 @@
 Receives the global hashing network + discriminator (one ArrayRecord, discriminator
 under ``discriminator.``) and, once the server has them, the global prototype codes
 in their own record; trains with :func:`hashing.fedhap.train.train_fedhap` (or, with
-``dp-sgd.enabled``, with Opacus on the per-sample part of the objective); replies with the
-updated parameters, the metrics and -- through the single upload function
+``dp-sgd.enabled``, with Opacus on the per-sample part of the objective); replies with
+the updated parameters, the metrics and -- through the single upload function
 :func:`clients.publish.publish_prototypes` -- its class prototypes (Eq. 5) computed
 with the updated network on all its samples, for the classes it holds.
 """
@@ -63,7 +63,8 @@ def fedhap_trainer(content: RecordDict, ctx: TrainContext) -> RecordDict:
             torch.from_numpy(received.classes),
         )
     uses: list[MechanismUse] = []
-    if s.dp_sgd.enabled:  # the settings guarantee fedhap-3, initial centres, flipped uploads
+    # with DP-SGD the settings guarantee fedhap-3, initial centres, flipped uploads
+    if s.dp_sgd.enabled:
         if prototypes is None:
             raise ValueError("a DP-SGD FedHAP round needs global prototypes")
         loss, use = dp_train(model, dp_objective(s, num_classes, prototypes), ctx)

@@ -78,7 +78,9 @@ class PFMHConfig(Section):
             )
         updates = run.updates
         if self.mode == "personalized" and (
-            updates.sparsity > 0 or updates.elastic_net_l1 > 0 or updates.elastic_net_l2 > 0
+            updates.sparsity > 0
+            or updates.elastic_net_l1 > 0
+            or updates.elastic_net_l2 > 0
         ):
             raise ConfigError(
                 f"{updates.key('sparsity')}/{updates.key('elastic_net_l1')}/"
