@@ -13,8 +13,8 @@ Three markers, each an HTML comment on a line of its own in a docs page:
 ``<!-- results: NAME/table.md -->``
     The file ``docs/results/NAME/table.md`` as the experiment driver wrote it;
     ``NAME/summary.json#map_at_k`` renders that column of a seed sweep's
-    ``aggregate`` rows; ``benchmarks/FILE.json`` renders a benchmark's JSON
-    (see ``RENDERERS``).
+    ``aggregate`` rows; ``benchmarks/FILE.json`` (and ``benchmarks/dphe.json#cnn``)
+    renders a benchmark's JSON (see ``RENDERERS``).
 
 Nothing generated is committed into the pages, so the docs cannot drift from the
 code or from the result files. The project is imported from the repository root.
@@ -191,11 +191,57 @@ def _dphe_grid(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+#: rows of the DPHE-vs-CKKS table: key under ``cnn.dphe`` -> label
+_CNN_ROWS = {
+    "block-djn": "**block top-k, DJN** (the app's fast path)",
+    "block-djn-keyholder1": "block, DJN, keyholder on 1 thread",
+    "block-djn-pool2": "block, DJN, obfuscators precomputed on 2 processes",
+    "block-full": "block, full r^n",
+    "block-full-pool2": "block, full r^n, precomputed on 2 processes",
+    "element-full": "element-wise top-k, full r^n (before this work)",
+    "block-djn-max16": "block, DJN, `dphe.max-contributors = 16` (wider slots)",
+}
+
+
+def _dphe_cnn(data: dict[str, Any]) -> str:
+    cnn = data["cnn"]
+    ckks, naive = cnn["ckks"], cnn["naive"]
+    lines = [
+        "| row | ciphertexts / client | setup s | precompute s | client s "
+        "| keyholder s | upload MB / client | max error |",
+        "|---|---|---|---|---|---|---|---|",
+        f"| CKKS, TenSEAL {ckks['tenseal']} (N {ckks['poly_modulus_degree']}, "
+        f"2^{ckks['scale_bits']}, dense) | {ckks['ciphertexts_per_client']:,} | - | - "
+        f"| {ckks['client_s']:.2f} | {ckks['decrypt_s']:.2f} "
+        f"| {ckks['upload_bytes_per_client'] / 1e6:.2f} "
+        f"| {ckks['max_abs_error']:.0e} |",
+    ]
+    for key, label in _CNN_ROWS.items():
+        r = cnn["dphe"][key]
+        lines.append(
+            f"| {label} | {r['ciphertexts_per_client']:,.0f} | {r['setup_s']:.2f} "
+            f"| {r['precompute_s']:.2f} | {r['client_s']:.2f} "
+            f"| {r['keyholder_s']:.2f} | {r['upload_bytes_per_client'] / 1e6:.2f} "
+            f"| {r['max_abs_error']:.0e} |"
+        )
+    # naive: one ciphertext (mod n^2, 2 x key bits) per value and the weight
+    ciphertexts = cnn["dimension"] + 1
+    upload = ciphertexts * 2 * data["settings"]["key_bits"] / 8
+    lines.append(
+        "| naive per-value Paillier (*extrapolated* from "
+        f"{naive['sample_values']:,} values run for real) | {ciphertexts:,} | - | - "
+        f"| {naive['client_s']:,.0f} | {naive['keyholder_s']:,.0f} "
+        f"| {upload / 1e6:.1f} | {naive['sample']['max_abs_error']:.0e} |"
+    )
+    return "\n".join(lines)
+
+
 RENDERERS: dict[str, Callable[[dict[str, Any]], str]] = {
     "benchmarks/retrieval.json": _retrieval,
     "benchmarks/round_time.json": _round_time,
     "benchmarks/fedhap_cost.json": _fedhap_cost,
     "benchmarks/dphe.json": _dphe_grid,
+    "benchmarks/dphe.json#cnn": _dphe_cnn,
 }
 
 
@@ -205,10 +251,10 @@ def results_block(spec: str) -> str:
     path = RESULTS / name
     if not path.is_file():
         raise PluginError(f"results marker {spec!r}: {path} does not exist")
+    if spec in RENDERERS:
+        return RENDERERS[spec](json.loads(path.read_text()))
     if column:
         return sweep_column(path, column)
-    if name in RENDERERS:
-        return RENDERERS[name](json.loads(path.read_text()))
     if path.suffix != ".md":
         raise PluginError(f"results marker {spec!r}: no renderer for {name}")
     return path.read_text().strip("\n")
