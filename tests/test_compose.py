@@ -610,7 +610,7 @@ def test_docker_compose_config_accepts_the_scale_override(tmp_path):
 
 
 def _readme_block(after: str) -> str:
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "docs" / "deploy.md").read_text()
     start = text.index("```bash\n", text.index(after)) + len("```bash\n")
     return text[start : text.index("```\n", start)]
 
