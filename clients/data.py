@@ -9,7 +9,7 @@ tensor (``hashdata.require_multimodal`` checks there are >= 2 of equal length), 
 the partition is further split into PFMH's *local queries* and *local database*
 (:func:`local_query_split`, seeded by run seed and partition id): the client trains
 on its local database only, and the per-client retrieval protocol ranks its local
-database for its local queries (README "PFMH").
+database for its local queries (docs/methods/pfmh.md).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@
 Each returns what is published together with the privacy mechanisms applied (with
 their epsilon and its unit), which the client reports to the server's ledger.
 
-What the epsilons mean (README "Privacy"): flipping with ``beta`` is
+What the epsilons mean (docs/methods/random-flipping.md): flipping with ``beta`` is
 ``ln((1-beta)/beta)``-DP per bit and ``bits`` times that per code, i.e. when one
 record's code is replaced by any other code. That holds *given the hashing network*:
 the network is trained on the same data and is not itself private unless trained

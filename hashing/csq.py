@@ -5,7 +5,7 @@ video retrieval", the FedHAP paper's [37]): every class c gets a fixed, data-
 independent hash centre t_c in {-1, +1}^K; each sample is pulled towards the centre
 of its class by a binary cross-entropy per bit, plus a quantization term. Every term
 depends on one sample only, which is what DP-SGD's per-sample clipping needs (the
-in-batch pairwise DPSH loss does not qualify; see README "DP-SGD").
+in-batch pairwise DPSH loss does not qualify; see docs/methods/dp-sgd.md).
 
 Centres: rows of a Hadamard matrix and their negations when K is a power of two and
 C <= 2K (as CSQ), else seeded random +-1 codes. A multi-label sample's centre is the

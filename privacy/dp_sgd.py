@@ -168,7 +168,8 @@ def train_dp_sgd(
     optimizer = torch.optim.Adam(model.parameters(), lr=learning_rate)
     with warnings.catch_warnings():
         # Opacus warns about secure_mode=False (its RNG is not cryptographically
-        # secure); documented in README, the runs are seeded for reproducibility
+        # secure); documented in docs/methods/dp-sgd.md, the runs are seeded for
+        # reproducibility
         warnings.simplefilter("ignore", UserWarning)
         engine = PrivacyEngine(accountant="rdp")
         dp_model, dp_optimizer, dp_loader = engine.make_private(

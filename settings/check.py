@@ -115,7 +115,7 @@ def resolve_run_config(
     if unknown:
         raise ConfigError(
             f"unknown config key {unknown[0]!r}; accepted keys are those of "
-            "[tool.flwr.app.config] in pyproject.toml (README 'Configuration')"
+            "[tool.flwr.app.config] in pyproject.toml (docs/configuration.md)"
         )
     return {**defaults, **overrides}
 
