@@ -40,6 +40,7 @@ from settings.run_model import build_run_model, initial_global_state
 from settings.run_settings import ConfigError, RunSettings
 from strategies.dphe.server_setup import build_secure_components
 from strategies.pfmh.evaluation import PFMHEvaluator
+from strategies.protocol import HashingStrategy
 from strategies.registry import build_strategy
 
 _DATASET = RunSettings.key("dataset")
@@ -157,7 +158,7 @@ class RoundReporter:
         self,
         settings: RunSettings,
         evaluator: RetrievalEvaluator,
-        strategy: Any,
+        strategy: HashingStrategy,
         results: RunResults,
     ) -> None:
         self.settings = settings
@@ -178,21 +179,20 @@ class RoundReporter:
 
     def __call__(self, server_round: int, arrays: ArrayRecord) -> MetricRecord | None:
         """Evaluate if due; log one progress line; append to rounds.jsonl."""
-        history = getattr(self.strategy, "train_history", {})
-        train = history.get(server_round)
+        strategy = self.strategy
+        train = strategy.train_history.get(server_round)
         loss = float(train[K.TRAIN_LOSS]) if train and K.TRAIN_LOSS in train else None
         row: dict[str, Any] = {
             "round": server_round,
             "train_loss": loss,
             "train_round_s": time.perf_counter() - self._since if server_round else 0.0,
         }
-        row.update(getattr(self.strategy, "comm_history", {}).get(server_round, {}))
-        train_uses = getattr(self.strategy, "privacy_history", {}).get(server_round)
-        self._charge(server_round, train_uses or [])
-        secure = getattr(self.strategy, "secure_aggregation", None)
+        row.update(strategy.comm_history.get(server_round, {}))
+        self._charge(server_round, strategy.privacy_history.get(server_round, []))
+        secure = strategy.secure_aggregation
         if secure is not None and server_round in secure.history:
             row["dphe"] = secure.history[server_round]
-        protos = getattr(self.strategy, "prototype_history", {}).get(server_round)
+        protos = strategy.prototype_history.get(server_round)
         if protos is not None:
             row["prototype_classes"] = len(protos["classes"])
             if "filled_mean" in protos:  # PFMH: classes completed per client
@@ -353,12 +353,9 @@ def run_experiment(
         alpha=settings.dirichlet_alpha,
         classes_per_client=settings.classes_per_client,
     )
-    if hasattr(strategy, "set_node_partitions"):
-        strategy.set_node_partitions({n: i.partition_id for n, i in nodes.items()})
-    if hasattr(strategy, "set_label_space"):
-        strategy.set_label_space(data.num_classes)
-    if hasattr(strategy, "set_required_mechanisms"):
-        strategy.set_required_mechanisms(settings.required_train_mechanisms)
+    strategy.set_node_partitions({n: i.partition_id for n, i in nodes.items()})
+    strategy.set_label_space(data.num_classes)
+    strategy.set_required_mechanisms(settings.required_train_mechanisms)
     initial_state = initial_global_state(settings, initial, data.num_classes)
     if settings.secure_aggregation == "dphe":
         secure_model, secure_prototypes = build_secure_components(

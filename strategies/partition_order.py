@@ -15,7 +15,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterable
 from logging import WARNING
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.common.logger import log
@@ -24,8 +24,11 @@ from flwr.serverapp import Grid
 from privacy.ledger import MechanismUse
 from settings import keys as K
 from settings.privacy_records import missing_mechanisms, read_privacy
-from strategies.dphe.aggregation import SecureAggregation
+from strategies.protocol import SecureAggregator
 from strategies.reply_checks import array_signature, train_reply_problem
+
+if TYPE_CHECKING:
+    from strategies.dphe.aggregation import SecureSum
 
 
 class _PartitionOrderedGrid:
@@ -49,6 +52,10 @@ class _PartitionOrderedGrid:
 class PartitionOrderedMixin:
     """Mix in *before* a Flower FedAvg-family strategy class.
 
+    Gives every strategy the whole :class:`strategies.protocol.HashingStrategy`
+    interface the experiment loop uses; a method overrides what it has of its own
+    (:meth:`set_label_space`, :meth:`set_secure_prototypes`, the screening hooks).
+
     Client contract: every train reply carries exactly one ArrayRecord with the same
     names/shapes/dtypes as the global model and one MetricRecord with a positive
     ``num-examples``; other replies are dropped for that round.
@@ -68,11 +75,29 @@ class PartitionOrderedMixin:
         self.required_mechanisms: tuple[str, ...] = ()
         self._expected: dict[str, tuple[tuple[int, ...], str]] = {}
         self._sent: list[Message] = []
-        self.secure_aggregation: SecureAggregation | None = None
+        self.secure_aggregation: SecureAggregator | None = None
+        self.num_classes: int | None = None
+        # {round: {"classes": [...], "clients": n, ...}}; methods with prototypes
+        self.prototype_history: dict[int, dict[str, Any]] = {}
 
-    def set_secure_aggregation(self, secure: SecureAggregation | None) -> None:
+    def set_secure_aggregation(self, secure: SecureAggregator | None) -> None:
         """Aggregate encrypted updates (DPHE) instead of plaintext models."""
         self.secure_aggregation = secure
+
+    def set_secure_prototypes(self, secure: SecureSum | None) -> None:
+        """Encrypted prototype sums; only a method that exchanges prototypes takes them.
+
+        Raises
+        ------
+        ValueError
+            If ``secure`` is given to a method without prototypes.
+        """
+        if secure is not None:
+            raise ValueError(f"{type(self).__name__} exchanges no prototypes")
+
+    def set_label_space(self, num_classes: int) -> None:
+        """Size of the label space; class ids outside ``0..C-1`` are rejected."""
+        self.num_classes = int(num_classes)
 
     def set_required_mechanisms(self, names: tuple[str, ...]) -> None:
         """Privacy mechanisms every train reply must report (else it is dropped)."""

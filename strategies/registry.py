@@ -14,8 +14,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from flwr.serverapp.strategy import Strategy
-
 from clients.trainers import Trainer
 from settings.run_settings import ConfigError, RunSettings
 from settings.schema import Section
@@ -28,8 +26,9 @@ from strategies.fedhap.trainer import fedhap_trainer
 from strategies.pfmh.config import PFMHConfig
 from strategies.pfmh.strategy import pfmh
 from strategies.pfmh.trainer import pfmh_eval_reply, pfmh_trainer
+from strategies.protocol import HashingStrategy
 
-StrategyFactory = Callable[[RunSettings], Strategy]
+StrategyFactory = Callable[[RunSettings], HashingStrategy]
 QueryHandler = Callable[..., Any]
 """``handler(content, *, settings, data, state, partition_id, device, noise)`` ->
 the reply's RecordDict, for one method-specific ``query.<action>`` message."""
@@ -87,6 +86,18 @@ def method(settings: RunSettings) -> Method:
         ) from None
 
 
-def build_strategy(settings: RunSettings) -> Strategy:
-    """Build the server strategy of the run's method."""
-    return method(settings).strategy(settings)
+def build_strategy(settings: RunSettings) -> HashingStrategy:
+    """Build the server strategy of the run's method.
+
+    Raises
+    ------
+    TypeError
+        If it does not implement :class:`strategies.protocol.HashingStrategy`.
+    """
+    strategy = method(settings).strategy(settings)
+    if not isinstance(strategy, HashingStrategy):
+        raise TypeError(
+            f"strategy {settings.strategy!r} ({type(strategy).__name__}) does not "
+            "implement strategies.protocol.HashingStrategy"
+        )
+    return strategy

@@ -123,6 +123,26 @@ def test_sampling_is_seeded_ordered_by_partition_and_skips_unknown_nodes():
     assert len({tuple(picked(r)) for r in range(1, 30)}) > 1  # rounds differ
 
 
+@pytest.mark.parametrize("name", ["fedavg", "fedprox", "fedhap", "pfmh"])
+def test_every_strategy_implements_the_experiment_interface(name):
+    from strategies.protocol import HashingStrategy
+    from strategies.registry import build_strategy, registered_strategies
+
+    assert name in registered_strategies()
+    config = {"strategy": name}
+    if name == "pfmh":
+        config["dataset"] = "multiview-digits"
+    s = build_strategy(RunSettings.from_config(config))
+    assert isinstance(s, HashingStrategy)
+    assert s.prototype_history == {} and s.secure_aggregation is None
+    s.set_label_space(10)
+    assert s.num_classes == 10
+    s.set_secure_prototypes(None)
+    if name != "fedhap":  # only FedHAP's prototypes can travel as encrypted sums
+        with pytest.raises(ValueError, match="exchanges no prototypes"):
+            s.set_secure_prototypes(object())
+
+
 def test_fedprox_factory_sends_mu():
     s = fedprox(RunSettings.from_config({"strategy": "fedprox", "fedprox.mu": 0.3}))
     assert isinstance(s, HashingFedProx)

@@ -53,6 +53,7 @@ from hashing.update_sparsity import ArrayLayout, flatten_arrays, unflatten_array
 from settings import keys as K
 from strategies.dphe.config import MIN_CONTRIBUTORS as DPHE_MIN_CONTRIBUTORS
 from strategies.dphe.setup import read_dphe_record, split_loss
+from strategies.protocol import SecureAggregator
 
 
 class SecureSum:
@@ -170,7 +171,7 @@ class SecureSum:
         return average, int(total_weight), len(encrypted_sum.block_ids)
 
 
-class SecureAggregation:
+class SecureAggregation(SecureAggregator):
     """The aggregator's side of DPHE for the model, one model layout per run.
 
     Parameters

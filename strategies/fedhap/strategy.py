@@ -89,9 +89,7 @@ class HashingFedHAP(PartitionOrderedMixin, FedAvg):
         self.weighting = weighting
         self.initial_centers = initial_centers
         self.centers_seed = centers_seed
-        self.num_classes: int | None = None
         self.global_prototypes: GlobalPrototypes | None = None
-        self.prototype_history: dict[int, dict[str, Any]] = {}
         self._uploads: dict[int, ClassPrototypes] = {}
         self.secure_prototypes: SecureSum | None = None
         self._secure_uploads: dict[int, EncryptedUpdate] = {}
@@ -110,7 +108,8 @@ class HashingFedHAP(PartitionOrderedMixin, FedAvg):
         With ``initial_centers`` the round-1 prototypes (the paper's H^0) are
         data-independent hash centres (``hashing.csq.hash_centers``), one per class.
         """
-        self.num_classes = int(num_classes)
+        super().set_label_space(num_classes)
+        assert self.num_classes is not None
         if self.initial_centers and self.uses_prototypes:
             centers = hash_centers(
                 self.num_classes, self.bits, seed=self.centers_seed

@@ -103,17 +103,11 @@ class HashingPFMH(PartitionOrderedMixin, FedAvg):
         self.uses_prototypes = uses_prototypes
         self.complete = complete
         self.weighting = weighting
-        self.num_classes: int | None = None
         self.centralized: PrototypeSet | None = None
-        self.prototype_history: dict[int, dict[str, Any]] = {}
         # latest valid upload of every client (node id), and its personal set
         self.uploads: dict[int, ClassPrototypes] = {}
         self.personal: dict[int, PrototypeSet] = {}
         self._round_uploads: dict[int, ClassPrototypes] = {}
-
-    def set_label_space(self, num_classes: int) -> None:
-        """Size of the label space; class ids outside ``0..C-1`` are rejected."""
-        self.num_classes = int(num_classes)
 
     def personal_set(self, node_id: int) -> PrototypeSet | None:
         """Return the personal set sent to ``node_id`` (``None``: send none).

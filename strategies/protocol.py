@@ -1,0 +1,119 @@
+"""What the experiment loop needs from a strategy, written down as Protocols.
+
+:class:`HashingStrategy` is the whole interface ``server/experiment.py`` uses: the
+set-up calls made after discovery (partitions, label space, required privacy
+mechanisms, DPHE components), Flower's ``start``, and the per-round histories the
+round reporter reads (train metrics, bytes exchanged, privacy mechanisms applied,
+prototype classes). Every registered strategy implements all of it through
+:class:`strategies.partition_order.PartitionOrderedMixin` (defaults for the parts a
+method does not use: no prototypes, no secure prototype sums);
+:func:`strategies.registry.build_strategy` refuses a strategy that does not.
+
+:class:`SecureAggregator` is the DPHE component a strategy aggregates the model
+with (:class:`strategies.dphe.aggregation.SecureAggregation`): what the mixin calls
+each round and the history the reporter reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import Result
+
+if TYPE_CHECKING:
+    from privacy.ledger import MechanismUse
+    from strategies.dphe.aggregation import SecureSum
+
+
+class SecureAggregator(Protocol):
+    """Encrypted aggregation of the model updates (DPHE), one sum per round.
+
+    Attributes
+    ----------
+    history : dict
+        ``{round: {"contributors", "blocks", "total-weight"}}`` of the rounds
+        whose aggregate was decrypted.
+    """
+
+    history: dict[int, dict[str, float]]
+
+    @property
+    def session(self) -> bytes:
+        """The keyholder's session id, sent to the clients in the train config."""
+        ...
+
+    def begin_round(self, arrays: ArrayRecord, server_round: int) -> None:
+        """Start a new sum for the model ``arrays`` sent this round."""
+        ...
+
+    def screen(self, msg: Message, partition_id: int | None) -> str | None:
+        """Take the encrypted update out of ``msg`` and add it; the reason if not."""
+        ...
+
+    def aggregate(
+        self, server_round: int, kept: object = None
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """Return the new global model and train metrics (``None``: no update)."""
+        ...
+
+
+@runtime_checkable
+class HashingStrategy(Protocol):
+    """A Flower strategy as the experiment loop drives it.
+
+    Attributes
+    ----------
+    train_history : dict
+        ``{round: aggregated train MetricRecord}``.
+    comm_history : dict
+        ``{round: {"down_bytes_per_client", "up_bytes_per_client"}}``.
+    privacy_history : dict
+        ``{round: [(partition id, mechanisms applied)]}`` of the kept replies.
+    prototype_history : dict
+        ``{round: {"classes": [...], "clients": n, ...}}``; empty for methods
+        without prototypes.
+    secure_aggregation : SecureAggregator or None
+        The DPHE component, when the model is aggregated encrypted.
+    """
+
+    train_history: dict[int, MetricRecord]
+    comm_history: dict[int, dict[str, float]]
+    privacy_history: dict[int, list[tuple[int, list[MechanismUse]]]]
+    prototype_history: dict[int, dict[str, Any]]
+    secure_aggregation: SecureAggregator | None
+
+    def set_node_partitions(self, node_partitions: dict[int, int]) -> None:
+        """Record ``{node_id: partition_id}`` learnt at discovery."""
+        ...
+
+    def set_label_space(self, num_classes: int) -> None:
+        """Size C of the label space (class ids outside ``0..C-1`` are refused)."""
+        ...
+
+    def set_required_mechanisms(self, names: tuple[str, ...]) -> None:
+        """Privacy mechanisms every train reply must report."""
+        ...
+
+    def set_secure_aggregation(self, secure: SecureAggregator | None) -> None:
+        """Aggregate the model updates encrypted (DPHE)."""
+        ...
+
+    def set_secure_prototypes(self, secure: SecureSum | None) -> None:
+        """Receive prototypes as encrypted per-class sums (DPHE)."""
+        ...
+
+    def start(
+        self,
+        grid: Grid,
+        initial_arrays: ArrayRecord,
+        num_rounds: int = 3,
+        timeout: float = 3600,
+        train_config: ConfigRecord | None = None,
+        evaluate_config: ConfigRecord | None = None,
+        evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None,
+    ) -> Result:
+        """Run the rounds (Flower's ``Strategy.start``)."""
+        ...
