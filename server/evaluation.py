@@ -5,7 +5,11 @@ encodes its database partition with the same model and publishes the codes (pack
 bits) and their labels -- never raw data. The server then ranks the whole database
 by Hamming distance for each query (``hashing.retrieval``).
 
-PFMH adds per-client protocols on top (``strategies/pfmh/evaluation.py``); they report
+:class:`RetrievalEvaluator` is also the base of PFMH's evaluator
+(``strategies/pfmh/evaluation.py``): both send their query to every node and read
+the replies in partition order (:meth:`RetrievalEvaluator.ask`), validate published
+codes the same way (:meth:`RetrievalEvaluator.read_codes`) and rank with the same
+metrics (:meth:`RetrievalEvaluator.rank`). PFMH's per-client protocols report
 through :attr:`Evaluation.per_client`, and in PFMH's personalized mode (no global
 model) :attr:`Evaluation.report` is ``None``.
 """
@@ -13,7 +17,7 @@ model) :attr:`Evaluation.report` is ``None``.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from logging import WARNING
 
@@ -84,8 +88,34 @@ class CollectedCodes:
     disclosures: list[tuple[int, tuple[MechanismUse, ...]]]
 
 
+@dataclass(frozen=True)
+class PublishedCodes:
+    """One client's published codes, validated and unpacked.
+
+    Attributes
+    ----------
+    db_codes : np.ndarray
+        (n, bits) int8 in {-1, +1}: the client's database partition.
+    labels : np.ndarray
+        (n,) class ids or (n, C) multi-hot of those codes.
+    uses : list of MechanismUse
+        The privacy mechanisms the client applied to them.
+    query_codes : np.ndarray or None
+        (nq, bits) the server's queries encoded by the client's own model (PFMH's
+        personalized mode), else ``None``.
+    """
+
+    db_codes: np.ndarray
+    labels: np.ndarray
+    uses: list[MechanismUse]
+    query_codes: np.ndarray | None = None
+
+
 class RetrievalEvaluator:
     """Evaluate a global model by federated retrieval.
+
+    Also the base of the other evaluators: :meth:`ask`, :meth:`read_codes` and
+    :meth:`rank` are the steps every protocol shares.
 
     Parameters
     ----------
@@ -136,13 +166,8 @@ class RetrievalEvaluator:
         """Encode queries here and databases on the clients; compute the metrics."""
         start = time.perf_counter()
         got = self.collect(server_round, arrays)
-        report = evaluate_retrieval(
-            got.query_codes,
-            np.concatenate(got.db_codes),
-            self.queries.labels,
-            np.concatenate(got.db_labels),
-            top_k=self.top_k,
-            ks=self.ks,
+        report = self.rank(
+            got.query_codes, np.concatenate(got.db_codes), np.concatenate(got.db_labels)
         )
         return Evaluation(
             report=report,
@@ -187,10 +212,43 @@ class RetrievalEvaluator:
         self, server_round: int, arrays: ArrayRecord
     ) -> tuple[list[int], list[np.ndarray], list[np.ndarray], list]:
         config = ConfigRecord({K.SERVER_ROUND: server_round})
+        replies = self.ask(
+            server_round,
+            {K.ARRAYS: arrays, K.CONFIG: config},
+            K.QUERY_ENCODE,
+            what="codes",
+        )
+        partitions, codes, labels, disclosures = [], [], [], []
+        for info, reply in replies:  # partition order, reproducible
+            got = self.read_codes(reply, info)
+            if got is not None:
+                partitions.append(info.partition_id)
+                codes.append(got.db_codes)
+                labels.append(got.labels)
+                if got.uses:
+                    disclosures.append((info.partition_id, tuple(got.uses)))
+        return partitions, codes, labels, disclosures
+
+    def ask(
+        self,
+        server_round: int,
+        records: Mapping[str, ArrayRecord | ConfigRecord],
+        message_type: str,
+        *,
+        what: str,
+    ) -> list[tuple[NodeInfo, Message]]:
+        """Send ``records`` to every node as a ``message_type`` message; gather replies.
+
+        Returns
+        -------
+        list of (NodeInfo, Message)
+            In partition-id order. A node that does not answer is logged
+            (``round R: no <what> from partition P (node N)``) and left out.
+        """
         messages = [
             Message(
-                content=RecordDict({K.ARRAYS: arrays, K.CONFIG: config}),
-                message_type=K.QUERY_ENCODE,
+                content=RecordDict(dict(records)),
+                message_type=message_type,
                 dst_node_id=node_id,
             )
             for node_id in self.nodes
@@ -199,30 +257,30 @@ class RetrievalEvaluator:
             r.metadata.src_node_id: r
             for r in self.grid.send_and_receive(messages, timeout=self.timeout_s)
         }
-        partitions, codes, labels, disclosures = [], [], [], []
-        for node_id, info in self.nodes.items():  # partition order, reproducible
+        out = []
+        for node_id, info in self.nodes.items():
             reply = replies.get(node_id)
-            got = self._read_codes(reply, info) if reply is not None else None
             if reply is None:
                 log(
                     WARNING,
-                    "round %d: no codes from partition %d (node %d)",
+                    "round %d: no %s from partition %d (node %d)",
                     server_round,
+                    what,
                     info.partition_id,
                     node_id,
                 )
-            if got is not None:
-                partitions.append(info.partition_id)
-                codes.append(got[0])
-                labels.append(got[1])
-                if got[2]:
-                    disclosures.append((info.partition_id, tuple(got[2])))
-        return partitions, codes, labels, disclosures
+                continue
+            out.append((info, reply))
+        return out
 
-    def _read_codes(
-        self, reply: Message, info: NodeInfo
-    ) -> tuple[np.ndarray, np.ndarray, list[MechanismUse]] | None:
-        """Validate and unpack one client's published codes, or log and drop them."""
+    def read_codes(
+        self, reply: Message, info: NodeInfo, *, with_queries: bool = False
+    ) -> PublishedCodes | None:
+        """Validate and unpack one client's published codes, or log and drop them.
+
+        ``with_queries``: the reply also carries the server's queries encoded by the
+        client's own model (``query-codes``, PFMH's personalized mode).
+        """
         who = f"partition {info.partition_id} (node {info.node_id})"
         if reply.has_error():
             log(WARNING, "codes from %s rejected: %s", who, reply.error.reason)
@@ -231,6 +289,7 @@ class RetrievalEvaluator:
             record = reply.content[K.CODES]
             packed = record[K.PACKED_CODES].numpy()
             labels = record[K.CODE_LABELS].numpy()
+            packed_q = record[K.QUERY_CODES].numpy() if with_queries else None
             bits = int(reply.content[K.CONFIG][K.CODE_BITS])
             uses = (
                 read_privacy(reply.content[K.PRIVACY])
@@ -240,11 +299,7 @@ class RetrievalEvaluator:
         except (KeyError, TypeError, ValueError) as exc:
             log(WARNING, "codes from %s rejected: malformed reply (%r)", who, exc)
             return None
-        problem = missing_mechanisms(uses, self.required_mechanisms)
-        if problem:
-            log(WARNING, "codes from %s rejected: %s", who, problem)
-            return None
-        problem = _codes_problem(
+        problem = missing_mechanisms(uses, self.required_mechanisms) or _codes_problem(
             packed,
             labels,
             bits,
@@ -252,10 +307,50 @@ class RetrievalEvaluator:
             self.queries.labels,
             self.queries.num_classes,
         )
+        if not problem and packed_q is not None:
+            nq, width = len(self.queries.labels), (bits + 7) // 8
+            if packed_q.dtype != np.uint8 or packed_q.shape != (nq, width):
+                problem = (
+                    f"query codes {packed_q.dtype} {packed_q.shape}, expected uint8 "
+                    f"({nq}, {width})"
+                )
         if problem:
             log(WARNING, "codes from %s rejected: %s", who, problem)
             return None
-        return unpack_bytes(packed, bits), labels, uses
+        return PublishedCodes(
+            db_codes=unpack_bytes(packed, bits),
+            labels=labels,
+            uses=uses,
+            query_codes=None if packed_q is None else unpack_bytes(packed_q, bits),
+        )
+
+    def rank(
+        self, query_codes: np.ndarray, db_codes: np.ndarray, db_labels: np.ndarray
+    ) -> RetrievalReport:
+        """Rank ``db_codes`` for the server's queries by Hamming distance.
+
+        Parameters
+        ----------
+        query_codes : np.ndarray
+            (nq, bits) int8 codes of the server's query set, in its order.
+        db_codes : np.ndarray
+            (n, bits) int8 database codes.
+        db_labels : np.ndarray
+            Their labels.
+
+        Returns
+        -------
+        RetrievalReport
+            mAP@ALL, mAP@``top_k``, precision@``ks`` and the PR curve.
+        """
+        return evaluate_retrieval(
+            query_codes,
+            db_codes,
+            self.queries.labels,
+            db_labels,
+            top_k=self.top_k,
+            ks=self.ks,
+        )
 
 
 def _codes_problem(

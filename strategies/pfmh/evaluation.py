@@ -19,7 +19,8 @@ Three numbers, each averaged the way its protocol says (README "PFMH"):
     number is computed from the codes of the union protocol below.
 ``map_all`` / ``map_at_k`` -- the foundation protocol (fedavg mode only)
     Server queries encoded with the global model against the union of all
-    published partitions (:class:`server.evaluation.RetrievalEvaluator`). It needs
+    published partitions (:meth:`server.evaluation.RetrievalEvaluator.collect`,
+    the base class of :class:`PFMHEvaluator`). It needs
     one model that encodes every database item: personalized PFMH has one model per
     client, whose codes live in different Hamming spaces, so a union ranking would
     compare incomparable codes and is not computed (the report is ``None``).
@@ -33,29 +34,15 @@ from logging import WARNING
 
 import numpy as np
 import torch
-from flwr.app import (
-    Array,
-    ArrayRecord,
-    ConfigRecord,
-    Message,
-    RecordDict,
-)
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
-from hashing.codes import unpack_bytes
 from hashing.pfmh.evaluation import mean_over_clients
-from hashing.retrieval import evaluate_retrieval
 from privacy.ledger import MechanismUse
 from server.discovery import NodeInfo
-from server.evaluation import (
-    Evaluation,
-    QuerySet,
-    RetrievalEvaluator,
-    _codes_problem,
-)
+from server.evaluation import Evaluation, QuerySet, RetrievalEvaluator
 from settings import keys as K
-from settings.privacy_records import missing_mechanisms, read_privacy
 
 #: Names of the per-client metrics in rounds.jsonl / summary.json.
 LOCAL_MAP_ALL = "local_map_all"
@@ -65,8 +52,11 @@ SQ_CLIENT_DB_MAP_AT_K = "server_queries_client_db_map_at_k"
 LOCAL_CLIENTS = "local_clients"  # clients that contributed a local mAP
 
 
-class PFMHEvaluator:
+class PFMHEvaluator(RetrievalEvaluator):
     """Evaluate PFMH by the per-client protocol and the global protocols.
+
+    A :class:`server.evaluation.RetrievalEvaluator` (its union protocol, code
+    validation and ranking) that also asks every node for ``pfmh_eval``.
 
     Parameters
     ----------
@@ -101,31 +91,19 @@ class PFMHEvaluator:
     ) -> None:
         if not isinstance(queries.inputs, dict):
             raise ValueError("PFMH evaluation needs multi-modal query inputs (a dict)")
-        self.grid = grid
-        self.nodes = dict(sorted(nodes.items(), key=lambda kv: kv[1].partition_id))
-        self.queries = queries
-        self.personalized = personalized
-        self.bits = bits
-        self.top_k = top_k
-        self.ks = ks
-        self.timeout_s = timeout_s
-        self.required_mechanisms = tuple(required_mechanisms)
-        self.union = (
-            None
-            if personalized
-            else RetrievalEvaluator(
-                grid,
-                nodes,
-                queries,
-                model_factory,
-                bits=bits,
-                top_k=top_k,
-                ks=ks,
-                device=device,
-                required_mechanisms=required_mechanisms,
-                timeout_s=timeout_s,
-            )
+        super().__init__(
+            grid,
+            nodes,
+            queries,
+            model_factory,
+            bits=bits,
+            top_k=top_k,
+            ks=ks,
+            device=device,
+            required_mechanisms=required_mechanisms,
+            timeout_s=timeout_s,
         )
+        self.personalized = personalized
         self._query_record = ArrayRecord(
             {
                 m: Array(np.ascontiguousarray(x.numpy()))
@@ -136,7 +114,15 @@ class PFMHEvaluator:
     def evaluate(self, server_round: int, arrays: ArrayRecord) -> Evaluation:
         """Run the protocols of this mode; see the module docstring."""
         start = time.perf_counter()
-        replies = self._ask(server_round, arrays)
+        config = ConfigRecord({K.SERVER_ROUND: server_round})
+        replies = self.ask(
+            server_round,
+            {K.CONFIG: config, K.PFMH_QUERIES: self._query_record}
+            if self.personalized
+            else {K.CONFIG: config, K.ARRAYS: arrays},
+            K.QUERY_PFMH_EVAL,
+            what="pfmh-eval reply",
+        )
         local_all, local_k = [], []
         per_db: list[tuple[float, float]] = []
         disclosures: list[tuple[int, tuple[MechanismUse, ...]]] = []
@@ -145,26 +131,26 @@ class PFMHEvaluator:
             if got is not None:
                 local_all.append(got[0])
                 local_k.append(got[1])
-            if self.personalized:
-                codes = self._read_codes(reply, info)
+            if self.personalized and not reply.has_error():  # errors: logged above
+                codes = self.read_codes(reply, info, with_queries=True)
                 if codes is not None:
-                    per_db.append(self._client_db_map(codes[0], codes[1], codes[2]))
-                    if codes[3]:
-                        disclosures.append((info.partition_id, tuple(codes[3])))
+                    assert codes.query_codes is not None
+                    per_db.append(
+                        self._maps(codes.query_codes, codes.db_codes, codes.labels)
+                    )
+                    if codes.uses:
+                        disclosures.append((info.partition_id, tuple(codes.uses)))
         report = None
         clients = len(per_db)
-        if self.union is not None:
-            got_codes = self.union.collect(server_round, arrays)
-            report = evaluate_retrieval(
+        if not self.personalized:
+            got_codes = self.collect(server_round, arrays)
+            report = self.rank(
                 got_codes.query_codes,
                 np.concatenate(got_codes.db_codes),
-                self.queries.labels,
                 np.concatenate(got_codes.db_labels),
-                top_k=self.top_k,
-                ks=self.ks,
             )
             per_db = [
-                self._client_db_map(got_codes.query_codes, db, labels)
+                self._maps(got_codes.query_codes, db, labels)
                 for db, labels in zip(
                     got_codes.db_codes, got_codes.db_labels, strict=True
                 )
@@ -188,53 +174,12 @@ class PFMHEvaluator:
             per_client=per_client,
         )
 
-    def _client_db_map(
+    def _maps(
         self, query_codes: np.ndarray, db_codes: np.ndarray, db_labels: np.ndarray
     ) -> tuple[float, float]:
-        rep = evaluate_retrieval(
-            query_codes,
-            db_codes,
-            self.queries.labels,
-            db_labels,
-            top_k=self.top_k,
-            ks=self.ks,
-        )
+        """mAP@ALL and mAP@K of the server's queries against one client's database."""
+        rep = self.rank(query_codes, db_codes, db_labels)
         return rep.map_all, rep.map_at_k
-
-    def _ask(
-        self, server_round: int, arrays: ArrayRecord
-    ) -> list[tuple[NodeInfo, Message]]:
-        """Send ``pfmh-eval`` to every node; (info, reply) in partition order."""
-        config = ConfigRecord({K.SERVER_ROUND: server_round})
-        content = (
-            RecordDict({K.CONFIG: config, K.PFMH_QUERIES: self._query_record})
-            if self.personalized
-            else RecordDict({K.CONFIG: config, K.ARRAYS: arrays})
-        )
-        messages = [
-            Message(
-                content=content, message_type=K.QUERY_PFMH_EVAL, dst_node_id=node_id
-            )
-            for node_id in self.nodes
-        ]
-        replies = {
-            r.metadata.src_node_id: r
-            for r in self.grid.send_and_receive(messages, timeout=self.timeout_s)
-        }
-        out = []
-        for node_id, info in self.nodes.items():
-            reply = replies.get(node_id)
-            if reply is None:
-                log(
-                    WARNING,
-                    "round %d: no pfmh-eval reply from partition %d (node %d)",
-                    server_round,
-                    info.partition_id,
-                    node_id,
-                )
-                continue
-            out.append((info, reply))
-        return out
 
     def _read_local(self, reply: Message, info: NodeInfo) -> tuple[float, float] | None:
         """Return the client's local mAP@ALL and mAP@K, or None (logged if bad)."""
@@ -256,45 +201,3 @@ class PFMHEvaluator:
             )
             return None
         return values
-
-    def _read_codes(
-        self, reply: Message, info: NodeInfo
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[MechanismUse]] | None:
-        """Return (query codes, database codes, labels, mechanisms) or None."""
-        if reply.has_error():
-            return None  # already logged by _read_local
-        who = f"partition {info.partition_id} (node {info.node_id})"
-        try:
-            record = reply.content[K.CODES]
-            packed = record[K.PACKED_CODES].numpy()
-            labels = record[K.CODE_LABELS].numpy()
-            packed_q = record[K.QUERY_CODES].numpy()
-            bits = int(reply.content[K.CONFIG][K.CODE_BITS])
-            uses = (
-                read_privacy(reply.content[K.PRIVACY])
-                if K.PRIVACY in reply.content
-                else []
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            log(WARNING, "codes from %s rejected: malformed reply (%r)", who, exc)
-            return None
-        problem = missing_mechanisms(uses, self.required_mechanisms) or _codes_problem(
-            packed,
-            labels,
-            bits,
-            self.bits,
-            self.queries.labels,
-            self.queries.num_classes,
-        )
-        nq = len(self.queries.labels)
-        if problem is None and (
-            packed_q.dtype != np.uint8 or packed_q.shape != (nq, (bits + 7) // 8)
-        ):
-            problem = (
-                f"query codes {packed_q.dtype} {packed_q.shape}, expected uint8 "
-                f"({nq}, {(bits + 7) // 8})"
-            )
-        if problem:
-            log(WARNING, "codes from %s rejected: %s", who, problem)
-            return None
-        return unpack_bytes(packed_q, bits), unpack_bytes(packed, bits), labels, uses
