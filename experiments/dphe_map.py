@@ -24,7 +24,6 @@ block sparsity (plus the quantization, which is 0.000 points above).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import tempfile
 from pathlib import Path
@@ -32,6 +31,7 @@ from typing import Any
 
 from crypto import generate_keys
 from experiments.sweep import ROOT, run_federated
+from experiments.sweep_runner import exit_if_failed, run_sweep
 
 # the mlp (24,864 values): the default cnn (289,632) costs ~90 s of 2048-bit
 # encryption per client per round on this machine (benchmarks/dphe.py)
@@ -52,7 +52,7 @@ def run_pair(seed: int, sparsity: float, args: argparse.Namespace) -> dict[str, 
         "eval-every": args.rounds,
         "updates.sparsity": sparsity,
     }
-    tag = f"s{seed}-sp{sparsity:g}"
+    tag = pair_name(seed, sparsity)
     plain = run_federated(base, args.clients, args.out / "runs" / f"plain-{tag}")
     extra = {"dphe.obfuscators": args.obfuscators}
     if args.block and sparsity > 0:
@@ -83,6 +83,11 @@ def run_pair(seed: int, sparsity: float, args: argparse.Namespace) -> dict[str, 
         row[f"{name}_up_bytes_per_client"] = summary.get("up_bytes_per_client_mean")
     row["diff_points"] = 100 * (row["dphe_map_all"] - row["plain_map_all"])
     return row
+
+
+def pair_name(seed: int, sparsity: float) -> str:
+    """``s<seed>-sp<sparsity>``: a (seed, sparsity) pair's name and run-dir tag."""
+    return f"s{seed}-sp{sparsity:g}"
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -136,26 +141,25 @@ def main() -> None:
     )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    rows_path = args.out / "rows.jsonl"
-    rows = (
-        [json.loads(x) for x in rows_path.read_text().splitlines() if x.strip()]
-        if rows_path.exists()
-        else []
+    pairs = [
+        (int(seed), float(sparsity))
+        for sparsity in args.sparsity.split(",")
+        for seed in args.seeds.split(",")
+    ]
+    rows, failed = run_sweep(
+        pairs,
+        lambda pair: run_pair(*pair, args),
+        rows_path=args.out / "rows.jsonl",
+        resume=True,  # always: a rerun skips the pairs already done
+        name=lambda pair: pair_name(*pair),
+        row_name=lambda row: pair_name(row["seed"], row["sparsity"]),
+        describe=lambda row: f"DPHE - plain {row['diff_points']:+.3f} points",
+        after_row=lambda rows: (args.out / "table.md").write_text(table(rows) + "\n"),
     )
-    done = {(r["seed"], r["sparsity"]) for r in rows}
-    for sparsity in (float(x) for x in args.sparsity.split(",")):
-        for seed in (int(s) for s in args.seeds.split(",")):
-            if (seed, sparsity) in done:
-                continue
-            row = run_pair(seed, sparsity, args)
-            rows.append(row)
-            with rows_path.open("a") as fh:
-                fh.write(json.dumps(row) + "\n")
-            print(json.dumps(row), flush=True)
-            (args.out / "table.md").write_text(table(rows) + "\n")
     text = table(rows)
     (args.out / "table.md").write_text(text + "\n")
     print(text)
+    exit_if_failed(failed)
 
 
 if __name__ == "__main__":

@@ -17,9 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -273,7 +271,7 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args()
     from experiments.overrides import parse_overrides, resolved_settings
-    from experiments.progress import SweepProgress
+    from experiments.sweep_runner import exit_if_failed, run_sweep
 
     args.seeds = [int(s) for s in args.seeds.split(",")]
     args.bits = [int(b) for b in args.bits.split(",")]
@@ -282,45 +280,18 @@ def main() -> None:
     resolved_settings(args.base)  # fail before any run
     args.out = args.out or ROOT / "docs" / "results" / "fedhap"
     args.out.mkdir(parents=True, exist_ok=True)
-    rows_path = args.out / "rows.jsonl"
-    rows = (
-        [json.loads(x) for x in rows_path.read_text().splitlines()]
-        if args.resume and rows_path.exists()
-        else []
+    rows, failed = run_sweep(
+        [j for j in jobs(args) if args.only is None or j["table"] == args.only],
+        lambda job: run_job(job, args),
+        rows_path=args.out / "rows.jsonl",
+        resume=args.resume,
+        name=job_name,
+        describe=lambda row: f"mAP@ALL {row['map_all']:.4f} ({row['seconds']:.0f} s)",
+        after_row=lambda rows: write_outputs(rows, args),
+        workers=args.jobs,
     )
-    if not args.resume:
-        rows_path.write_text("")
-    done = {r["name"] for r in rows}
-    todo = [
-        j
-        for j in jobs(args)
-        if job_name(j) not in done and (args.only is None or j["table"] == args.only)
-    ]
-    print(f"{len(todo)} runs to do ({len(rows)} already done)", flush=True)
-    progress = SweepProgress(len(todo) + len(rows), done=len(rows))
-    failed: list[str] = []
-    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        futures = {pool.submit(run_job, j, args): j for j in todo}
-        for fut in as_completed(futures):
-            job = futures[fut]
-            try:
-                row = fut.result()
-            except Exception as exc:  # one failed run must not end the sweep
-                failed.append(job_name(job))
-                progress.report(f"FAILED {job_name(job)}: {exc}")
-                continue
-            rows.append(row)
-            with rows_path.open("a") as f:
-                f.write(json.dumps(row) + "\n")
-            progress.report(
-                f"{job_name(job)}: mAP@ALL {row['map_all']:.4f} "
-                f"({row['seconds']:.0f} s)",
-            )
-            write_outputs(rows, args)
     print(write_outputs(rows, args))
-    if failed:  # the tables hold what finished; the exit code says what did not
-        print(f"error: {len(failed)} run(s) failed: {', '.join(failed)}", flush=True)
-        sys.exit(1)
+    exit_if_failed(failed)  # the tables hold what finished
 
 
 if __name__ == "__main__":

@@ -1,0 +1,113 @@
+"""One resumable sweep runner for the experiment drivers.
+
+:func:`run_sweep` runs a list of jobs (``--jobs`` at once, each in a worker
+thread that usually starts its own process), appends every finished run's row to
+``rows.jsonl`` at once -- an interrupted sweep loses nothing -- and prints one
+progress line per run (:class:`experiments.progress.SweepProgress`). With
+``resume`` the rows already in ``rows.jsonl`` are kept and their jobs skipped;
+without it the file starts empty. A failed run is reported and the sweep goes
+on; :func:`exit_if_failed` then ends the process with code 1, after the caller
+has written its tables from what finished.
+
+Used by ``experiments/fedhap_sweep.py``, ``experiments/pfmh_sweep.py`` and
+``experiments/dphe_map.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+from typing import Any, TypeVar
+
+from experiments.progress import SweepProgress
+
+Job = TypeVar("Job")
+Row = dict[str, Any]
+
+
+def load_rows(path: Path) -> list[Row]:
+    """Read the rows of a ``rows.jsonl`` file (blank lines skipped; none if missing)."""
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def run_sweep(
+    jobs: Sequence[Job],
+    run: Callable[[Job], Row],
+    *,
+    rows_path: Path,
+    resume: bool,
+    name: Callable[[Job], str],
+    describe: Callable[[Row], str],
+    row_name: Callable[[Row], str] = lambda row: row["name"],
+    after_row: Callable[[list[Row]], object] | None = None,
+    workers: int = 1,
+) -> tuple[list[Row], list[str]]:
+    """Run the jobs not done yet; append each finished run's row to ``rows_path``.
+
+    Parameters
+    ----------
+    jobs : sequence
+        Every run of the sweep, in the order to start them.
+    run : callable
+        ``run(job)`` runs one job and returns its row (JSON-serialisable).
+    rows_path : Path
+        The ``rows.jsonl`` file.
+    resume : bool
+        Keep the rows already in ``rows_path`` and skip their jobs; ``False``
+        starts the file empty.
+    name : callable
+        ``name(job)``: the job's unique name (progress lines, failures).
+    describe : callable
+        ``describe(row)``: the result part of a progress line.
+    row_name : callable
+        ``row_name(row)``: the name of the job a row came from (default: its
+        ``name`` entry); a job whose name is among the rows is done.
+    after_row : callable, optional
+        ``after_row(rows)`` after every finished run (e.g. rewrite the tables).
+    workers : int
+        Runs at once.
+
+    Returns
+    -------
+    rows : list of dict
+        Every row, resumed ones first, then in the order the runs finished.
+    failed : list of str
+        Names of the jobs whose run raised.
+    """
+    rows = load_rows(rows_path) if resume else []
+    if not resume:
+        rows_path.write_text("")
+    done = {row_name(r) for r in rows}
+    todo = [j for j in jobs if name(j) not in done]
+    print(f"{len(todo)} runs to do ({len(rows)} already done)", flush=True)
+    progress = SweepProgress(len(todo) + len(rows), done=len(rows))
+    failed: list[str] = []
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = {pool.submit(run, j): j for j in todo}
+        for fut in as_completed(futures):
+            job = futures[fut]
+            try:
+                row = fut.result()
+            except Exception as exc:  # one failed run must not end the sweep
+                failed.append(name(job))
+                progress.report(f"FAILED {name(job)}: {exc}")
+                continue
+            rows.append(row)
+            with rows_path.open("a") as f:
+                f.write(json.dumps(row) + "\n")
+            progress.report(f"{name(job)}: {describe(row)}")
+            if after_row is not None:
+                after_row(rows)
+    return rows, failed
+
+
+def exit_if_failed(failed: list[str]) -> None:
+    """End with exit code 1 naming the failed runs, if any (tables are written)."""
+    if failed:
+        print(f"error: {len(failed)} run(s) failed: {', '.join(failed)}", flush=True)
+        sys.exit(1)

@@ -1,0 +1,108 @@
+"""The one sweep runner (experiments/sweep_runner.py) and the drivers that use it."""
+
+import json
+import sys
+
+import pytest
+
+from experiments import dphe_map, fedhap_sweep
+from experiments.sweep_runner import exit_if_failed, load_rows, run_sweep
+
+
+def _run(job):
+    if job == "bad":
+        raise RuntimeError("boom")
+    return {"name": job, "value": len(job)}
+
+
+def test_rows_are_appended_failures_reported_and_resume_skips_done(tmp_path, capsys):
+    rows_path = tmp_path / "rows.jsonl"
+    seen = []
+    rows, failed = run_sweep(
+        ["a", "bad", "ccc"],
+        _run,
+        rows_path=rows_path,
+        resume=False,
+        name=str,
+        describe=lambda row: f"value {row['value']}",
+        after_row=lambda rows: seen.append(len(rows)),
+    )
+    assert [r["name"] for r in rows] == ["a", "ccc"] and failed == ["bad"]
+    assert load_rows(rows_path) == rows and seen == [1, 2]
+    out = capsys.readouterr().out
+    assert "3 runs to do (0 already done)" in out
+    assert "FAILED bad: boom" in out and "] ccc: value 3" in out
+    with pytest.raises(SystemExit) as exit_info:
+        exit_if_failed(failed)
+    assert exit_info.value.code == 1
+    # resume: only the failed job runs again; without resume the file starts empty
+    calls = []
+    rows, failed = run_sweep(
+        ["a", "bad", "ccc"],
+        lambda job: calls.append(job) or {"name": job, "value": 0},
+        rows_path=rows_path,
+        resume=True,
+        name=str,
+        describe=str,
+    )
+    assert calls == ["bad"] and failed == []
+    assert [r["name"] for r in load_rows(rows_path)] == ["a", "ccc", "bad"]
+    run_sweep([], _run, rows_path=rows_path, resume=False, name=str, describe=str)
+    assert rows_path.read_text() == ""
+
+
+def test_fedhap_sweep_resumes_by_run_name(tmp_path, monkeypatch):
+    done = []
+
+    def fake_run_job(job, args):
+        done.append(fedhap_sweep.job_name(job))
+        return {
+            "name": fedhap_sweep.job_name(job),
+            **job,
+            "map_all": 0.5,
+            "map_at_k": 0.5,
+            "top_k": 10,
+            "seconds": 0.0,
+        }
+
+    monkeypatch.setattr(fedhap_sweep, "run_job", fake_run_job)
+    argv = [
+        "fedhap_sweep",
+        "--seeds",
+        "0",
+        "--only",
+        "distance",
+        "--out",
+        str(tmp_path),
+    ]
+    monkeypatch.setattr(sys, "argv", argv)
+    fedhap_sweep.main()
+    assert len(done) == 1 and (tmp_path / "table.md").exists()
+    monkeypatch.setattr(sys, "argv", [*argv, "--resume", "--seeds", "0,1"])
+    fedhap_sweep.main()
+    assert len(done) == 2 and len(load_rows(tmp_path / "rows.jsonl")) == 2
+
+
+def test_dphe_map_always_resumes_by_seed_and_sparsity(tmp_path, monkeypatch):
+    done = []
+
+    def fake_run_pair(seed, sparsity, args):
+        done.append((seed, sparsity))
+        return {
+            "seed": seed,
+            "sparsity": sparsity,
+            "plain_map_all": 0.5,
+            "dphe_map_all": 0.5,
+            "diff_points": 0.0,
+        }
+
+    monkeypatch.setattr(dphe_map, "run_pair", fake_run_pair)
+    argv = ["dphe_map", "--seeds", "0,1", "--sparsity", "0.9", "--out", str(tmp_path)]
+    monkeypatch.setattr(sys, "argv", argv)
+    dphe_map.main()
+    monkeypatch.setattr(sys, "argv", [*argv[:4], "0.9,0.0", *argv[5:]])
+    dphe_map.main()
+    assert done == [(0, 0.9), (1, 0.9), (0, 0.0), (1, 0.0)]
+    rows = [json.loads(x) for x in (tmp_path / "rows.jsonl").read_text().splitlines()]
+    assert [(r["seed"], r["sparsity"]) for r in rows] == done
+    assert "| 90% |" in (tmp_path / "table.md").read_text()
