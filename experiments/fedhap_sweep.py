@@ -15,13 +15,13 @@ the aggregate (mean +- sample std over seeds).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from pathlib import Path
 from typing import Any
 
 from experiments.sweep import PARTITIONS, ROOT, run_federated
+from experiments.sweep_runner import exit_if_failed, run_sweep, write_tables
 
 METHODS: dict[str, dict[str, Any]] = {
     "DPSH (FedAvg)": {"strategy": "fedavg"},
@@ -238,22 +238,14 @@ def tables(agg: list[dict[str, Any]], args: argparse.Namespace) -> str:
 def write_outputs(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
     """Write summary.json and table.md from the rows so far; return the tables."""
     agg = aggregate(rows)
-    text = tables(agg, args)
-    (args.out / "summary.json").write_text(
-        json.dumps(
-            {
-                "grid": "fedhap",
-                "base_overrides": args.base,
-                "metric": "mAP@ALL (mean ± sample std over seeds, in %)",
-                "rows": rows,
-                "aggregate": agg,
-            },
-            indent=2,
-        )
-        + "\n"
-    )
-    (args.out / "table.md").write_text(text + "\n")
-    return text
+    summary = {
+        "grid": "fedhap",
+        "base_overrides": args.base,
+        "metric": "mAP@ALL (mean ± sample std over seeds, in %)",
+        "rows": rows,
+        "aggregate": agg,
+    }
+    return write_tables(args.out, summary, tables(agg, args))
 
 
 def main() -> None:
@@ -271,7 +263,6 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args()
     from experiments.overrides import parse_overrides, resolved_settings
-    from experiments.sweep_runner import exit_if_failed, run_sweep
 
     args.seeds = [int(s) for s in args.seeds.split(",")]
     args.bits = [int(b) for b in args.bits.split(",")]

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.sweep import ROOT, _sets
+from experiments.sweep_runner import exit_if_failed, run_sweep, write_tables
 
 CENTRALIZED = "centralized"
 METHODS: dict[str, dict[str, Any]] = {
@@ -283,23 +284,15 @@ def tables(agg: list[dict[str, Any]], args: argparse.Namespace) -> str:
 def write_outputs(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
     """Write summary.json and table.md from the rows so far; return the tables."""
     agg = aggregate(rows)
-    text = tables(agg, args)
-    (args.out / "summary.json").write_text(
-        json.dumps(
-            {
-                "grid": "pfmh",
-                "base_config": args.base,
-                "clients": args.clients,
-                "metric": "mAP@ALL (mean, sample std over seeds; fractions)",
-                "rows": rows,
-                "aggregate": agg,
-            },
-            indent=2,
-        )
-        + "\n"
-    )
-    (args.out / "table.md").write_text(text + "\n")
-    return text
+    summary = {
+        "grid": "pfmh",
+        "base_config": args.base,
+        "clients": args.clients,
+        "metric": "mAP@ALL (mean, sample std over seeds; fractions)",
+        "rows": rows,
+        "aggregate": agg,
+    }
+    return write_tables(args.out, summary, tables(agg, args))
 
 
 def main() -> None:
@@ -318,7 +311,6 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args()
     from experiments.overrides import parse_overrides, resolved_settings
-    from experiments.sweep_runner import exit_if_failed, run_sweep
 
     args.seeds = [int(s) for s in args.seeds.split(",")]
     args.bits = [int(b) for b in args.bits.split(",")]

@@ -106,6 +106,19 @@ def run_sweep(
     return rows, failed
 
 
+def write_tables(out: Path, summary: dict[str, Any], text: str) -> str:
+    """Write ``summary`` to ``out/summary.json`` and ``text`` to ``out/table.md``.
+
+    Returns
+    -------
+    str
+        ``text`` (the Markdown tables), for printing.
+    """
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (out / "table.md").write_text(text + "\n")
+    return text
+
+
 def exit_if_failed(failed: list[str]) -> None:
     """End with exit code 1 naming the failed runs, if any (tables are written)."""
     if failed:
