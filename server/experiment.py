@@ -396,32 +396,19 @@ def run_experiment(
     log(INFO, "Protocol: %s", protocol)
     log(INFO, "Results: %s", results.dir)
     try:
-        evaluator: RetrievalEvaluator | PFMHEvaluator
-        if settings.strategy == "pfmh":
-            evaluator = PFMHEvaluator(
-                grid,
-                nodes,
-                data.queries,
-                model_factory,
-                personalized=settings.pfmh_personalized,
-                bits=settings.code_length,
-                top_k=settings.map_top_k,
-                ks=settings.precision_ks(),
-                device=device,
-                required_mechanisms=settings.required_encode_mechanisms,
-            )
-        else:
-            evaluator = RetrievalEvaluator(
-                grid,
-                nodes,
-                data.queries,
-                model_factory,
-                bits=settings.code_length,
-                top_k=settings.map_top_k,
-                ks=settings.precision_ks(),
-                device=device,
-                required_mechanisms=settings.required_encode_mechanisms,
-            )
+        args = (grid, nodes, data.queries, model_factory)
+        kwargs: dict[str, Any] = {
+            "bits": settings.code_length,
+            "top_k": settings.map_top_k,
+            "ks": settings.precision_ks(),
+            "device": device,
+            "required_mechanisms": settings.required_encode_mechanisms,
+        }
+        evaluator = (
+            PFMHEvaluator(*args, personalized=settings.pfmh_personalized, **kwargs)
+            if settings.strategy == "pfmh"
+            else RetrievalEvaluator(*args, **kwargs)
+        )
         reporter = RoundReporter(settings, evaluator, strategy, results)
         started = time.perf_counter()
         result = strategy.start(

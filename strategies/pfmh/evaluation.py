@@ -29,19 +29,17 @@ Three numbers, each averaged the way its protocol says (README "PFMH"):
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from logging import WARNING
+from typing import Any
 
 import numpy as np
-import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message
 from flwr.common.logger import log
-from flwr.serverapp import Grid
 
 from hashing.pfmh.evaluation import mean_over_clients
 from privacy.ledger import MechanismUse
 from server.discovery import NodeInfo
-from server.evaluation import Evaluation, QuerySet, RetrievalEvaluator
+from server.evaluation import Evaluation, RetrievalEvaluator
 from settings import keys as K
 
 #: Names of the per-client metrics in rounds.jsonl / summary.json.
@@ -60,55 +58,22 @@ class PFMHEvaluator(RetrievalEvaluator):
 
     Parameters
     ----------
-    grid : Grid
-        The ServerApp's grid.
-    nodes : dict
-        ``{node_id: NodeInfo}`` from discovery; asked in partition-id order.
-    queries : QuerySet
-        The server's query set, inputs as a dict modality -> (nq, d) tensor.
-    model_factory : callable
-        Returns a fresh multi-modal network of this run (fedavg mode).
+    *args, **kwargs
+        As :class:`server.evaluation.RetrievalEvaluator`; the query inputs are a
+        dict modality -> (nq, d) tensor, and ``model_factory`` builds the
+        multi-modal network (used in fedavg mode only).
     personalized : bool
         ``pfmh.mode = "personalized"``: no global model.
-    bits, top_k, ks, device, required_mechanisms, timeout_s
-        As :class:`server.evaluation.RetrievalEvaluator`.
     """
 
-    def __init__(
-        self,
-        grid: Grid,
-        nodes: dict[int, NodeInfo],
-        queries: QuerySet,
-        model_factory: Callable[[], torch.nn.Module],
-        *,
-        personalized: bool,
-        bits: int,
-        top_k: int,
-        ks: tuple[int, ...],
-        device: torch.device,
-        required_mechanisms: tuple[str, ...] = (),
-        timeout_s: float = 3600.0,
-    ) -> None:
-        if not isinstance(queries.inputs, dict):
+    def __init__(self, *args: Any, personalized: bool, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        inputs = self.queries.inputs
+        if not isinstance(inputs, dict):
             raise ValueError("PFMH evaluation needs multi-modal query inputs (a dict)")
-        super().__init__(
-            grid,
-            nodes,
-            queries,
-            model_factory,
-            bits=bits,
-            top_k=top_k,
-            ks=ks,
-            device=device,
-            required_mechanisms=required_mechanisms,
-            timeout_s=timeout_s,
-        )
         self.personalized = personalized
         self._query_record = ArrayRecord(
-            {
-                m: Array(np.ascontiguousarray(x.numpy()))
-                for m, x in queries.inputs.items()
-            }
+            {m: Array(np.ascontiguousarray(x.numpy())) for m, x in inputs.items()}
         )
 
     def evaluate(self, server_round: int, arrays: ArrayRecord) -> Evaluation:
