@@ -572,6 +572,12 @@ def _app_variant(dep: Deployment, name: str) -> Path:
             if not member.startswith(".info/"):
                 bundle.extract(member, folder)
     (folder / "VARIANT.md").write_text(f"{name}\n")
+    # the FAB holds none of what fab-exclude names, and Flower 1.42 refuses a
+    # pattern that matches nothing: drop the list from the extracted app
+    pyproject = folder / "pyproject.toml"
+    text = pyproject.read_text()
+    start = text.index("fab-exclude = [")
+    pyproject.write_text(text[:start] + text[text.index("]\n", start) + 2 :])
     return folder
 
 
