@@ -24,7 +24,7 @@ from flwr.serverapp import Grid
 from privacy.ledger import MechanismUse
 from settings import keys as K
 from settings.privacy_records import missing_mechanisms, read_privacy
-from strategies.protocol import SecureAggregator
+from strategies.dphe.protocol import SecureAggregator
 from strategies.reply_checks import array_signature, train_reply_problem
 
 if TYPE_CHECKING:

@@ -9,9 +9,9 @@ prototype classes). Every registered strategy implements all of it through
 method does not use: no prototypes, no secure prototype sums);
 :func:`strategies.registry.build_strategy` refuses a strategy that does not.
 
-:class:`SecureAggregator` is the DPHE component a strategy aggregates the model
-with (:class:`strategies.dphe.aggregation.SecureAggregation`): what the mixin calls
-each round and the history the reporter reads.
+:class:`strategies.dphe.protocol.SecureAggregator` is the DPHE component a
+strategy aggregates the model with: what the mixin calls each round and the history
+the reporter reads.
 """
 
 from __future__ import annotations
@@ -19,45 +19,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
+from flwr.app import ArrayRecord, ConfigRecord, MetricRecord
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result
+
+from strategies.dphe.protocol import SecureAggregator
 
 if TYPE_CHECKING:
     from privacy.ledger import MechanismUse
     from strategies.dphe.aggregation import SecureSum
-
-
-class SecureAggregator(Protocol):
-    """Encrypted aggregation of the model updates (DPHE), one sum per round.
-
-    Attributes
-    ----------
-    history : dict
-        ``{round: {"contributors", "blocks", "total-weight"}}`` of the rounds
-        whose aggregate was decrypted.
-    """
-
-    history: dict[int, dict[str, float]]
-
-    @property
-    def session(self) -> bytes:
-        """The keyholder's session id, sent to the clients in the train config."""
-        ...
-
-    def begin_round(self, arrays: ArrayRecord, server_round: int) -> None:
-        """Start a new sum for the model ``arrays`` sent this round."""
-        ...
-
-    def screen(self, msg: Message, partition_id: int | None) -> str | None:
-        """Take the encrypted update out of ``msg`` and add it; the reason if not."""
-        ...
-
-    def aggregate(
-        self, server_round: int, kept: object = None
-    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        """Return the new global model and train metrics (``None``: no update)."""
-        ...
 
 
 @runtime_checkable

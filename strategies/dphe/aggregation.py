@@ -52,8 +52,8 @@ from crypto import (
 from hashing.update_sparsity import ArrayLayout, flatten_arrays, unflatten_arrays
 from settings import keys as K
 from strategies.dphe.config import MIN_CONTRIBUTORS as DPHE_MIN_CONTRIBUTORS
+from strategies.dphe.protocol import SecureAggregator
 from strategies.dphe.setup import read_dphe_record, split_loss
-from strategies.protocol import SecureAggregator
 
 
 class SecureSum:
