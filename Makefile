@@ -94,7 +94,7 @@ deploy-credentials: install
 # the CUDA wheels and dev tools are left out.
 deploy-constraints: install
 	{ grep '^#' deploy/constraints.txt; $(VENV)/bin/pip freeze --exclude-editable \
-	  | grep -viE '^(nvidia-|triton==|cuda-|pytest==|iniconfig==|pluggy==|ruff==|faiss-cpu==)'; \
+	  | grep -viE '^(nvidia-|triton==|cuda-|pytest==|iniconfig==|pluggy==|ruff==|faiss-cpu==|mypy==|mypy[-_]extensions==|librt==|ast[-_]serialize==|mkdocs.*==|pymdown-extensions==|ghp-import==|mergedeep==|paginate==|backrefs==)'; \
 	} > deploy/constraints.txt.new && mv deploy/constraints.txt.new deploy/constraints.txt
 
 # Opt-in, not part of `make test`: the deployment in real containers (docs/deploy.md,

@@ -39,9 +39,8 @@ from settings import keys as K
 from settings.run_model import build_run_model, initial_global_state
 from settings.run_settings import ConfigError, RunSettings
 from strategies.dphe.server_setup import build_secure_components
-from strategies.pfmh.evaluation import PFMHEvaluator
 from strategies.protocol import HashingStrategy
-from strategies.registry import build_strategy
+from strategies.registry import build_strategy, method
 
 _DATASET = RunSettings.key("dataset")
 
@@ -83,7 +82,7 @@ def prepare_data(settings: RunSettings) -> PreparedData:
     q_idx, db_idx = split.query_index, split.database_index
     inputs: torch.Tensor | dict[str, torch.Tensor] = torch.from_numpy(x[q_idx])
     input_shape: tuple[int, ...] | dict[str, int] = tuple(x.shape[1:])
-    if settings.strategy == "pfmh":
+    if method(settings).multimodal:
         try:
             require_multimodal(data)
         except ValueError as exc:
@@ -122,24 +121,7 @@ def protocol_text(settings: RunSettings, data: PreparedData, clients: int) -> st
         f"database order (partition id, then dataset order); {relevance}; "
         f"mAP@ALL and mAP@{settings.map_top_k}"
     )
-    if settings.strategy != "pfmh":
-        return text
-    per_client = (
-        f"PFMH per-client protocol (the paper's; local_map_*): each client splits "
-        f"its partition (seeded, stratified) into {settings.query_fraction:.0%} local "
-        "queries and a local database, trains on the local database only, ranks it "
-        "for its local queries with its own model; mAP@ALL and "
-        f"mAP@{settings.map_top_k} averaged over clients without weights. "
-        "server_queries_client_db_*: the server's queries ranked against each "
-        "client's own partition with that client's model, averaged over clients"
-    )
-    if settings.pfmh.mode == "personalized":
-        return (
-            f"{per_client} (the query inputs are sent to the clients). No union "
-            "ranking: personalized models encode into different Hamming spaces. "
-            f"Data: {text}"
-        )
-    return f"{text}. {per_client}"
+    return method(settings).describe_protocol(settings, text)
 
 
 def default_run_id(settings: RunSettings) -> str:
@@ -286,8 +268,9 @@ def eta_text(current: int, total: int, round_times: list[float]) -> str:
 
 def final_table(rows: list[dict[str, Any]], settings: RunSettings) -> str:
     """Fixed-width table of the evaluated rounds."""
-    if any("local_map_all" in r for r in rows):
-        return _pfmh_table(rows)
+    own = method(settings).results_table
+    if own is not None:
+        return own(rows)
     k = settings.map_top_k
     ks = settings.precision_ks()
     head = f"{'round':>5} | {'mAP@ALL':>7} | {f'mAP@{k}':>7} | " + " | ".join(
@@ -305,24 +288,6 @@ def final_table(rows: list[dict[str, Any]], settings: RunSettings) -> str:
     return "\n".join(lines)
 
 
-def _pfmh_table(rows: list[dict[str, Any]]) -> str:
-    """PFMH: union mAP@ALL (fedavg mode), per-client, server queries vs client db."""
-
-    def fmt(v: float | None) -> str:
-        return "-" if v is None else f"{v:.4f}"
-
-    head = f"{'round':>5} | {'mAP@ALL':>7} | {'local mAP@ALL':>13} | sq/cdb mAP@ALL"
-    lines = [head, "-" * len(head)]
-    for r in rows:
-        if "local_map_all" in r:
-            lines.append(
-                f"{r['round']:>5} | {fmt(r.get('map_all')):>7} | "
-                f"{fmt(r.get('local_map_all')):>13} | "
-                f"{fmt(r.get('server_queries_client_db_map_all'))}"
-            )
-    return "\n".join(lines)
-
-
 def run_experiment(
     grid: Grid, settings: RunSettings, *, simulation: bool = False
 ) -> RunResults:
@@ -333,10 +298,8 @@ def run_experiment(
     """
     strategy = build_strategy(settings)  # unknown strategy -> ConfigError
     data = prepare_data(settings)  # missing/bad files -> errors
-    model_name = (
-        "pfmh-multimodal"
-        if settings.strategy == "pfmh"
-        else resolve_model_name(settings.model, data.input_shape)
+    model_name = method(settings).model_name or resolve_model_name(
+        settings.model, data.input_shape
     )
 
     def model_factory() -> torch.nn.Module:
@@ -404,11 +367,7 @@ def run_experiment(
             "device": device,
             "required_mechanisms": settings.required_encode_mechanisms,
         }
-        evaluator = (
-            PFMHEvaluator(*args, personalized=settings.pfmh_personalized, **kwargs)
-            if settings.strategy == "pfmh"
-            else RetrievalEvaluator(*args, **kwargs)
-        )
+        evaluator = method(settings).evaluator(settings, *args, **kwargs)
         reporter = RoundReporter(settings, evaluator, strategy, results)
         started = time.perf_counter()
         result = strategy.start(

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from clients.trainers import Trainer
+from server.evaluation import RetrievalEvaluator
 from settings.run_settings import ConfigError, RunSettings
 from settings.schema import Section
 from strategies.fedavg.config import FedProxConfig
@@ -24,14 +25,27 @@ from strategies.fedhap.config import FedHAPConfig
 from strategies.fedhap.strategy import fedhap
 from strategies.fedhap.trainer import fedhap_trainer
 from strategies.pfmh.config import PFMHConfig
+from strategies.pfmh.evaluation import build_pfmh_evaluator, pfmh_protocol, pfmh_table
 from strategies.pfmh.strategy import pfmh
 from strategies.pfmh.trainer import pfmh_eval_reply, pfmh_trainer
 from strategies.protocol import HashingStrategy
 
 StrategyFactory = Callable[[RunSettings], HashingStrategy]
+EvaluatorFactory = Callable[..., RetrievalEvaluator]
+"""``factory(settings, grid, nodes, queries, model_factory, **metric options)``."""
 QueryHandler = Callable[..., Any]
 """``handler(content, *, settings, data, state, partition_id, device, noise)`` ->
 the reply's RecordDict, for one method-specific ``query.<action>`` message."""
+
+
+def _retrieval_evaluator(
+    settings: RunSettings, *args: Any, **kwargs: Any
+) -> RetrievalEvaluator:
+    return RetrievalEvaluator(*args, **kwargs)
+
+
+def _same_protocol(settings: RunSettings, text: str) -> str:
+    return text
 
 
 @dataclass(frozen=True)
@@ -47,6 +61,18 @@ class Method:
     """The client's local training for one ``train`` message."""
     queries: Mapping[str, QueryHandler] = field(default_factory=dict)
     """Its own ClientApp query actions (``@app.query(action)``), if any."""
+    evaluator: EvaluatorFactory = field(default=_retrieval_evaluator)
+    """Builds the server's retrieval evaluator (default: the union protocol)."""
+    describe_protocol: Callable[[RunSettings, str], str] = field(
+        default=_same_protocol
+    )
+    """Extends the evaluation protocol's description (results files, logs)."""
+    results_table: Callable[[list[dict[str, Any]]], str] | None = None
+    """Its own final results table (default: mAP and precision@K per round)."""
+    multimodal: bool = False
+    """Its server keeps every modality of the query set (PFMH)."""
+    model_name: str = ""
+    """The model's name in config.json (default: resolved from ``model``)."""
 
 
 METHODS: dict[str, Method] = {
@@ -55,7 +81,18 @@ METHODS: dict[str, Method] = {
         Method("fedavg", None, fedavg, dpsh_trainer),
         Method("fedprox", FedProxConfig, fedprox, dpsh_trainer),
         Method("fedhap", FedHAPConfig, fedhap, fedhap_trainer),
-        Method("pfmh", PFMHConfig, pfmh, pfmh_trainer, {"pfmh_eval": pfmh_eval_reply}),
+        Method(
+            "pfmh",
+            PFMHConfig,
+            pfmh,
+            pfmh_trainer,
+            queries={"pfmh_eval": pfmh_eval_reply},
+            evaluator=build_pfmh_evaluator,
+            describe_protocol=pfmh_protocol,
+            results_table=pfmh_table,
+            multimodal=True,
+            model_name="pfmh-multimodal",
+        ),
     )
 }
 

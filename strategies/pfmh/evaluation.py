@@ -166,3 +166,46 @@ class PFMHEvaluator(RetrievalEvaluator):
             )
             return None
         return values
+
+
+def build_pfmh_evaluator(settings: Any, *args: Any, **kwargs: Any) -> PFMHEvaluator:
+    """PFMH's evaluator for the run (personalized or fedavg mode)."""
+    return PFMHEvaluator(*args, personalized=settings.pfmh_personalized, **kwargs)
+
+
+def pfmh_protocol(settings: Any, text: str) -> str:
+    """Extend the foundation protocol text with PFMH's per-client protocols."""
+    per_client = (
+        f"PFMH per-client protocol (the paper's; local_map_*): each client splits "
+        f"its partition (seeded, stratified) into {settings.query_fraction:.0%} local "
+        "queries and a local database, trains on the local database only, ranks it "
+        "for its local queries with its own model; mAP@ALL and "
+        f"mAP@{settings.map_top_k} averaged over clients without weights. "
+        "server_queries_client_db_*: the server's queries ranked against each "
+        "client's own partition with that client's model, averaged over clients"
+    )
+    if settings.pfmh.mode == "personalized":
+        return (
+            f"{per_client} (the query inputs are sent to the clients). No union "
+            "ranking: personalized models encode into different Hamming spaces. "
+            f"Data: {text}"
+        )
+    return f"{text}. {per_client}"
+
+
+def pfmh_table(rows: list[dict[str, Any]]) -> str:
+    """PFMH: union mAP@ALL (fedavg mode), per-client, server queries vs client db."""
+
+    def fmt(v: float | None) -> str:
+        return "-" if v is None else f"{v:.4f}"
+
+    head = f"{'round':>5} | {'mAP@ALL':>7} | {'local mAP@ALL':>13} | sq/cdb mAP@ALL"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        if "local_map_all" in r:
+            lines.append(
+                f"{r['round']:>5} | {fmt(r.get('map_all')):>7} | "
+                f"{fmt(r.get('local_map_all')):>13} | "
+                f"{fmt(r.get('server_queries_client_db_map_all'))}"
+            )
+    return "\n".join(lines)
