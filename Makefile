@@ -59,11 +59,12 @@ check-config: install
 clean-superlink:
 	@$(PY) -m server.local_superlink stop $(FLWR_HOME_DIR)
 
+# Everything: tests/unit (library), tests/integration (apps, strategies, deployment
+# files, docs build, mypy), tests/e2e (real Flower runs, the loopback deployment).
 test: install
 	$(PY) -m pytest -q
 
-# The fast subset: everything but the real Flower runs and the loopback deployment
-# (pytest marker e2e).
+# The fast subset: unit + integration, no real Flower run (pytest marker e2e).
 test-fast: install
 	$(PY) -m pytest -q -m "not e2e"
 
@@ -72,7 +73,7 @@ lint: install
 
 # The docs site (mkdocs-material, mkdocs.yml) into site/ (git-ignored). --strict: a
 # broken link, a page outside the nav or a missing result file fails the build
-# (tests/test_docs.py builds it the same way). Open site/index.html.
+# (tests/integration/test_docs.py builds it the same way). Open site/index.html.
 docs: install
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
@@ -98,10 +99,10 @@ deploy-constraints: install
 	} > deploy/constraints.txt.new && mv deploy/constraints.txt.new deploy/constraints.txt
 
 # Opt-in, not part of `make test`: the deployment in real containers (docs/deploy.md,
-# tests/test_containers.py). Needs Docker with Compose v2, free loopback ports 8000
+# tests/e2e/test_containers.py). Needs Docker with Compose v2, free loopback ports 8000
 # and 9092, and several GB. FEDHASH_PYTHON_IMAGE / FEDHASH_TORCH_INDEX_URL (build
 # args) and FEDHASH_CONTAINER_SCALE=N (scale-out to N SuperNodes) pass through.
 test-containers: install
 	@start=$$(date +%s); FEDHASH_CONTAINER_TESTS=1 $(PY) -m pytest -q -s -rs \
-	  -p no:cacheprovider tests/test_containers.py; rc=$$?; \
+	  -p no:cacheprovider tests/e2e/test_containers.py; rc=$$?; \
 	  echo "make test-containers: $$(( $$(date +%s) - start )) s wall, exit $$rc"; exit $$rc

@@ -52,7 +52,7 @@ of flipping one bit with probability ``beta``, for every ``0 < beta < 1``.
   output distributions on (all but a few degenerate points) disjoint supports: the
   release is not eps-DP for any finite eps, and (eps, delta)-DP only with delta at
   least the probability of those moved outputs, close to 1
-  (``tests/test_itq.py`` exhibits such a pair).
+  (``tests/unit/test_itq.py`` exhibits such a pair).
 
 Neighbouring relations and units used in this package
 -----------------------------------------------------

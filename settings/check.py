@@ -45,8 +45,8 @@ def parse_run_config(run_config: Sequence[str] | None) -> dict[str, Any]:
 
     Same syntax as Flower 1.42's ``flwr.common.config.parse_config_args`` (one
     ``.toml`` file, or ``key=value`` pairs whose values are TOML scalars; nested
-    tables flattened with dots); ``tests/test_fail_fast.py`` checks that both parse
-    alike. Importing flwr alone takes longer than the whole check may.
+    tables flattened with dots); ``tests/integration/test_fail_fast.py`` checks that
+    both parse alike. Importing flwr alone takes longer than the whole check may.
 
     Raises
     ------

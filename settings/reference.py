@@ -3,7 +3,7 @@
 ``docs/configuration.md`` (through the docs hook) and the ``[tool.flwr.app.config]``
 tables of ``pyproject.toml`` both come from the fields of
 :class:`settings.run_settings.RunSettings` and its sections, so keys, defaults,
-accepted values and descriptions are written once. ``tests/test_settings.py`` fails
+accepted values and descriptions are written once. ``tests/unit/test_settings.py`` fails
 when pyproject's tables differ from :func:`pyproject_config_toml`; rewrite them with
 ``python -m settings.reference --pyproject``.
 """

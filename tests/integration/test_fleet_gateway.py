@@ -3,7 +3,7 @@
 The gateway is driven in-process (ASGI) with a fake SuperLink behind it; the
 registry's signatures are checked with Flower 1.42's own SuperNode verification
 (``flwr.supernode.start_client_internal._verify_fab``). The loopback deployment
-test (tests/test_deployment.py) runs both as the compose services do.
+test (tests/e2e/test_deployment.py) runs both as the compose services do.
 """
 
 from __future__ import annotations

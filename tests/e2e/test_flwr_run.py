@@ -11,7 +11,7 @@ import pytest
 from server.local_superlink import local_superlink_pids, stop_pids
 
 pytestmark = pytest.mark.e2e
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_flwr_run_cli_writes_a_complete_results_directory(tmp_path):

@@ -23,7 +23,7 @@ from hashing.prototypes import class_prototypes
 from privacy.flipping import epsilon_per_code, flip_beta
 from privacy.noise import NoiseSource
 from settings.run_settings import ConfigError, RunSettings
-from tests.attacks.clientapp_calls import query_encode, train
+from tests.integration.attacks.clientapp_calls import query_encode, train
 
 SEED, ROUND, PID = 42, 3, 1
 FLIP_EPS = 1.0  # randomized response per bit: beta = 1 / (1 + e)

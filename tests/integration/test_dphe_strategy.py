@@ -18,8 +18,8 @@ from settings import keys as K
 from settings.run_settings import ConfigError, RunSettings
 from strategies.dphe.server_setup import build_secure_aggregation
 from strategies.fedavg.strategy import HashingFedAvg
+from tests.integration.test_strategies import FakeGrid
 from tests.messages import reply_from
-from tests.test_strategies import FakeGrid
 
 pytestmark = pytest.mark.usefixtures("task_identity")
 

@@ -17,7 +17,7 @@ from server.local_superlink import status_main
 from server.log_filters import ConfigErrorOneLine
 from settings.run_settings import STRATEGIES, ConfigError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 BAD = [
     ("code-length=7", "code-length=7: accepted is [8, 256]"),

@@ -45,7 +45,7 @@ pytestmark = pytest.mark.skipif(
     reason="opt-in: make test-containers (needs a Docker engine)",
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 DOC = ROOT / "docs" / "deploy.md"
 PROJECT = "fedhash-test"

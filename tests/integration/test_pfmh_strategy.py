@@ -19,8 +19,8 @@ from settings.prototype_records import (
 from settings.run_settings import RunSettings
 from strategies.pfmh.strategy import HashingPFMH
 from strategies.registry import build_strategy
+from tests.integration.test_strategies import FakeGrid, arrays
 from tests.messages import reply_from
-from tests.test_strategies import FakeGrid, arrays
 
 pytestmark = pytest.mark.usefixtures("task_identity")
 

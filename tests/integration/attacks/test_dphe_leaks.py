@@ -17,8 +17,14 @@ from settings import keys as K
 from settings.run_settings import ConfigError, RunSettings
 from strategies.dphe.server_setup import build_secure_aggregation
 from strategies.dphe.setup import dphe_params, load_server_bundles
+from tests.integration.test_dphe_strategy import (
+    SHAPES,
+    configure,
+    model,
+    record,
+    strategy_for,
+)
 from tests.messages import reply_from
-from tests.test_dphe_strategy import SHAPES, configure, model, record, strategy_for
 
 pytestmark = pytest.mark.usefixtures("task_identity")
 

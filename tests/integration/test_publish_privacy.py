@@ -19,8 +19,8 @@ from privacy.noise import NoiseSource
 from settings import keys as K
 from settings.privacy_records import privacy_record, read_privacy
 from settings.run_settings import ConfigError, RunSettings
+from tests.integration.test_strategies import FakeGrid, arrays, strategy
 from tests.messages import reply_from
-from tests.test_strategies import FakeGrid, arrays, strategy
 
 
 def settings(**kw):

@@ -3,7 +3,7 @@
 No Docker here: the compose files are checked against the installed Flower CLIs
 (every flag must appear in their ``--help``), against the credentials
 ``deploy.generate`` writes (every mounted path a command names must exist) and
-against each other (ports, node configs, networks). tests/test_deployment.py runs
+against each other (ports, node configs, networks). tests/e2e/test_deployment.py runs
 the same commands as processes.
 """
 
@@ -538,7 +538,7 @@ def test_every_long_running_service_has_a_tls_health_check(compose: dict):
 
 
 def test_docs_deploy_blocks_are_the_commands_the_container_test_runs(compose: dict):
-    from tests.test_containers import APP, doc_blocks
+    from tests.e2e.test_containers import APP, doc_blocks
 
     blocks = doc_blocks()
     assert list(blocks) == ["credentials", "owner", "up", "run", "results", "down"]
@@ -629,7 +629,7 @@ def _commands(block: str) -> list[str]:
 def test_readme_compose_commands_are_the_tested_ones():
     """README "With Docker Compose" = docs/deploy.md's tested blocks (the run
     config aside: the README runs the full preset, the test a 2-round one)."""
-    from tests.test_containers import doc_blocks
+    from tests.e2e.test_containers import doc_blocks
 
     tested = {c for b in doc_blocks().values() for c in _commands(b)}
     readme = _commands(_readme_block("**With Docker Compose**"))

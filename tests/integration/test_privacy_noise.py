@@ -9,7 +9,7 @@ from clients.privacy_noise import node_noise
 from privacy.flipping import flip_codes
 from privacy.noise import SECURE, SEEDED, NoiseSource
 from settings.run_settings import ConfigError, RunSettings
-from tests.test_strategies import FakeGrid
+from tests.integration.test_strategies import FakeGrid
 
 
 def test_uniform_draws_have_the_right_shape_range_and_mean():

@@ -6,11 +6,20 @@ import pytest
 from settings.check import app_config_defaults, parse_run_config
 from settings.run_settings import ConfigError, RunSettings
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def app_config() -> dict:
     return app_config_defaults(ROOT)
+
+
+def test_pyproject_tables_are_the_generated_ones():
+    # keys and defaults are written once, in the config dataclasses
+    from settings.reference import pyproject_block, pyproject_config_toml
+
+    assert pyproject_block() == pyproject_config_toml(), (
+        "rewrite them with: python -m settings.reference --pyproject"
+    )
 
 
 def test_pyproject_defaults_equal_dataclass_defaults():

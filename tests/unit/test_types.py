@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("hashing", "hashdata", "privacy", "crypto")
 # A cold run (empty .mypy_cache) takes about 35 s on one core, a warm one about 1 s.
 TIMEOUT_S = 300

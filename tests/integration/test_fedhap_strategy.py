@@ -17,8 +17,8 @@ from settings.prototype_records import (
 from settings.run_settings import RunSettings
 from strategies.fedhap.strategy import HashingFedHAP
 from strategies.registry import build_strategy
+from tests.integration.test_strategies import FakeGrid, arrays
 from tests.messages import reply_from
-from tests.test_strategies import FakeGrid, arrays
 
 pytestmark = pytest.mark.usefixtures("task_identity")
 

@@ -19,7 +19,7 @@ from crypto import (
 from hashing.update_sparsity import block_top_k_sparsify
 from settings import keys as K
 from strategies.dphe.setup import dphe_params, read_dphe_record, with_loss
-from tests.test_dphe_strategy import (  # noqa: F401  (key_dir is a fixture)
+from tests.integration.test_dphe_strategy import (  # noqa: F401  (key_dir is a fixture)
     _SENT,
     NODES,
     SCALE_BITS,
