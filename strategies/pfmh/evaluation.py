@@ -7,7 +7,7 @@ Three numbers, each averaged the way its protocol says (README "PFMH"):
     which is also what it trains on) for its *local queries* (a seeded stratified
     ``query-fraction`` of its partition, never trained on) with its own model:
     the personal model from ``context.state`` in personalized mode, the sent global
-    model in fedavg mode. Only the two mAPs leave the node (``op = "pfmh-eval"``);
+    model in fedavg mode. Only the two mAPs leave the node (``query.pfmh_eval``);
     the server averages them over clients **without weights**, as the paper.
 ``server_queries_client_db_map_all`` / ``..._map_at_k`` -- global queries, per client
     The server's held-out query set ranked against *each client's own* database
@@ -86,7 +86,7 @@ class PFMHEvaluator(RetrievalEvaluator):
             if self.personalized
             else {K.CONFIG: config, K.ARRAYS: arrays},
             K.QUERY_PFMH_EVAL,
-            what="pfmh-eval reply",
+            what="query.pfmh_eval reply",
         )
         local_all, local_k = [], []
         per_db: list[tuple[float, float]] = []
@@ -123,7 +123,9 @@ class PFMHEvaluator(RetrievalEvaluator):
             disclosures = list(got_codes.disclosures)
             clients = len(got_codes.db_codes)
         if not per_db and not local_all:
-            raise RuntimeError(f"round {server_round}: no client answered pfmh-eval")
+            raise RuntimeError(
+                f"round {server_round}: no client answered query.pfmh_eval"
+            )
         per_client = {
             LOCAL_MAP_ALL: mean_over_clients(local_all),
             LOCAL_MAP_AT_K: mean_over_clients(local_k),
@@ -150,7 +152,7 @@ class PFMHEvaluator(RetrievalEvaluator):
         """Return the client's local mAP@ALL and mAP@K, or None (logged if bad)."""
         who = f"partition {info.partition_id} (node {info.node_id})"
         if reply.has_error():
-            log(WARNING, "pfmh-eval from %s failed: %s", who, reply.error.reason)
+            log(WARNING, "query.pfmh_eval from %s failed: %s", who, reply.error.reason)
             return None
         try:
             metrics = reply.content[K.METRICS]
@@ -158,11 +160,14 @@ class PFMHEvaluator(RetrievalEvaluator):
                 return None
             values = (float(metrics[K.LOCAL_MAP_ALL]), float(metrics[K.LOCAL_MAP_AT_K]))
         except (KeyError, TypeError, ValueError) as exc:
-            log(WARNING, "pfmh-eval from %s rejected: malformed (%r)", who, exc)
+            log(WARNING, "query.pfmh_eval from %s rejected: malformed (%r)", who, exc)
             return None
         if not all(0.0 <= v <= 1.0 for v in values):
             log(
-                WARNING, "pfmh-eval from %s rejected: mAP %s not in [0, 1]", who, values
+                WARNING,
+                "query.pfmh_eval from %s rejected: mAP %s not in [0, 1]",
+                who,
+                values,
             )
             return None
         return values

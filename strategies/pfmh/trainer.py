@@ -12,7 +12,7 @@ then upload the Eq. 5 prototypes computed in eval mode over the same samples
 :func:`clients.publish.publish_pfmh_prototypes`. In personalized mode the trained
 weights go back into ``context.state`` and the reply's ``arrays`` record is empty.
 
-Evaluate (query ``op = "pfmh-eval"``): the per-client protocol (local queries
+Evaluate (``query.pfmh_eval`` message): the per-client protocol (local queries
 against the local database, with the client's own model; only the two mAPs leave
 the node) and, when the server sends its query inputs (personalized mode), the codes
 of those queries and of the whole partition (published through
@@ -72,7 +72,7 @@ def client_model(
         return model
     if arrays is None or not len(arrays):
         raise ValueError(
-            f"{PFMHConfig.key('mode')}=\"fedavg\": the message carries no model "
+            f'{PFMHConfig.key("mode")}="fedavg": the message carries no model '
             "arrays to start from"
         )
     model.load_state_dict(arrays.to_torch_state_dict())
@@ -150,9 +150,11 @@ def pfmh_eval_reply(
     device: torch.device,
     noise: NoiseSource,
 ) -> RecordDict:
-    """Answer a ``pfmh-eval`` query: per-client mAPs (+ global-query codes)."""
+    """Answer ``query.pfmh_eval``: per-client mAPs (+ global-query codes)."""
     if data.local_queries is None or not isinstance(data.inputs, dict):
-        raise ValueError("pfmh-eval needs the multi-modal PFMH data of this client")
+        raise ValueError(
+            "query.pfmh_eval needs the multi-modal PFMH data of this client"
+        )
     model = client_model(settings, data, content.get(K.ARRAYS), state)
     database = data.local_database()
     report = local_retrieval(
