@@ -94,6 +94,8 @@ def data_key(settings: RunSettings) -> tuple:
         settings.dataset,
         settings.data_path,
         settings.download,
+        settings.feature_scaling,
+        settings.image_hwc(),
         settings.query_fraction,
         settings.seed,
         settings.partitioning,
@@ -111,15 +113,18 @@ def load_local_data(
 
 @lru_cache(maxsize=16)
 def _load_local_data(key: tuple, partition_id: int, num_partitions: int) -> LocalData:
-    (multi, dataset, data_path, download, query_fraction, seed, scheme, alpha, cpc) = (
-        key
-    )
+    (
+        multi, dataset, data_path, download, scaling, image_shape,
+        query_fraction, seed, scheme, alpha, cpc,
+    ) = key
     split = load_split(
         dataset,
         data_path=data_path,
         download=download,
         query_fraction=query_fraction,
         seed=seed,
+        feature_scaling=scaling,
+        image_shape=image_shape,
     )
     labels, db_idx = split.dataset.labels, split.database_index
     local = db_idx[

@@ -44,6 +44,8 @@ def train_centralized(settings: RunSettings) -> dict[str, Any]:
         download=settings.download,
         query_fraction=settings.query_fraction,
         seed=settings.seed,
+        feature_scaling=settings.feature_scaling,
+        image_shape=settings.image_hwc(),
     )
     data, q_idx, db_idx = split.dataset, split.query_index, split.database_index
     x = torch.from_numpy(split.inputs)
@@ -107,6 +109,8 @@ def train_centralized_pfmh(settings: RunSettings, num_clients: int) -> dict[str,
         download=settings.download,
         query_fraction=settings.query_fraction,
         seed=settings.seed,
+        feature_scaling=settings.feature_scaling,
+        image_shape=settings.image_hwc(),
     )
     parts: list[LocalData] = [
         load_local_data(settings, partition_id=p, num_partitions=num_clients)

@@ -10,6 +10,9 @@ Typical use::
         ds.labels[db_idx], scheme="iid", num_partitions=10, partition_id=3, seed=42
     )
     client_rows = db_idx[local]  # rows of ``ds`` held by client 3
+
+:func:`load_split` does the load and split in one call and scales the inputs
+(``feature-scaling``) with statistics of the database part.
 """
 
 from hashdata.dataset import HashDataset
@@ -38,6 +41,7 @@ from hashdata.protocol import (
     validate_query_fraction,
     validate_seed,
 )
+from hashdata.scaling import FEATURE_SCALINGS, scale_inputs
 from hashdata.split import ProtocolSplit, load_split
 
 __all__ = [
@@ -45,6 +49,7 @@ __all__ = [
     "CIFAR10_STD",
     "DATASETS",
     "DIRICHLET_MIN_PARTITION_SIZE",
+    "FEATURE_SCALINGS",
     "MAX_QUERY_FRACTION",
     "PARTITION_SCHEMES",
     "HashDataset",
@@ -57,6 +62,7 @@ __all__ = [
     "partition_indices",
     "primary_labels",
     "require_multimodal",
+    "scale_inputs",
     "split_query_database",
     "validate_partitioning",
     "validate_query_fraction",

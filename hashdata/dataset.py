@@ -35,6 +35,11 @@ class HashDataset:
         ``"image"`` (raw images, for CNNs) or ``"features"`` (vectors, for MLPs).
     description : str
         One line describing the data, for results files.
+    scaled : bool
+        ``True`` when the loader itself normalises the inputs (``digits``,
+        ``multiview-digits``, ``cifar10``): ``feature-scaling = "auto"`` then keeps
+        them exactly as loaded (:mod:`hashdata.scaling`). ``False`` for ``.npz``
+        data, which comes as the user made it.
 
     """
 
@@ -45,6 +50,7 @@ class HashDataset:
     multi_label: bool
     kind: str
     description: str
+    scaled: bool = False
 
     def __post_init__(self) -> None:
         """Check that every array has one row per label."""
@@ -93,4 +99,5 @@ class HashDataset:
             multi_label=self.multi_label,
             kind=self.kind,
             description=self.description,
+            scaled=self.scaled,
         )

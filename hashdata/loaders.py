@@ -9,11 +9,18 @@ Four sources are supported (``DATASETS``), selected by the ``dataset`` config ke
     The same digits as two feature views, ``image`` (64 pixels) and ``hog``
     (gradient-orientation histograms); see :mod:`hashdata.multiview`.
 ``npz``
-    A ``.npz`` file (``data-path``) of pre-extracted features: one or more
-    ``x_<modality>`` arrays of shape ``(n, d)`` and ``labels`` that are either
-    ``(n,)`` non-negative integers (single-label; class ``c`` is used as is and
-    ``num_classes = labels.max() + 1``, nothing is remapped) or ``(n, C)`` multi-hot
-    ``{0, 1}`` (multi-label; every sample needs at least one positive class).
+    A ``.npz`` file (``data-path``): one or more ``x_<modality>`` arrays and
+    ``labels`` that are either ``(n,)`` non-negative integers (single-label; class
+    ``c`` is used as is and ``num_classes = labels.max() + 1``, nothing is remapped)
+    or ``(n, C)`` multi-hot ``{0, 1}`` (multi-label; every sample needs at least one
+    positive class). An ``x_<modality>`` array is either ``(n, d)`` feature vectors
+    or images: 4-D ``(n, H, W, C)`` or ``(n, C, H, W)`` (the channel axis is the one
+    of axes 1 and 3 that alone has at most ``MAX_CHANNELS`` entries), or, for
+    ``x_image`` only, flat ``(n, H*W*C)`` rows in HWC order when the image shape is
+    given (``image_shape`` argument / ``image-shape`` config key, or an
+    ``image_shape`` array of three integers in the file; a 2-D array is never
+    reshaped on a guess). Images become ``(n, C, H, W)`` float32, uint8 or float,
+    values as stored: scaling is :mod:`hashdata.scaling`'s job, after the split.
 ``cifar10``
     torchvision's CIFAR-10 under ``data-path`` (``cifar-10-batches-py/``); the
     50,000 training and 10,000 test images are pooled (train first, then test) and
@@ -44,9 +51,18 @@ CIFAR10_STD: tuple[float, float, float] = (0.2470, 0.2435, 0.2616)
 
 _CIFAR_FOLDER = "cifar-10-batches-py"
 
+#: Optional ``.npz`` array: the (H, W, C) of each flat ``x_image`` row (HWC order).
+IMAGE_SHAPE_ARRAY = "image_shape"
+#: Most channels an ``(n, H, W, C)`` / ``(n, C, H, W)`` image array may have.
+MAX_CHANNELS = 4
+
 
 def load_dataset(
-    name: str, *, data_path: str = "", download: bool = False
+    name: str,
+    *,
+    data_path: str = "",
+    download: bool = False,
+    image_shape: tuple[int, int, int] | None = None,
 ) -> HashDataset:
     """Load a dataset by name (the ``dataset`` config key).
 
@@ -65,6 +81,12 @@ def load_dataset(
         present are never re-downloaded or overwritten; if their md5 differs from
         the official archive they are loaded with a ``UserWarning``. Default
         ``False``.
+    image_shape : tuple of int (H, W, C), optional
+        ``npz`` only (the ``image-shape`` config key): each row of a 2-D ``x_image``
+        is one H x W x C image stored in HWC order (CIFAR-style flat pixels); it is
+        reshaped to ``(n, C, H, W)``. ``None`` (default): a 2-D ``x_image`` is
+        feature vectors, unless the file has an ``image_shape`` array (three
+        integers H, W, C); both given must agree.
 
     Returns
     -------
@@ -80,10 +102,15 @@ def load_dataset(
 
     """
     key = str(name).strip().lower()
+    if image_shape is not None and key != "npz":
+        raise ValueError(
+            f"image-shape={image_shape!r} applies to dataset='npz' only (flat image "
+            f"rows of `x_image`); dataset={name!r} has its own shape"
+        )
     if key == "digits":
         return _load_digits()
     if key == "npz":
-        return _load_npz(data_path)
+        return _load_npz(data_path, image_shape)
     if key == "cifar10":
         return _load_cifar10(data_path, download=download)
     if key == "multiview-digits":
@@ -111,6 +138,7 @@ def _load_digits() -> HashDataset:
         num_classes=10,
         multi_label=False,
         kind="image",
+        scaled=True,
         description=(
             f"digits: scikit-learn load_digits, {len(labels)} grey 1x8x8 images in "
             "[0,1], 10 classes, single-label"
@@ -130,7 +158,7 @@ def _require_data_path(data_path: str, dataset: str, what: str) -> Path:
     return Path(str(data_path)).expanduser()
 
 
-def _load_npz(data_path: str) -> HashDataset:
+def _load_npz(data_path: str, image_shape: tuple[int, int, int] | None) -> HashDataset:
     path = _require_data_path(data_path, "npz", "a .npz file")
     if not path.is_file():
         raise FileNotFoundError(
@@ -167,6 +195,13 @@ def _load_npz(data_path: str) -> HashDataset:
             f"`data-path` {str(path)!r}: `labels` must be (n,) integers or (n, C) "
             f"multi-hot with n >= 1, got shape {labels_raw.shape}"
         )
+    hwc = _resolve_image_shape(image_shape, arrays.get(IMAGE_SHAPE_ARRAY), path)
+    if hwc is not None and "x_image" not in arrays:
+        raise ValueError(
+            f"`data-path` {str(path)!r}: an image shape {hwc} is given (config key "
+            f"`image-shape` or array `{IMAGE_SHAPE_ARRAY}`) but the file has no "
+            f"`x_image` array (arrays present: {present})"
+        )
 
     inputs: dict[str, np.ndarray] = {}
     for key in x_keys:
@@ -177,10 +212,11 @@ def _load_npz(data_path: str) -> HashDataset:
                 f"`data-path` {str(path)!r}: array `x_` has no modality name; name "
                 "it `x_<modality>`, e.g. `x_image`"
             )
-        if x.ndim != 2:
+        if x.ndim not in (2, 4):
             raise ValueError(
-                f"`data-path` {str(path)!r}: `{key}` must be 2-D (n x d), got shape "
-                f"{x.shape}"
+                f"`data-path` {str(path)!r}: `{key}` must be 2-D (n x d) feature "
+                "vectors (or flat images with `image-shape`) or 4-D images (n, H, W, "
+                f"C) / (n, C, H, W), got shape {x.shape}"
             )
         if len(x) != n:
             raise ValueError(
@@ -197,14 +233,23 @@ def _load_npz(data_path: str) -> HashDataset:
                 f"`data-path` {str(path)!r}: `{key}` must be real-valued, got dtype "
                 f"{x.dtype}"
             )
+        if key == "x_image" and x.ndim == 2 and hwc is not None:
+            x = _unflatten_hwc(x, hwc, path)
+        elif key == "x_image" and x.ndim == 2:
+            _hint_flat_images(x, path)
+        if x.ndim == 4:
+            x = _to_nchw(x, key, hwc if key == "x_image" else None, path)
         with np.errstate(over="ignore"):
             x32 = np.ascontiguousarray(x, dtype=np.float32)
-        bad = int(np.count_nonzero(~np.isfinite(x32).all(axis=1)))
-        if bad:
-            raise ValueError(
-                f"`data-path` {str(path)!r}: `{key}` has non-finite values (NaN/inf, "
-                f"or too large for float32) in {bad} of {n} rows; clean or drop them"
-            )
+        if not np.issubdtype(x.dtype, np.integer):  # integers are always finite
+            finite = np.isfinite(x32).reshape(n, -1).all(axis=1)
+            bad = int(np.count_nonzero(~finite))
+            if bad:
+                raise ValueError(
+                    f"`data-path` {str(path)!r}: `{key}` has non-finite values "
+                    f"(NaN/inf, or too large for float32) in {bad} of {n} rows; "
+                    "clean or drop them"
+                )
         inputs[modality] = x32
 
     if labels_raw.ndim == 1:
@@ -212,20 +257,130 @@ def _load_npz(data_path: str) -> HashDataset:
     else:
         labels, num_classes, multi = _multi_hot_labels(labels_raw, path)
 
-    dims = ", ".join(f"{m} {inputs[m].shape[1]}-d" for m in sorted(inputs))
+    dims = ", ".join(_describe_input(m, inputs[m]) for m in sorted(inputs))
     kind_txt = "multi-label" if multi else "single-label"
+    primary = inputs[min(inputs, key=lambda m: (m != "image", m))]
     return HashDataset(
         name=f"npz:{path.stem}",
         inputs=inputs,
         labels=labels,
         num_classes=num_classes,
         multi_label=multi,
-        kind="features",
+        kind="image" if primary.ndim == 4 else "features",
         description=(
-            f"npz:{path.stem}: {n} samples, features ({dims}), {num_classes} classes, "
+            f"npz:{path.stem}: {n} samples, inputs ({dims}), {num_classes} classes, "
             f"{kind_txt}"
         ),
     )
+
+
+def _describe_input(modality: str, x: np.ndarray) -> str:
+    if x.ndim == 4:
+        c, h, w = x.shape[1:]
+        return f"{modality} {c}x{h}x{w} images"
+    return f"{modality} {x.shape[1]}-d"
+
+
+def _resolve_image_shape(
+    configured: tuple[int, int, int] | None,
+    stored: np.ndarray | None,
+    path: Path,
+) -> tuple[int, int, int] | None:
+    """Return the (H, W, C) of flat `x_image` rows from the config key / file array."""
+    from_file: tuple[int, int, int] | None = None
+    if stored is not None:
+        arr = np.asarray(stored)
+        if (
+            arr.shape != (3,)
+            or not np.issubdtype(arr.dtype, np.integer)
+            or int(arr.min()) < 1
+        ):
+            raise ValueError(
+                f"`data-path` {str(path)!r}: `{IMAGE_SHAPE_ARRAY}` must hold three "
+                f"positive integers (H, W, C), got {arr.tolist()!r} with dtype "
+                f"{arr.dtype}"
+            )
+        h, w, c = (int(v) for v in arr)
+        from_file = (h, w, c)
+    if configured is not None:
+        h, w, c = (int(v) for v in configured)
+        if min(h, w, c) < 1:
+            raise ValueError(
+                f"image-shape={configured!r}: accepted are three positive integers "
+                "H,W,C"
+            )
+        if from_file is not None and from_file != (h, w, c):
+            raise ValueError(
+                f"image-shape={h},{w},{c} disagrees with the array "
+                f"`{IMAGE_SHAPE_ARRAY}` {list(from_file)} in `data-path` "
+                f"{str(path)!r}; leave image-shape empty to use the file's"
+            )
+        return (h, w, c)
+    return from_file
+
+
+def _unflatten_hwc(
+    x: np.ndarray, hwc: tuple[int, int, int], path: Path
+) -> np.ndarray:
+    """(n, H*W*C) rows in HWC order -> (n, H, W, C) (a view)."""
+    h, w, c = hwc
+    if x.shape[1] != h * w * c:
+        raise ValueError(
+            f"`data-path` {str(path)!r}: `x_image` rows have {x.shape[1]} values but "
+            f"the image shape {h},{w},{c} (H,W,C) needs {h * w * c}"
+        )
+    return x.reshape(len(x), h, w, c)
+
+
+def _to_nchw(
+    x: np.ndarray, key: str, hwc: tuple[int, int, int] | None, path: Path
+) -> np.ndarray:
+    """(n, H, W, C) or (n, C, H, W) -> (n, C, H, W) (a view).
+
+    With ``hwc`` known the layout is the one that matches it; otherwise the channel
+    axis is axis 3 or axis 1, whichever alone has at most ``MAX_CHANNELS`` entries.
+    """
+    _, a, b, d = x.shape
+    if hwc is not None:
+        h, w, c = hwc
+        if (a, b, d) == (h, w, c):
+            return x.transpose(0, 3, 1, 2)
+        if (a, b, d) == (c, h, w):
+            return x
+        raise ValueError(
+            f"`data-path` {str(path)!r}: `{key}` has shape {x.shape}, which is "
+            f"neither (n, H, W, C) nor (n, C, H, W) for the image shape {h},{w},{c}"
+        )
+    last, first = d <= MAX_CHANNELS, a <= MAX_CHANNELS
+    if last and not first:
+        return x.transpose(0, 3, 1, 2)
+    if first and not last:
+        return x
+    raise ValueError(
+        f"`data-path` {str(path)!r}: cannot tell the channel axis of `{key}` with "
+        f"shape {x.shape}: exactly one of axis 1 (n, C, H, W) and axis 3 (n, H, W, C) "
+        f"must have at most {MAX_CHANNELS} entries; set `image-shape` = 'H,W,C' (or "
+        f"store an `{IMAGE_SHAPE_ARRAY}` array) to say which"
+    )
+
+
+def _hint_flat_images(x: np.ndarray, path: Path) -> None:
+    """Warn when 2-D uint8 `x_image` rows could be flat images (never reshaped)."""
+    if x.dtype != np.uint8:
+        return
+    d = int(x.shape[1])
+    for c in (3, 1):
+        side = int(round((d / c) ** 0.5))
+        if side >= 2 and side * side * c == d:
+            warnings.warn(
+                f"`x_image` of `data-path` {str(path)!r} is uint8 with {d} values per "
+                f"row and no image shape: it is used as {d}-d feature vectors. If each "
+                f"row is an image in HWC order, set image-shape='{side},{side},{c}' "
+                f"(or store an `{IMAGE_SHAPE_ARRAY}` array) to train an image model",
+                UserWarning,
+                stacklevel=4,
+            )
+            return
 
 
 def _single_labels(raw: np.ndarray, path: Path) -> tuple[np.ndarray, int, bool]:
@@ -413,6 +568,7 @@ def _load_cifar10(data_path: str, *, download: bool) -> HashDataset:
         num_classes=10,
         multi_label=False,
         kind="image",
+        scaled=True,
         description=(
             f"cifar10: torchvision CIFAR-10, {len(labels)} RGB 3x32x32 images "
             f"({n_train} train + {len(labels) - n_train} test pooled), normalised "

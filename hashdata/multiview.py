@@ -96,6 +96,7 @@ def load_multiview_digits() -> HashDataset:
         num_classes=10,
         multi_label=False,
         kind="features",
+        scaled=True,
         description=(
             f"{MULTIVIEW_DIGITS}: scikit-learn load_digits, {len(labels)} samples, "
             "two views of each 8x8 image: image (64 raw pixels in [0,1]) and hog "

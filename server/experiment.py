@@ -56,6 +56,7 @@ class PreparedData:
     num_classes: int
     multi_label: bool
     description: str
+    scaling: tuple[str, ...] = ()  # feature-scaling applied, one line per modality
 
 
 def prepare_data(settings: RunSettings) -> PreparedData:
@@ -64,7 +65,8 @@ def prepare_data(settings: RunSettings) -> PreparedData:
     For PFMH every modality is kept (query inputs as a dict); a dataset with fewer
     than two modalities, or modalities of different lengths, is a ConfigError
     naming ``dataset`` before any work starts, and so is a data file that is
-    missing or cannot be read.
+    missing or cannot be read. Inputs are scaled as ``feature-scaling`` says, with
+    statistics of the database part (the clients apply the same map).
     """
     try:
         split = load_split(
@@ -73,6 +75,8 @@ def prepare_data(settings: RunSettings) -> PreparedData:
             download=settings.download,
             query_fraction=settings.query_fraction,
             seed=settings.seed,
+            feature_scaling=settings.feature_scaling,
+            image_shape=settings.image_hwc(),
         )
     except (ValueError, FileNotFoundError) as exc:
         # a missing or unreadable data file, arrays of different lengths: the
@@ -101,6 +105,7 @@ def prepare_data(settings: RunSettings) -> PreparedData:
         num_classes=data.num_classes,
         multi_label=data.multi_label,
         description=data.description,
+        scaling=split.scaling,
     )
 
 
@@ -121,6 +126,12 @@ def protocol_text(settings: RunSettings, data: PreparedData, clients: int) -> st
         f"database order (partition id, then dataset order); {relevance}; "
         f"mAP@ALL and mAP@{settings.map_top_k}"
     )
+    if data.scaling:
+        text += (
+            f"; inputs scaled (feature-scaling={settings.feature_scaling}; "
+            "statistics, where used, from the database part only; one map for the "
+            "queries and every client): " + "; ".join(data.scaling)
+        )
     return method(settings).describe_protocol(settings, text)
 
 

@@ -35,6 +35,9 @@ DEVICES = ("auto", "cpu", "cuda")
 PROTOTYPE_WEIGHTINGS = ("mean", "count")
 MIN_BITS, MAX_BITS = 8, 256
 SECURE_AGGREGATIONS = ("none", "dphe")
+FEATURE_SCALINGS = ("auto", "none", "minmax", "standard", "l2")
+"""``hashdata.scaling.FEATURE_SCALINGS``, repeated so that ``python -m settings check``
+need not import hashdata (and scikit-learn); a test keeps the two equal."""
 STRATEGIES = ("fedavg", "fedprox", "fedhap", "pfmh")
 """Names of ``strategies/registry.py`` (a test keeps the two equal); checked here so
 that ``python -m settings check`` refuses an unknown name without importing torch."""
@@ -129,6 +132,22 @@ class RunSettings(Section):
     data_path: str = option("", "the `.npz` file, or the CIFAR-10 root")
     download: bool = option(
         False, "CIFAR-10 only: let torchvision download it (needs network)"
+    )
+    feature_scaling: str = option(
+        "auto",
+        "input scaling, statistics from the database part only (docs/data.md): "
+        "`auto` keeps built-in datasets and `.npz` features in [0, 1] or with "
+        "unit-norm rows as they are, scales other `.npz` features like `minmax` and "
+        "`.npz` images like `standard`; `none` as given (warns on raw ranges); "
+        "`minmax` one range per modality to [0, 1]; `standard` per feature (per "
+        "channel for images); `l2` per sample",
+        choices=FEATURE_SCALINGS,
+    )
+    image_shape: str = option(
+        "",
+        "`.npz` only: `H,W,C` of each flat `x_image` row stored in HWC order (e.g. "
+        "`32,32,3`), routed to the image models; empty: 2-D `x_image` rows are "
+        "feature vectors (unless the file has an `image_shape` array)",
     )
     query_fraction: float = option(
         0.1, "share of the data held out as the server's queries", low=0, high=0.5,
@@ -246,6 +265,12 @@ class RunSettings(Section):
                 "cifar-10-batches-py/"
             )
         self.precision_ks()  # parses or raises
+        if self.image_hwc() is not None and self.dataset != "npz":
+            raise ConfigError(
+                f"{self.key('image_shape')}={self.image_shape!r} applies to dataset "
+                f"'npz' only (flat image rows of `x_image`); {self.key('dataset')} "
+                f"is {self.dataset!r}: leave it empty"
+            )
         for name in ("updates", "privacy", "fedhap", "dp_sgd", "dphe", "pfmh"):
             getattr(self, name).check(self)
 
@@ -301,6 +326,23 @@ class RunSettings(Section):
                 "comma-separated list of positive integers, e.g. '10,50,100'"
             )
         return ks
+
+    def image_hwc(self) -> tuple[int, int, int] | None:
+        """Parse ``image-shape`` ("32,32,3") into (H, W, C); ``None`` when empty."""
+        text = self.image_shape.strip()
+        if not text:
+            return None
+        try:
+            dims = tuple(int(tok) for tok in text.replace("x", ",").split(","))
+        except ValueError:
+            dims = ()
+        if len(dims) != 3 or min(dims) < 1:
+            raise ConfigError(
+                f"{self.key('image_shape')}={self.image_shape!r}: accepted is empty "
+                "or three positive integers H,W,C (each flat `x_image` row in HWC "
+                "order), e.g. '32,32,3'"
+            )
+        return (dims[0], dims[1], dims[2])
 
     def to_dict(self) -> dict[str, Any]:
         """Return the resolved config as flat config keys, JSON-friendly."""
