@@ -1,4 +1,4 @@
-"""``feature-scaling`` and images in ``.npz`` (hashdata/scaling.py, hashdata/loaders.py).
+"""``feature-scaling`` and images in ``.npz`` (hashdata/scaling.py, loaders.py).
 
 The default (``auto``) must leave every existing dataset bit-identical: the built-in
 datasets and ``.npz`` features already in [0, 1] or with unit-norm rows.
