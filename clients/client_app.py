@@ -103,7 +103,10 @@ def build_client_app(overrides: Mapping[str, Any] | None = None) -> ClientApp:
             ),
             state=context.state,
         )
-        reply = method(settings).trainer(msg.content, ctx)
+        trainer = method(settings).trainer
+        if trainer is None:
+            raise ValueError(f"strategy {settings.strategy!r} trains nothing")
+        reply = trainer(msg.content, ctx)
         return Message(reply, reply_to=msg)
 
     @app.query("describe")

@@ -13,6 +13,7 @@ from server.experiment import run_experiment
 from settings.run_settings import ConfigError, RunSettings
 from settings.runtime import server_in_simulation
 from settings.sections import PrivacyConfig
+from strategies.registry import method
 
 
 def build_server_app(overrides: Mapping[str, Any] | None = None) -> ServerApp:
@@ -34,7 +35,9 @@ def build_server_app(overrides: Mapping[str, Any] | None = None) -> ServerApp:
                 "could rebuild every flip and DP-SGD draw); accepted in a "
                 "deployment: 'secure'"
             )
-        run_experiment(grid, settings, simulation=server_in_simulation(grid))
+        # a method with its own run (federated analytics) or the training loop
+        run = method(settings).run or run_experiment
+        run(grid, settings, simulation=server_in_simulation(grid))
 
     return app
 

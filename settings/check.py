@@ -159,6 +159,10 @@ def file_problems(settings: RunSettings) -> list[str]:
         need(dphe.key("key_dir"), dphe.key_dir, kind="dir", what="the key folder")
     if dphe.keyholder_ca:
         need(dphe.key("keyholder_ca"), dphe.keyholder_ca, kind="file", what="the CA")
+    dpcode = settings.dpcode
+    if settings.strategy == "dpcode" and dpcode.source == "codes":
+        key = dpcode.key("codes_model")
+        need(key, dpcode.codes_model, kind="file", what="the trained model")
     return problems
 
 

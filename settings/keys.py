@@ -18,6 +18,7 @@ NODE_DATA_PATH = "data-path"  # node-local data; overrides the run's data-path t
 QUERY_DESCRIBE = "query.describe"  # reply with partition id, sizes and device
 QUERY_ENCODE = "query.encode"  # encode the local database with the sent model
 QUERY_PFMH_EVAL = "query.pfmh_eval"  # PFMH: per-client retrieval, client's own model
+QUERY_DPCODE = "query.dpcode"  # DPcode: the node's private top-k pattern release
 
 # --- message record keys ---------------------------------------------------------
 ARRAYS = "arrays"  # ArrayRecord: model parameters

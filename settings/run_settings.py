@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 from settings import keys as K
 from settings.schema import ConfigError, Section, option, unknown_key
 from settings.sections import DPSGDRunConfig, PrivacyConfig, UpdatesConfig
+from strategies.dpcode.config import DPcodeConfig
 from strategies.dphe.config import DPHEConfig
 from strategies.fedavg.config import FedProxConfig
 from strategies.fedhap.config import FedHAPConfig
@@ -38,7 +39,7 @@ SECURE_AGGREGATIONS = ("none", "dphe")
 FEATURE_SCALINGS = ("auto", "none", "minmax", "standard", "l2")
 """``hashdata.scaling.FEATURE_SCALINGS``, repeated so that ``python -m settings check``
 need not import hashdata (and scikit-learn); a test keeps the two equal."""
-STRATEGIES = ("fedavg", "fedprox", "fedhap", "pfmh")
+STRATEGIES = ("fedavg", "fedprox", "fedhap", "pfmh", "dpcode")
 """Names of ``strategies/registry.py`` (a test keeps the two equal); checked here so
 that ``python -m settings check`` refuses an unknown name without importing torch."""
 
@@ -196,6 +197,7 @@ class RunSettings(Section):
     fedprox: FedProxConfig = field(default_factory=FedProxConfig)
     fedhap: FedHAPConfig = field(default_factory=FedHAPConfig)
     pfmh: PFMHConfig = field(default_factory=PFMHConfig)
+    dpcode: DPcodeConfig = field(default_factory=DPcodeConfig)
     dphe: DPHEConfig = field(default_factory=DPHEConfig)
     privacy: PrivacyConfig = field(default_factory=PrivacyConfig)
     dp_sgd: DPSGDRunConfig = field(default_factory=DPSGDRunConfig)
@@ -271,7 +273,9 @@ class RunSettings(Section):
                 f"'npz' only (flat image rows of `x_image`); {self.key('dataset')} "
                 f"is {self.dataset!r}: leave it empty"
             )
-        for name in ("updates", "privacy", "fedhap", "dp_sgd", "dphe", "pfmh"):
+        # cross-key checks: shared sections first, then the methods'
+        checks = ("updates", "privacy", "fedhap", "dp_sgd", "dphe", "pfmh", "dpcode")
+        for name in checks:
             getattr(self, name).check(self)
 
     @property

@@ -18,6 +18,9 @@ from clients.trainers import Trainer
 from server.evaluation import RetrievalEvaluator
 from settings.run_settings import ConfigError, RunSettings
 from settings.schema import Section
+from strategies.dpcode.client import dpcode_reply
+from strategies.dpcode.config import DPcodeConfig
+from strategies.dpcode.server import run_dpcode
 from strategies.fedavg.config import FedProxConfig
 from strategies.fedavg.strategy import fedavg, fedprox
 from strategies.fedavg.trainer import dpsh_trainer
@@ -33,6 +36,8 @@ from strategies.protocol import HashingStrategy
 StrategyFactory = Callable[[RunSettings], HashingStrategy]
 EvaluatorFactory = Callable[..., RetrievalEvaluator]
 """``factory(settings, grid, nodes, queries, model_factory, **metric options)``."""
+RunFunction = Callable[..., Any]
+"""``run(grid, settings, *, simulation) -> RunResults``."""
 QueryHandler = Callable[..., Any]
 """``handler(content, *, settings, data, state, partition_id, device, noise)`` ->
 the reply's RecordDict, for one method-specific ``query.<action>`` message."""
@@ -55,9 +60,10 @@ class Method:
     name: str
     config: type[Section] | None
     """Its config section (``None``: only the generic keys)."""
-    strategy: StrategyFactory
-    """Builds the server strategy from the validated settings."""
-    trainer: Trainer
+    strategy: StrategyFactory | None
+    """Builds the server strategy from the validated settings (``None``: the
+    method trains nothing and has its own ``run``)."""
+    trainer: Trainer | None
     """The client's local training for one ``train`` message."""
     queries: Mapping[str, QueryHandler] = field(default_factory=dict)
     """Its own ClientApp query actions (``@app.query(action)``), if any."""
@@ -73,6 +79,8 @@ class Method:
     """Its server keeps every modality of the query set (PFMH)."""
     model_name: str = ""
     """The model's name in config.json (default: resolved from ``model``)."""
+    run: RunFunction | None = None
+    """Its own server run instead of the training loop (federated analytics)."""
 
 
 METHODS: dict[str, Method] = {
@@ -92,6 +100,14 @@ METHODS: dict[str, Method] = {
             results_table=pfmh_table,
             multimodal=True,
             model_name="pfmh-multimodal",
+        ),
+        Method(
+            "dpcode",
+            DPcodeConfig,
+            None,
+            None,
+            queries={"dpcode": dpcode_reply},
+            run=run_dpcode,
         ),
     )
 }
@@ -131,7 +147,10 @@ def build_strategy(settings: RunSettings) -> HashingStrategy:
     TypeError
         If it does not implement :class:`strategies.protocol.HashingStrategy`.
     """
-    strategy = method(settings).strategy(settings)
+    factory = method(settings).strategy
+    if factory is None:
+        raise ValueError(f"strategy {settings.strategy!r} trains nothing")
+    strategy = factory(settings)
     if not isinstance(strategy, HashingStrategy):
         raise TypeError(
             f"strategy {settings.strategy!r} ({type(strategy).__name__}) does not "

@@ -253,3 +253,33 @@ def test_pfmh_personalized_exchanges_prototypes_and_learns(tmp_path):
         final["server_queries_client_db_map_all"]
         > initial["server_queries_client_db_map_all"] + 0.1
     )
+
+
+def test_dpcode_federated_analytics_end_to_end(tmp_path):
+    # DPcode: every client publishes its private top-k patterns once; the server
+    # merges them, charges each client once (per frame) and evaluates the merged
+    # list against the exact pooled top-k
+    import json
+
+    run_dir = simulate(
+        {
+            "strategy": "dpcode",
+            "dpcode.k": 10,
+            "dpcode.epsilon": 2.0,
+            "results-dir": str(tmp_path / "results"),
+        },
+        num_clients=3,
+    )
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert (summary["clients"], summary["rejected"]) == (3, 0)
+    assert 0 < summary["published"] <= 10
+    assert 0.0 <= summary["evaluation"]["f_score"] <= 1.0
+    assert summary["evaluation"]["pooled_frames"] > 0
+    ledger = PrivacyLedger.read(run_dir / "privacy_ledger.json")
+    assert sorted(c.client for c in ledger.charges) == [0, 1, 2]
+    for c in ledger.charges:
+        assert (c.mechanism, c.unit, c.round) == ("dpcode/patterns", "per frame", 1)
+        assert 0 < c.epsilon <= 2.0 and not c.note  # secure noise: no warning
+    releases = json.loads((run_dir / "releases.json").read_text())
+    assert set(releases["clients"]) == {"0", "1", "2"}
+    assert len(releases["merged"]["patterns"]) == summary["published"]

@@ -1,0 +1,1 @@
+"""DPcode as federated analytics: Flower glue (math in :mod:`privacy.dpcode`)."""
