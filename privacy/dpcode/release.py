@@ -13,6 +13,7 @@ sensitivity it really has (``phase1.py``, ``fptree.py``). It is at most the
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -237,8 +238,11 @@ def top_k_release(
 
 def maximal_patterns(frequent: Mapping[Pattern, float], limit: int) -> list[Pattern]:
     """Maximal elements of ``frequent``; at most ``limit``, by phase-1 count."""
-    sets = {p: frozenset(p) for p in frequent}
-    maximal = [p for p in frequent if not any(sets[p] < sets[q] for q in frequent)]
+    covered: set[Pattern] = set()
+    for p in frequent:
+        for j in range(1, len(p)):
+            covered.update(itertools.combinations(p, j))
+    maximal = [p for p in frequent if p not in covered]
     maximal.sort(key=lambda p: pattern_order(p, frequent[p]))
     return maximal[:limit]
 
