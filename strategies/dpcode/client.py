@@ -51,6 +51,8 @@ def dpcode_reply(
         codebook=codebook(settings),
         max_length=cfg.max_length,
         noise=noise,
+        primitive_noise="paper" if cfg.variant == "paper" else "off",
+        infrequent="laplace" if cfg.variant == "paper" else "prune",
     )
     arrays, config = release_records(release)
     use = MechanismUse(MECHANISM, release.epsilon_spent, release.delta, release.unit)

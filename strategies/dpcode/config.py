@@ -11,6 +11,9 @@ SOURCES = ("frames", "codes")
 """``frames``: visual words of image patches (the paper); ``codes``: m-bit chunks of
 the hash codes a trained model gives the client's items (beyond the paper)."""
 IMAGE_DATASETS = ("digits", "cifar10")
+VARIANTS = ("paper", "pruned")
+"""``paper``: Alg. 1's primitive noise and Eq. 6 on infrequent candidates;
+``pruned``: neither (same epsilon; docs/methods/dpcode.md shows it is more useful)."""
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,12 @@ class DPcodeConfig(Section):
         high_open=True,
     )
     max_length: int = option(3, "longest pattern (public)", low=1)
+    variant: str = option(
+        "paper",
+        "`paper`: Alg. 1's primitive perturbation and Eq. 6 on infrequent "
+        "candidates; `pruned`: neither (same epsilon, more useful)",
+        choices=VARIANTS,
+    )
     source: str = option(
         "frames",
         "`frames`: visual words of image patches (the paper); `codes`: m-bit "

@@ -253,7 +253,8 @@ def _protocol(settings: RunSettings, clients: int) -> str:
         f"DPcode federated analytics over {clients} clients ({settings.dataset} "
         f"database partitioned {settings.partitioning}, seed {settings.seed}); {what}; "
         f"each client publishes its top-{cfg.k} patterns (length <= "
-        f"{cfg.max_length}) at epsilon {cfg.epsilon} per frame (split "
+        f"{cfg.max_length}, variant {cfg.variant}) at epsilon {cfg.epsilon} per "
+        "frame (split "
         f"{cfg.split} phase 1); the server sums each pattern's noisy supports over "
         f"clients and keeps the top {cfg.k}"
     )

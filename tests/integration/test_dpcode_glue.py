@@ -82,6 +82,7 @@ def test_screen_accepts_an_honest_reply_and_rejects_bad_reports(caplog):
     ("config", "fragment"),
     [
         ({"dpcode.k": 0}, "dpcode.k=0"),
+        ({"dpcode.variant": "fast"}, "accepted are paper, pruned"),
         ({"dpcode.epsilon": 0.0}, "dpcode.epsilon=0.0"),
         ({"dpcode.split": 1.0}, "dpcode.split=1.0"),
         ({"dataset": "multiview-digits"}, "accepted datasets are digits, cifar10"),
