@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from settings.check import app_config_defaults, file_problems
-from settings.run_settings import ConfigError, RunSettings
+from settings.run_settings import RENAMED, ConfigError, RunSettings
+from settings.schema import unknown_key
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -28,9 +29,10 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
             out[key] = tomllib.loads(f"v = {raw}")["v"]
         except tomllib.TOMLDecodeError:
             out[key] = raw
-    unknown = sorted(set(out) - set(app_defaults()))
+    defaults = app_defaults()
+    unknown = sorted(set(out) - set(defaults))
     if unknown:
-        raise ConfigError(f"unknown config key(s) {unknown}; see pyproject.toml")
+        raise ConfigError(unknown_key(unknown[0], list(defaults), RENAMED))
     return out
 
 

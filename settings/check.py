@@ -28,7 +28,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from settings.run_settings import ConfigError, RunSettings
+from settings.run_settings import RENAMED, ConfigError, RunSettings
+from settings.schema import unknown_key
 
 EXIT_BAD_CONFIG = 2
 PROJECT_DIR = Path(__file__).resolve().parent.parent
@@ -112,11 +113,8 @@ def resolve_run_config(
     defaults = app_config_defaults(project_dir)
     overrides = parse_run_config(run_config)
     unknown = [key for key in overrides if key not in defaults]
-    if unknown:
-        raise ConfigError(
-            f"unknown config key {unknown[0]!r}; accepted keys are those of "
-            "[tool.flwr.app.config] in pyproject.toml (docs/configuration.md)"
-        )
+    if unknown:  # with the closest valid key, or the new name of a renamed one
+        raise ConfigError(unknown_key(unknown[0], list(defaults), RENAMED))
     return {**defaults, **overrides}
 
 
