@@ -285,3 +285,26 @@ def test_pfmh_npz_needs_two_modalities_before_any_work(tmp_path, arrays, fragmen
         return
     with pytest.raises(ConfigError, match=f"dataset='npz'.*{fragment}"):
         prepare_data(s)
+
+
+def test_unknown_keys_name_the_closest_key_and_renamed_keys_their_new_name():
+    with pytest.raises(ConfigError, match="did you mean 'fedhap.mu'"):
+        RunSettings.from_config({"fedhap.mue": 0.1})
+    with pytest.raises(ConfigError, match="'fedhap-mu' was renamed: use 'fedhap.mu'"):
+        RunSettings.from_config({"fedhap-mu": 0.1})
+    with pytest.raises(ConfigError, match="'dp-sgd' was renamed: use 'dp-sgd.enabled'"):
+        RunSettings.from_config({"dp-sgd": True})
+
+
+def test_keys_are_derived_from_the_fields():
+    from strategies.dphe.config import DPHEConfig
+    from strategies.fedhap.config import FedHAPConfig
+
+    assert DPHEConfig.key("scale_bits") == "dphe.scale-bits"
+    assert FedHAPConfig.key("lambda_") == "fedhap.lambda"
+    assert RunSettings.key("code_length") == "code-length"
+    with pytest.raises(AttributeError):
+        DPHEConfig.key("scale_bit")
+    s = RunSettings.from_config({"fedhap.lambda": 0.3, "dphe.scale-bits": 12})
+    assert (s.fedhap.lambda_, s.dphe.scale_bits) == (0.3, 12)
+    assert s.to_dict()["fedhap.lambda"] == 0.3
