@@ -8,9 +8,10 @@ split is known, with statistics from the **database part only**:
 ``auto`` (default)
     Datasets whose loader already normalises them (``digits``, ``multiview-digits``,
     ``cifar10``: :attr:`HashDataset.scaled`) are left exactly as loaded. For
-    ``.npz`` data, per modality: a feature array whose values all lie in [0, 1], or
-    whose rows all have unit L2 norm, is left exactly as given; any other feature
-    array is scaled like ``minmax``. Image arrays ``(n, C, H, W)`` are scaled like
+    ``.npz`` data, per modality: a feature array whose values all lie in [0, 1],
+    whose rows all have unit L2 norm, or that has negative values (centred
+    features) is left exactly as given; a non-negative array beyond 1 (raw pixels,
+    counts) is scaled like ``minmax``. Image arrays ``(n, C, H, W)`` are scaled like
     ``standard`` (per channel), which for 8-bit pixels equals "divide by 255, then
     subtract the channel mean and divide by the channel std".
 ``none``
@@ -91,7 +92,11 @@ def value_range(x: np.ndarray) -> tuple[float, float]:
 
 
 def looks_scaled(x: np.ndarray) -> bool:
-    """Whether a feature array needs no scaling: values in [0, 1] or unit-norm rows.
+    """Whether a feature array needs no scaling.
+
+    Values in [0, 1], unit-norm rows, or any negative value (centred features:
+    embeddings, standardised or PCA features are left as given; what ``auto``
+    rescales is non-negative data beyond 1, such as raw 0..255 pixels or counts).
 
     Parameters
     ----------
@@ -101,12 +106,12 @@ def looks_scaled(x: np.ndarray) -> bool:
     Returns
     -------
     bool
-        ``True`` when every value lies in [0, 1], or every row has L2 norm within
-        :data:`UNIT_NORM_TOLERANCE` of 1 (all-zero rows are allowed, as long as at
-        least one row is non-zero).
+        ``True`` when every value lies in [0, 1], some value is negative, or every
+        row has L2 norm within :data:`UNIT_NORM_TOLERANCE` of 1 (all-zero rows are
+        allowed, as long as at least one row is non-zero).
     """
     lo, hi = value_range(x)
-    if lo >= 0.0 and hi <= 1.0:
+    if hi <= 1.0 or lo < 0.0:
         return True
     norms = _row_norms(x)
     nonzero = norms > 0
