@@ -120,6 +120,11 @@ def looks_scaled(x: np.ndarray) -> bool:
     )
 
 
+def _looks_scaled_database(x: np.ndarray, rows: np.ndarray) -> bool:
+    """:func:`looks_scaled` judged on the database rows only (queries never decide)."""
+    return looks_scaled(x[rows] if len(rows) else x)
+
+
 def _row_norms(x: np.ndarray) -> np.ndarray:
     flat = x.reshape(len(x), -1)
     out = np.empty(len(flat), dtype=np.float64)
@@ -269,16 +274,17 @@ def scale_inputs(
                 continue
             if _is_image(x):
                 how = "standard"
-            elif looks_scaled(x):
+            elif _looks_scaled_database(x, rows):
                 continue
             else:
                 how = "minmax"
         if how == "none":
-            if not data.scaled and not looks_scaled(x):
+            if not data.scaled and not _looks_scaled_database(x, rows):
                 lo, hi = value_range(x)
                 warnings.warn(
                     f"feature-scaling='none': `x_{modality}` of {where!r} has "
-                    f"values in [{lo:g}, {hi:g}] (not in [0, 1], rows not unit-norm); "
+                    f"values in [{lo:g}, {hi:g}] (non-negative beyond 1, rows not "
+                    "unit-norm); "
                     "it looks unscaled, and raw ranges such as 0..255 train much "
                     "worse hash codes. Use feature-scaling='auto' (or 'minmax', "
                     "'standard', 'l2') unless this range is intended",

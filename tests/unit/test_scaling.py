@@ -91,6 +91,19 @@ def test_scaled_npz_features_are_bit_identical_under_the_default(
         assert looks_scaled(raw.inputs[m])
 
 
+def test_centred_npz_features_are_left_as_given(tmp_path: Path) -> None:
+    rng = np.random.default_rng(5)
+    x = (rng.normal(size=(40, 6)) * 4.0).astype(np.float32)  # negative values
+    path = write_npz(tmp_path / "centred.npz", x_f=x, labels=_labels(40))
+    raw = load_dataset("npz", data_path=str(path))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        split = load_split("npz", data_path=str(path), **SPLIT)
+        load_split("npz", data_path=str(path), feature_scaling="none", **SPLIT)
+    assert split.scaling == ()
+    _assert_identical(raw.inputs, split.dataset.inputs)
+
+
 # --------------------------------------------------------------------------------
 # raw features: auto scales them, statistics from the database part only
 # --------------------------------------------------------------------------------
@@ -117,6 +130,7 @@ def test_auto_scales_raw_features_with_database_minmax(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("mode", ["auto", "minmax", "standard", "l2"])
 def test_queries_do_not_shape_the_statistics(tmp_path: Path, mode: str) -> None:
+    # nor, under auto, the decision whether to scale (the wild queries are negative)
     a = load_split("npz", data_path=str(_raw_pixels(tmp_path)), **SPLIT)
     q = a.query_index
     x = load_dataset("npz", data_path=str(_raw_pixels(tmp_path))).inputs["image"]
