@@ -137,11 +137,11 @@ class RunSettings(Section):
     feature_scaling: str = option(
         "auto",
         "input scaling, statistics from the database part only (docs/data.md): "
-        "`auto` keeps built-in datasets and `.npz` features in [0, 1] or with "
-        "unit-norm rows as they are, scales other `.npz` features like `minmax` and "
-        "`.npz` images like `standard`; `none` as given (warns on raw ranges); "
-        "`minmax` one range per modality to [0, 1]; `standard` per feature (per "
-        "channel for images); `l2` per sample",
+        "`auto` keeps built-in datasets and `.npz` features in [0, 1], with "
+        "unit-norm rows or with negative values as they are, and scales other "
+        "`.npz` features (raw pixels, counts) and `.npz` images like `standard`; "
+        "`none` as given (warns on raw ranges); `minmax` one range per modality to "
+        "[0, 1]; `standard` per feature (per channel for images); `l2` per sample",
         choices=FEATURE_SCALINGS,
     )
     image_shape: str = option(

@@ -114,18 +114,37 @@ def _raw_pixels(tmp_path: Path, name: str = "raw.npz", **extra: np.ndarray) -> P
     return write_npz(tmp_path / name, x_image=x, labels=_labels(60), **extra)
 
 
-def test_auto_scales_raw_features_with_database_minmax(tmp_path: Path) -> None:
+def test_auto_standardises_raw_features_with_database_statistics(
+    tmp_path: Path,
+) -> None:
     path = _raw_pixels(tmp_path)
-    raw = load_dataset("npz", data_path=str(path)).inputs["image"]
+    raw = load_dataset("npz", data_path=str(path)).inputs["image"].astype(np.float64)
     split = load_split("npz", data_path=str(path), **SPLIT)
     x = split.dataset.inputs["image"]
     db = split.database_index
-    lo, hi = raw[db].min(), raw[db].max()
-    np.testing.assert_allclose(x, (raw - lo) / (hi - lo), rtol=1e-6)
-    assert x[db].min() == 0.0 and x[db].max() == 1.0 and x.dtype == np.float32
-    assert len(split.scaling) == 1 and split.scaling[0].startswith("image: minmax")
-    explicit = load_split("npz", data_path=str(path), feature_scaling="minmax", **SPLIT)
+    want = (raw - raw[db].mean(axis=0)) / raw[db].std(axis=0)
+    np.testing.assert_allclose(x, want, rtol=1e-5, atol=1e-5)
+    assert x.dtype == np.float32
+    np.testing.assert_allclose(x[db].mean(axis=0), 0.0, atol=1e-5)
+    assert len(split.scaling) == 1
+    assert split.scaling[0].startswith("image: standard per feature")
+    explicit = load_split(
+        "npz", data_path=str(path), feature_scaling="standard", **SPLIT
+    )
     np.testing.assert_array_equal(explicit.dataset.inputs["image"], x)
+
+
+def test_minmax_is_one_database_range_per_modality(tmp_path: Path) -> None:
+    path = _raw_pixels(tmp_path)
+    raw = load_dataset("npz", data_path=str(path)).inputs["image"]
+    split = load_split("npz", data_path=str(path), feature_scaling="minmax", **SPLIT)
+    x = split.dataset.inputs["image"]
+    db = split.database_index
+    lo, hi = raw[db].min(), raw[db].max()
+    assert (lo, hi) == (0.0, 255.0)
+    np.testing.assert_array_equal(x, (raw.astype(np.float64) / 255.0).astype("f4"))
+    assert x[db].min() == 0.0 and x[db].max() == 1.0
+    assert split.scaling[0].startswith("image: minmax")
 
 
 @pytest.mark.parametrize("mode", ["auto", "minmax", "standard", "l2"])
