@@ -35,7 +35,6 @@ from privacy.dpcode.itemsets import (
 from privacy.dpcode.laplace import laplace
 from privacy.dpcode.primitives import HadamardCodebook, Transactions
 from privacy.dpcode.release import (
-    UNIT_FRAME,
     ClientData,
     Release,
     check_common,
@@ -98,17 +97,14 @@ def direct_release(
         top = np.argsort(-values, kind="stable")[:k_]
         noisy.update({tuple(int(w) for w in cand[i]): float(values[i]) for i in top})
     patterns, supports = top_k_release(noisy, k_)
-    return Release(
-        patterns=patterns,
-        supports=supports,
-        epsilon_spent=eps,
-        unit=UNIT_FRAME,
-        delta=0.0,
-        mechanism="direct",
+    return Release.per_frame(
+        "direct",
+        patterns,
+        supports,
+        components={"supports": eps},
         vocabulary=tx.vocabulary,
         k=k_,
         max_length=length,
-        components={"supports": eps},
     )
 
 
@@ -160,15 +156,12 @@ def noisycut_release(
     components = {"cut": eps_cut}
     if eps2 > 0:
         components["supports"] = eps2
-    return Release(
-        patterns=patterns,
-        supports=supports,
-        epsilon_spent=float(sum(components.values())),
-        unit=UNIT_FRAME,
-        delta=0.0,
-        mechanism="noisycut",
+    return Release.per_frame(
+        "noisycut",
+        patterns,
+        supports,
+        components=components,
         vocabulary=tx.vocabulary,
         k=k_,
         max_length=length,
-        components=components,
     )

@@ -103,6 +103,32 @@ class Release:
         }
 
     @classmethod
+    def per_frame(
+        cls,
+        mechanism: str,
+        patterns: tuple[Pattern, ...],
+        supports: tuple[float, ...],
+        *,
+        components: dict[str, float],
+        vocabulary: str,
+        k: int,
+        max_length: int,
+    ) -> Release:
+        """Build a pure-DP release per frame whose epsilon is the sum of its steps."""
+        return cls(
+            patterns=patterns,
+            supports=supports,
+            epsilon_spent=float(sum(components.values())),
+            unit=UNIT_FRAME,
+            delta=0.0,
+            mechanism=mechanism,
+            vocabulary=vocabulary,
+            k=k,
+            max_length=max_length,
+            components=components,
+        )
+
+    @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Release:
         """Inverse of :meth:`as_dict`."""
         return cls(
@@ -374,17 +400,14 @@ def dpcode_release(
     components = dict(one.spent)
     if eps2 > 0:
         components["supports"] = eps2
-    return Release(
-        patterns=patterns,
-        supports=supports,
-        epsilon_spent=float(sum(components.values())),
-        unit=UNIT_FRAME,
-        delta=0.0,
-        mechanism="dpcode",
+    return Release.per_frame(
+        "dpcode",
+        patterns,
+        supports,
+        components=components,
         vocabulary=tx.vocabulary,
         k=k_,
         max_length=length,
-        components=components,
     )
 
 
