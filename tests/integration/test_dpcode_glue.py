@@ -4,7 +4,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from flwr.app import RecordDict
+from flwr.app import ConfigRecord, RecordDict
 
 from privacy.dpcode import Release
 from privacy.ledger import MechanismUse
@@ -101,3 +101,41 @@ def test_screen_accepts_an_honest_reply_and_rejects_bad_reports(caplog):
 def test_bad_dpcode_settings_are_refused(config, fragment):
     with pytest.raises(ConfigError, match=fragment.replace(".", r"\.")):
         RunSettings.from_config({"strategy": "dpcode", **config})
+
+
+def test_release_noise_cannot_be_rebuilt_from_the_run_config():
+    # the attack: someone who knows the run config (seed, round, partition) replays
+    # the node's DPcode release to learn its noise. With the default secure noise
+    # two releases of the same data under the same config differ; only the seeded
+    # simulation mode (refused outside the simulation engine) repeats itself.
+    import torch
+
+    from clients.privacy_noise import PURPOSE_PUBLISH, node_noise
+    from strategies.dpcode.client import dpcode_reply
+
+    images = torch.from_numpy(
+        np.random.default_rng(0).random((60, 1, 8, 8)).astype(np.float32)
+    )
+    data = type("Data", (), {"inputs": images})()
+    kw = {"server_round": 1, "partition_id": 0, "purpose": PURPOSE_PUBLISH}
+
+    def release(settings, simulated):
+        reply = dpcode_reply(
+            RecordDict({K.CONFIG: ConfigRecord({K.SERVER_ROUND: 1})}),
+            settings=settings,
+            data=data,
+            state=RecordDict(),
+            partition_id=0,
+            device=torch.device("cpu"),
+            noise=node_noise(settings, in_simulation=simulated, **kw),
+        )
+        return reply[DPCODE]["supports"].numpy()
+
+    secure = RunSettings.from_config({"strategy": "dpcode", "dpcode.k": 5})
+    assert not np.array_equal(release(secure, False), release(secure, False))
+    seeded = RunSettings.from_config(
+        {"strategy": "dpcode", "dpcode.k": 5, "privacy.noise": "seeded"}
+    )
+    np.testing.assert_array_equal(release(seeded, True), release(seeded, True))
+    with pytest.raises(ConfigError, match="privacy.noise"):
+        release(seeded, False)
