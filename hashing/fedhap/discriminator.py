@@ -1,8 +1,17 @@
 """FedHAP's discriminator (Eq. 8) and its two adversarial losses.
 
-D sees a code concatenated with the label vector of its class (one-hot; multi-hot for
-multi-label samples) and outputs the probability that the pair is a *global
-prototype* ("real") rather than a code of the local hashing network ("fake").
+D sees a code concatenated with the one-hot vector of one class and outputs the
+probability that the pair is a *global prototype* ("real") rather than a code of the
+local hashing network ("fake").
+
+Multi-label samples: one pair per label. A sample ``j`` with labels ``{2, 5}`` gives
+the two fake pairs ``(b_j, e_2)`` and ``(b_j, e_5)``, the way Eq. (5) counts it as a
+member of class 2 and of class 5 (:func:`label_pairs`). The real pairs
+``(h_c, e_c)`` are one-hot by construction, so real and fake label vectors now have
+the same form. Feeding the multi-hot row ``e_2 + e_5`` instead (what we did before)
+gives every multi-label fake away by its label alone: no prototype's label vector
+sums to more than 1. Single-label data gives exactly one pair per sample, the
+sample itself, so nothing changes there.
 
 Corrections to the paper, which we implement and document:
 
@@ -46,7 +55,12 @@ class Discriminator(nn.Module):
         )
 
     def forward(self, codes: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        """Logit (n,) that (codes (n, K), labels (n,) or (n, C)) are prototypes."""
+        """Logit (n,) that the rows (codes (n, K), labels (n,) or (n, C)) are real.
+
+        The rows are scored as given: a multi-hot row is one input. The losses
+        below first split multi-label samples into one-hot pairs
+        (:func:`label_pairs`).
+        """
         return self.net(torch.cat([codes, label_vector(labels, self.num_classes)], 1))[
             :, 0
         ]
@@ -59,6 +73,41 @@ def label_vector(labels: torch.Tensor, num_classes: int) -> torch.Tensor:
     return labels.float()
 
 
+def label_pairs(
+    codes: torch.Tensor, labels: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Split samples into one (code, class id) pair per label.
+
+    Parameters
+    ----------
+    codes : torch.Tensor
+        (n, K) relaxed codes.
+    labels : torch.Tensor
+        (n,) int64 class ids, or (n, C) multi-hot (any non-zero entry is a label).
+
+    Returns
+    -------
+    tuple of torch.Tensor
+        ``(pair_codes (P, K), pair_classes (P,) int64)`` with ``P = n`` for class
+        ids and ``P = number of non-zero entries of labels`` for multi-hot. Pairs
+        are in sample order, and within a sample in increasing class order. Class
+        ids come back as given, with the very tensor ``codes`` (no copy), so
+        single-label input scores exactly as before. A multi-hot row without any
+        label gives no pair.
+    """
+    if labels.dim() == 1:
+        return codes, labels
+    rows, classes = torch.nonzero(labels, as_tuple=True)
+    return codes[rows], classes
+
+
+def _pair_bce(logits: torch.Tensor, target: float) -> torch.Tensor:
+    """Mean BCE-with-logits of ``logits`` against ``target``; 0 (with graph) if none."""
+    if logits.numel() == 0:
+        return logits.sum() * 0.0
+    return F.binary_cross_entropy_with_logits(logits, torch.full_like(logits, target))
+
+
 def discriminator_loss(
     disc: Discriminator,
     local_codes: torch.Tensor,
@@ -66,23 +115,58 @@ def discriminator_loss(
     prototypes: torch.Tensor,
     prototype_classes: torch.Tensor,
 ) -> torch.Tensor:
-    """L_d (Eq. 8, corrected): BCE with prototypes as real, local codes as fake.
+    """L_d (Eq. 8, corrected): BCE with prototypes as real, local pairs as fake.
+
+    Parameters
+    ----------
+    disc : Discriminator
+        The client's discriminator.
+    local_codes : torch.Tensor
+        (n, K) relaxed local codes b_j.
+    local_labels : torch.Tensor
+        (n,) int64 class ids or (n, C) multi-hot; split by :func:`label_pairs`
+        into P fake pairs ``(b_j, e_c)``, one per label c of sample j.
+    prototypes : torch.Tensor
+        (m, K) global prototype codes h_c in {-1, +1}.
+    prototype_classes : torch.Tensor
+        (m,) int64 class of each prototype.
 
     Returns
     -------
     torch.Tensor
-        ``mean_j -log(1 - D(b_j|y_j)) + mean_c -log D(h_c|y_c)``.
+        ``mean over the P pairs (j, c) of -log(1 - D(b_j|e_c))
+        + mean_c -log D(h_c|e_c)``.
+
+    Notes
+    -----
+    Averaging: per pair, every (sample, label) pair weighs 1/P, so a sample with
+    two labels counts twice. We follow the paper's own counting: Eq. (5) makes a
+    sample a full member of each of its classes (it enters the mean of every one of
+    them with the same weight as a single-label sample), and the prototype h_c
+    that D holds up as "real" for class c is the sign of that mean. Weighting
+    each pair of the fake term the same way keeps the codes D compares with h_c
+    those of Eq. (5)'s class-c members, weighted as Eq. (5) weights them;
+    weighting each sample once (1/|y_j| per pair) would down-weight multi-label
+    samples in every class they belong to. Eq. (8)'s 1/n_i is the number of
+    fake inputs; with one input per pair that is 1/P, and P = n_i for
+    single-label data, so single-label losses are unchanged bit for bit. A batch
+    whose multi-hot rows hold no label has no fake pair; its fake term is 0.
     """
-    fake = disc(local_codes, local_labels)
+    pair_codes, pair_classes = label_pairs(local_codes, local_labels)
+    fake = disc(pair_codes, pair_classes)
     real = disc(prototypes.to(local_codes.dtype), prototype_classes)
-    return F.binary_cross_entropy_with_logits(
-        fake, torch.zeros_like(fake)
-    ) + F.binary_cross_entropy_with_logits(real, torch.ones_like(real))
+    return _pair_bce(fake, 0.0) + F.binary_cross_entropy_with_logits(
+        real, torch.ones_like(real)
+    )
 
 
 def generator_loss(
     disc: Discriminator, local_codes: torch.Tensor, local_labels: torch.Tensor
 ) -> torch.Tensor:
-    """Hashing network's adversarial term: ``mean_j -log D(b_j|y_j)``."""
-    logits = disc(local_codes, local_labels)
-    return F.binary_cross_entropy_with_logits(logits, torch.ones_like(logits))
+    """Hashing network's adversarial term: ``mean over pairs (j, c) -log D(b_j|e_c)``.
+
+    The same pairs and the same per-pair mean as :func:`discriminator_loss`
+    (see its Notes): one one-hot pair per label of each sample.
+    """
+    pair_codes, pair_classes = label_pairs(local_codes, local_labels)
+    return _pair_bce(disc(pair_codes, pair_classes), 1.0)

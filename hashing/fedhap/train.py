@@ -13,6 +13,11 @@ batch size or code length) and L_adv the generator loss of
 "each local epoch" without saying at which granularity; we alternate per mini-batch,
 as GANs are usually trained. Terms that need global prototypes are skipped while
 there are none (round 1) and in the ablations that switch them off.
+
+Multi-label batches: both discriminator terms see one (code, one-hot label) pair per
+label of each sample, averaged per pair (``label_pairs`` and the Notes of
+``discriminator_loss``), so a fake's label vector is one-hot like a prototype's.
+Single-label batches give one pair per sample, exactly as before.
 """
 
 from __future__ import annotations
@@ -137,7 +142,8 @@ def train_fedhap(
     inputs : torch.Tensor
         (n, ...) float32 local samples (CPU).
     labels : torch.Tensor
-        (n,) int64 class ids or (n, C) multi-hot (CPU).
+        (n,) int64 class ids or (n, C) multi-hot (CPU). A multi-hot sample enters
+        the adversarial terms once per label, as a one-hot pair.
     prototypes : tuple or None
         ``(codes (m, bits) float32 +-1, classes (m,) int64)`` global prototypes, or
         ``None`` when there are none yet or the variant does not use them.
