@@ -127,9 +127,12 @@ class SecureSum:
         assert self._aggregator is not None
         self._aggregator.add(partition_id, update)
 
-    def decrypt_average(self, server_round: int) -> tuple[np.ndarray, int, int] | None:
-        """Decrypt the average vector; return it, the total weight, the blocks.
+    def decrypt_sums(self, server_round: int) -> tuple[np.ndarray, int, int] | None:
+        """Decrypt the sum; return its integer sums, the total weight, the blocks.
 
+        The sums are the keyholder's ``(D,)`` int64 fixed-point totals (offsets
+        removed, weight coordinate split off), exact: the prototype stream decodes
+        its holder counts from them (:mod:`hashing.fedhap.prototypes`).
         ``None`` (with a log line) when fewer than 3 clients contributed or the
         keyholder refused the aggregate (logged with its generic category only).
         """
@@ -148,7 +151,7 @@ class SecureSum:
             return None
         encrypted_sum = self._aggregator.result()
         try:
-            sums = self.keyholder.decrypt_aggregate(encrypted_sum)
+            sums = np.asarray(self.keyholder.decrypt_aggregate(encrypted_sum))
         except AggregateRefused as exc:
             log(
                 WARNING,
@@ -158,7 +161,8 @@ class SecureSum:
                 exc,
             )
             return None
-        average, total_weight = decode_average(np.asarray(sums), self.params)
+        # decode_average checks the shape, the integer dtype and the total weight
+        _, total_weight = decode_average(sums, self.params)
         log(
             INFO,
             "round %d: DPHE %s aggregate of %d clients, %d encrypted blocks "
@@ -168,7 +172,19 @@ class SecureSum:
             contributors,
             len(encrypted_sum.block_ids),
         )
-        return average, int(total_weight), len(encrypted_sum.block_ids)
+        return sums[:-1], int(total_weight), len(encrypted_sum.block_ids)
+
+    def decrypt_average(self, server_round: int) -> tuple[np.ndarray, int, int] | None:
+        """Decrypt the average vector; return it, the total weight, the blocks.
+
+        ``None`` as :meth:`decrypt_sums`.
+        """
+        result = self.decrypt_sums(server_round)
+        if result is None:
+            return None
+        sums, total_weight, blocks = result
+        scale = 2.0**self.params.fixed_point.scale_bits
+        return sums.astype(np.float64) / scale / total_weight, total_weight, blocks
 
 
 class SecureAggregation(SecureAggregator):

@@ -11,7 +11,10 @@ An encrypted update travels in its own ``dphe`` ArrayRecord (``block-ids``,
 Streams: ``model`` is the flattened model update followed by one more coordinate,
 the client's train loss divided by :data:`LOSS_SCALE` (so under DPHE the server
 learns only the weighted average loss, never a client's); ``prototypes`` (FedHAP
-with ``dphe.prototypes``) is :func:`hashing.fedhap.prototypes.prototype_sum_vector`.
+with ``dphe.prototypes``) is :func:`hashing.fedhap.prototypes.prototype_sum_vector`,
+encoded with its own fixed point (:func:`prototype_fixed_point`: weight 1, range
+``+-PROTOTYPE_BOUND``, never ``dphe.clip``), so the decrypted per-class sums and
+holder counts are Eq. (6)'s to ``2**-scale_bits``.
 
 Padding is on by default (``dphe.pad = true``); with ``dphe.capacity = 0`` the
 capacity is then :func:`crypto.auto_capacity` of the stream's number of blocks (at
@@ -42,6 +45,7 @@ from crypto import (
     load_keyholder_bundle,
     max_packing,
 )
+from hashing.fedhap.prototypes import PROTOTYPE_BOUND
 from settings import keys as K
 from settings.run_settings import ConfigError, RunSettings
 from strategies.dphe.config import DPHEConfig
@@ -114,12 +118,20 @@ def client_bundle_name(partition_id: int) -> str:
 
 
 def fixed_point(settings: RunSettings, *, uniform: bool = False) -> FixedPointParams:
-    """Return the run's fixed-point encoding (scale, clip, weight, summands).
+    """Return a stream's fixed-point encoding (scale, clip, weight, summands).
 
-    ``uniform`` forces weight 1 (prototype sums), whatever ``dphe.weighting`` says.
+    ``uniform`` True is the prototype stream (:func:`prototype_fixed_point`: weight
+    1, range ``PROTOTYPE_BOUND``); otherwise the model stream, clipped at
+    ``dphe.clip`` with ``dphe.max-weight`` (1 with ``dphe.weighting = "uniform"``).
+
+    Raises
+    ------
+    ConfigError
+        For the prototype stream, when the configuration cannot hold its sums.
     """
-    uniform = uniform or settings.dphe.weighting == "uniform"
-    max_weight = 1 if uniform else settings.dphe.max_weight
+    if uniform:
+        return prototype_fixed_point(settings)
+    max_weight = 1 if settings.dphe.weighting == "uniform" else settings.dphe.max_weight
     return FixedPointParams(
         scale_bits=settings.dphe.scale_bits,
         clip=settings.dphe.clip,
@@ -128,11 +140,51 @@ def fixed_point(settings: RunSettings, *, uniform: bool = False) -> FixedPointPa
     )
 
 
+def prototype_fixed_point(settings: RunSettings) -> FixedPointParams:
+    """Return the prototype stream's fixed point: exact holder counts, no clipping.
+
+    Every entry of :func:`hashing.fedhap.prototypes.prototype_sum_vector` lies in
+    ``[-PROTOTYPE_BOUND, PROTOTYPE_BOUND]`` (class means beyond it are refused by
+    the client, holder indicators are 1), so with ``clip = PROTOTYPE_BOUND`` and
+    weight 1 nothing is clipped: a class-mean entry is encoded as
+    ``round(x * 2**scale_bits)`` and a holder indicator as exactly
+    ``2**scale_bits``. ``dphe.clip`` (a bound on model updates) plays no part. One
+    summand is at most ``B = PROTOTYPE_BOUND * 2**scale_bits``; an aggregate has at
+    most ``dphe.max-contributors`` summands (the aggregator refuses more), so a slot
+    sum is below ``2 * B * max-contributors``, the slot width the encoding reserves:
+    no sum can overflow.
+
+    Raises
+    ------
+    ConfigError
+        If ``B`` exceeds ``2**53`` or the slot ``2**63``, naming
+        ``dphe.scale-bits`` and ``dphe.max-contributors`` and their values.
+    """
+    scale_bits = settings.dphe.scale_bits
+    summands = settings.dphe.max_contributors
+    try:
+        return FixedPointParams(
+            scale_bits=scale_bits,
+            clip=PROTOTYPE_BOUND,
+            max_weight=1,
+            max_summands=summands,
+        )
+    except ValueError as exc:
+        raise ConfigError(
+            f"{_key('prototypes')}=true: the prototype sums (entries up to "
+            f"+-{PROTOTYPE_BOUND:g}, holder counts up to {summands}) do not fit the "
+            f"fixed point with {_key('scale_bits')}={scale_bits} and "
+            f"{_key('max_contributors')}={summands} ({exc}); lower "
+            f"{_key('scale_bits')} or {_key('max_contributors')}"
+        ) from None
+
+
 def dphe_params(
     settings: RunSettings, *, dimension: int, key_bits: int, uniform: bool = False
 ) -> DPHEParams:
     """DPHE parameters for a vector of ``dimension`` values and a ``key_bits`` key.
 
+    ``uniform`` True is the prototype stream (weight 1, :func:`prototype_fixed_point`).
     ``dphe.packing = 0`` packs as many slots per plaintext as the key allows;
     ``dphe.pad = true`` with ``dphe.capacity = 0`` uses :func:`crypto.auto_capacity`,
     or, for the model stream (``uniform`` False) with ``dphe.block-sparsity``,
@@ -148,12 +200,17 @@ def dphe_params(
     most = max_packing(key_bits, fp)
     packing = settings.dphe.packing or most
     if packing > most:
+        what = (
+            f"the prototype stream's {fp.slot_bits}-bit slots (range "
+            f"+-{PROTOTYPE_BOUND:g}, {_key('scale_bits')}, "
+            f"{_key('max_contributors')})"
+            if uniform
+            else f"slots of {fp.slot_bits} bits (set by {_key('scale_bits')}, "
+            f"{_key('clip')}, {_key('max_weight')}, {_key('max_contributors')})"
+        )
         raise ConfigError(
             f"{_key('packing')}={settings.dphe.packing}: a {key_bits}-bit key holds at "
-            f"most {most} slots of {fp.slot_bits} bits (set by {_key('scale_bits')}, "
-            f"{_key('clip')}, {_key('max_weight')}, "
-            f"{_key('max_contributors')}); accepted "
-            f"is 0 (= {most}) or 1..{most}"
+            f"most {most} {what}; accepted is 0 (= {most}) or 1..{most}"
         )
     capacity = settings.dphe.capacity
     num_blocks = -(-(dimension + 1) // packing)

@@ -23,7 +23,7 @@ with the classes it holds, their mean relaxed codes and counts.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from logging import INFO
+from logging import INFO, WARNING
 from typing import Any
 
 import numpy as np
@@ -37,7 +37,7 @@ from hashing.csq import hash_centers
 from hashing.fedhap.prototypes import (
     GlobalPrototypes,
     aggregate_prototypes,
-    prototypes_from_sums,
+    prototypes_from_fixed_point,
 )
 from hashing.prototypes import ClassPrototypes, PrototypeSet
 from settings import keys as K
@@ -183,13 +183,21 @@ class HashingFedHAP(PartitionOrderedMixin, FedAvg):
                 self.secure_prototypes.add(
                     self.node_partitions[node], self._secure_uploads[node]
                 )
-        result = self.secure_prototypes.decrypt_average(server_round)
+        result = self.secure_prototypes.decrypt_sums(server_round)
         if result is None:
             return None
-        average, total_weight, _ = result
-        return prototypes_from_sums(
-            average * total_weight, num_classes=self.num_classes, bits=self.bits
-        )
+        sums, _, _ = result
+        try:
+            return prototypes_from_fixed_point(
+                sums,
+                num_classes=self.num_classes,
+                bits=self.bits,
+                scale_bits=self.secure_prototypes.params.fixed_point.scale_bits,
+                max_holders=self.secure_prototypes.contributors,
+            )
+        except ValueError as exc:
+            log(WARNING, "round %d: prototype sums unusable: %s", server_round, exc)
+            return None
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
