@@ -1,34 +1,126 @@
-"""Run the real ServerApp and ClientApp in Flower's simulation engine, in-process."""
+"""Run the real ServerApp and ClientApp in Flower's simulation engine, in-process.
+
+By default Ray starts a fresh single-node instance in this process
+(``address="local"``). ``ray_address`` / ``--ray-address`` connects to an existing
+Ray cluster instead (``ray start --head`` plus ``ray start --address`` on the other
+machines): the clients' actors are spread over its nodes, and the ServerApp, hence
+the results directory, stays in this process. docs/ray-cluster.md has the recipe.
+"""
 
 from __future__ import annotations
 
 import json
+import os
+import socket
+from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from flwr.app import Context
+from flwr.clientapp import ClientApp
 from flwr.simulation import run_simulation
 
 from clients.client_app import build_client_app
 from server.server_app import build_server_app
 
 
-def simulate(overrides: dict[str, Any], *, num_clients: int, cpus: int = 2) -> Path:
+def backend_config(
+    *,
+    cpus: int = 2,
+    ray_address: str | None = None,
+    client_cpus: float = 1,
+    client_gpus: float = 0.0,
+) -> dict[str, Any]:
+    """Flower's Ray ``backend_config``; ``init_args`` go to ``ray.init`` unchanged.
+
+    Without ``ray_address`` Ray starts its own instance with ``cpus`` CPUs, even if
+    ``RAY_ADDRESS`` is set or a ``ray start`` cluster runs on this machine (a plain
+    ``ray.init()`` would join those). With it, this process joins that cluster
+    (``host:port`` of the head's GCS, or ``auto``: ``RAY_ADDRESS``, else the last
+    ``ray start`` on this machine); ``ray.init`` then refuses ``num_cpus`` and
+    ``num_gpus``, which each node declared at its own ``ray start``.
+    """
+    init_args: dict[str, Any] = {"include_dashboard": False}
+    if ray_address:
+        init_args["address"] = ray_address
+    else:
+        init_args.update(address="local", num_cpus=cpus)
+        if not client_gpus:
+            init_args["num_gpus"] = 0
+    return {
+        "client_resources": {"num_cpus": client_cpus, "num_gpus": client_gpus},
+        "init_args": init_args,
+    }
+
+
+def record_nodes(app: ClientApp, node_log: Path) -> ClientApp:
+    """Make ``app`` append one JSON line per message it handles to ``node_log``.
+
+    The line (partition id, Ray node id, host name, pid) is written on the node
+    that ran the message, so on separate machines each one has its own file at
+    that path; on one machine, or a shared filesystem, it is one file.
+    """
+    inner = app._lifespan  # the app's own lifespan, if any, still runs inside
+
+    @app.lifespan()
+    def _record(context: Context) -> Iterator[None]:
+        import ray
+
+        line = {
+            "partition_id": int(context.node_config.get("partition-id", -1)),
+            "ray_node_id": ray.get_runtime_context().get_node_id(),
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+        }
+        with node_log.open("a") as f:  # one short line per write: O_APPEND
+            f.write(json.dumps(line) + "\n")
+        with inner(context):
+            yield
+
+    return app
+
+
+def node_counts(node_log: Path) -> Counter[str]:
+    """ClientApp messages per Ray node id in a ``record_nodes`` log."""
+    rows = [json.loads(x) for x in node_log.read_text().splitlines() if x]
+    return Counter(r["ray_node_id"] for r in rows)
+
+
+def simulate(
+    overrides: dict[str, Any],
+    *,
+    num_clients: int,
+    cpus: int = 2,
+    ray_address: str | None = None,
+    client_cpus: float = 1,
+    client_gpus: float = 0.0,
+    node_log: Path | None = None,
+) -> Path:
     """Run one simulation; return the single finished results directory.
 
-    ``cpus`` is the CPU count Ray may use (one client runs per CPU at a time).
+    ``cpus`` is the CPU count Ray may use (one client runs per CPU at a time);
+    ignored with ``ray_address``, the existing cluster's nodes set their own.
+    ``client_cpus`` / ``client_gpus`` are each client's Ray resources.
+    ``node_log``: record which Ray node ran each message (:func:`record_nodes`).
     """
     from experiments.overrides import resolved_settings
 
     resolved_settings(overrides)  # a bad value fails here, before Ray starts
     results_dir = Path(overrides["results-dir"])
+    client_app = build_client_app(overrides)
+    if node_log is not None:
+        record_nodes(client_app, Path(node_log).resolve())
     run_simulation(
         server_app=build_server_app(overrides),
-        client_app=build_client_app(overrides),
+        client_app=client_app,
         num_supernodes=num_clients,
-        backend_config={
-            "client_resources": {"num_cpus": 1, "num_gpus": 0.0},
-            "init_args": {"num_cpus": cpus, "num_gpus": 0, "include_dashboard": False},
-        },
+        backend_config=backend_config(
+            cpus=cpus,
+            ray_address=ray_address,
+            client_cpus=client_cpus,
+            client_gpus=client_gpus,
+        ),
     )
     runs = [p for p in results_dir.iterdir() if p.is_dir()]
     if len(runs) != 1 or runs[0].name.endswith(".incomplete"):
@@ -51,6 +143,8 @@ def main() -> None:
     """CLI: ``python -m experiments.simulate --clients N [--set key=value ...]``.
 
     Prints the finished results directory. The results-dir must be empty or new.
+    ``--ray-address HOST:PORT`` (or ``auto``) runs the clients on an existing Ray
+    cluster (docs/ray-cluster.md).
     """
     import argparse
 
@@ -58,13 +152,46 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description="one in-process simulation")
     parser.add_argument("--clients", type=int, default=10)
-    parser.add_argument("--cpus", type=int, default=2, help="CPUs Ray may use")
+    parser.add_argument(
+        "--cpus", type=int, default=2, help="CPUs Ray may use (own instance only)"
+    )
+    parser.add_argument(
+        "--ray-address",
+        default=None,
+        metavar="HOST:PORT|auto",
+        help="join this existing Ray cluster instead of starting one "
+        "(auto: RAY_ADDRESS, else the last `ray start` on this machine)",
+    )
+    parser.add_argument("--client-cpus", type=float, default=1, help="CPUs per client")
+    parser.add_argument(
+        "--client-gpus", type=float, default=0.0, help="GPUs per client"
+    )
+    parser.add_argument(
+        "--node-log",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="append partition id, Ray node id, host and pid of every ClientApp "
+        "message to FILE (on the node that ran it); prints messages per node",
+    )
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args()
     overrides = parse_overrides(args.set)
     resolved_settings(overrides)  # fail before starting Ray
     Path(overrides.get("results-dir", "results")).mkdir(parents=True, exist_ok=True)
-    print(simulate(overrides, num_clients=args.clients, cpus=args.cpus))
+    run_dir = simulate(
+        overrides,
+        num_clients=args.clients,
+        cpus=args.cpus,
+        ray_address=args.ray_address,
+        client_cpus=args.client_cpus,
+        client_gpus=args.client_gpus,
+        node_log=args.node_log,
+    )
+    if args.node_log is not None and args.node_log.exists():
+        for node, count in sorted(node_counts(args.node_log).items()):
+            print(f"ray node {node}: {count} ClientApp messages")
+    print(run_dir)
 
 
 if __name__ == "__main__":
