@@ -3,9 +3,12 @@
 Every trainer returns its full local model in the ``arrays`` record. Before the
 reply is sent, :func:`finish_train_reply` turns it into what the run asks for:
 
-* ``updates.sparsity`` / ``elastic-net-*`` (plaintext): the update
-  ``w_local - w_global`` is sparsified and the reply carries ``w_global + sparse``
-  (so Flower's FedAvg aggregates it unchanged);
+* ``updates.sparsifier`` (plaintext): the update ``w_local - w_global`` is
+  sparsified (``soft-threshold``, then top-k with ``updates.sparsity``) and the reply
+  carries ``w_global + sparse`` (so Flower's FedAvg aggregates it unchanged); with
+  ``elastic-net`` the trainer already returns a model whose update is exactly 0
+  off its support (:mod:`hashing.elastic_net`), and only a top-k follows if
+  ``updates.sparsity > 0``;
 * ``secure-aggregation = "dphe"``: the (sparsified) update, the train loss (one
   more coordinate, :func:`strategies.dphe.setup.with_loss`) and the client's weight
   are encrypted with the client's DPHE bundle (``crypto.encrypt_update``) into a
@@ -83,8 +86,7 @@ def transforms_update(settings: RunSettings) -> bool:
     return (
         settings.secure_aggregation == "dphe"
         or settings.updates.sparsity > 0
-        or settings.updates.elastic_net_l1 > 0
-        or settings.updates.elastic_net_l2 > 0
+        or settings.updates.soft_threshold > 0
     )
 
 
@@ -138,8 +140,7 @@ def finish_train_reply(
     update = sparsify_update(
         local - reference,
         sparsity=0.0 if blocky else settings.updates.sparsity,
-        l1=settings.updates.elastic_net_l1,
-        l2=settings.updates.elastic_net_l2,
+        l1=settings.updates.soft_threshold,  # the elastic net's prox with l2 = 0
     )
     if settings.secure_aggregation != "dphe":
         reply[K.ARRAYS] = ArrayRecord(

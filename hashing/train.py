@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from hashing.batches import iterate_minibatches
+from hashing.elastic_net import elastic_net_penalty, snap_to_reference
 from hashing.losses import dpsh_loss, proximal_term
 from hashing.pfmh.train import encode_multimodal
 
@@ -36,6 +37,12 @@ class LocalTrainConfig:
         DPSH eta.
     proximal_mu : float
         FedProx mu; 0 disables the proximal term.
+    elastic_net_l1, elastic_net_l2 : float
+        DPHE's elastic-net penalty ``l1 * ||w - w_global||_1 + (l2 / 2) *
+        ||w - w_global||_2^2`` (:mod:`hashing.elastic_net`); 0 and 0 disable it.
+        With ``l1 > 0`` the support is read off after training: coordinates within
+        ``learning_rate`` (one Adam step) of the global model are set to it, so the
+        update is exactly 0 there.
     """
 
     epochs: int
@@ -44,6 +51,8 @@ class LocalTrainConfig:
     weight_decay: float = 0.0
     quantization_weight: float = 0.1
     proximal_mu: float = 0.0
+    elastic_net_l1: float = 0.0
+    elastic_net_l2: float = 0.0
 
 
 def train_dpsh(
@@ -81,7 +90,14 @@ def train_local(
     device: torch.device,
     generator: torch.Generator,
 ) -> dict[str, float]:
-    """Train ``model`` in place with ``loss_fn`` (plus FedProx's term if mu > 0).
+    """Train ``model`` in place with ``loss_fn`` plus FedProx's and DPHE's terms.
+
+    The objective of a mini-batch is ``loss_fn`` + ``(mu / 2) * ||w - w_global||^2``
+    (FedProx, if ``proximal_mu > 0``) + the elastic net of :mod:`hashing.elastic_net`
+    centred on ``w_global`` (if ``elastic_net_l1`` or ``elastic_net_l2`` > 0), where
+    ``w_global`` are the weights ``model`` holds on entry. With ``elastic_net_l1 >
+    0``, after the last step every coordinate within ``learning_rate`` of
+    ``w_global`` is set to it (:func:`hashing.elastic_net.snap_to_reference`).
 
     Parameters
     ----------
@@ -103,16 +119,17 @@ def train_local(
     Returns
     -------
     dict
-        ``loss`` (mean loss over all steps, without the proximal term) and
-        ``steps``.
+        ``loss`` (mean loss over all steps, without the proximal and elastic-net
+        terms) and ``steps``.
     """
     model.to(device).train()
     optimizer = torch.optim.Adam(
         model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay
     )
+    elastic = config.elastic_net_l1 > 0 or config.elastic_net_l2 > 0
     global_params = (
         [p.detach().clone() for p in model.parameters()]
-        if config.proximal_mu > 0
+        if config.proximal_mu > 0 or elastic
         else []
     )
     total, steps = 0.0, 0
@@ -125,14 +142,25 @@ def train_local(
             u = model(x)
             loss = loss_fn(u, y)
             objective = loss
-            if global_params:
+            if config.proximal_mu > 0:
                 prox = proximal_term(list(model.parameters()), global_params)
                 objective = loss + 0.5 * config.proximal_mu * prox
+            if elastic:
+                objective = objective + elastic_net_penalty(
+                    list(model.parameters()),
+                    global_params,
+                    l1=config.elastic_net_l1,
+                    l2=config.elastic_net_l2,
+                )
             optimizer.zero_grad(set_to_none=True)
             objective.backward()
             optimizer.step()
             total += float(loss.detach())
             steps += 1
+    if config.elastic_net_l1 > 0:
+        snap_to_reference(
+            list(model.parameters()), global_params, tolerance=config.learning_rate
+        )
     return {"loss": total / max(steps, 1), "steps": float(steps)}
 
 

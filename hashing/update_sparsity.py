@@ -1,4 +1,4 @@
-"""Sparse model updates: flatten/unflatten, elastic-net proximal step, top-k.
+"""Sparse model updates after training: flatten/unflatten, soft threshold, top-k.
 
 A client's update is ``w_local - w_global`` over every array of the model, flattened
 in the order of the global model's arrays. DPHE (``crypto/``) encrypts only the
@@ -6,12 +6,15 @@ non-zeros of that vector, so its cost falls with the update's sparsity; the same
 sparsification also runs without encryption, which is the plaintext baseline that
 DPHE must match.
 
-Two sparsifiers, applied in this order when both are on:
+The sparsifiers that act on the finished update, applied in this order when both
+are on (``updates.sparsifier``; the DPHE paper's own, a training-time elastic-net
+penalty, is :mod:`hashing.elastic_net`):
 
-* **elastic net** (the DPHE paper trains its classifiers with an elastic-net penalty
-  so that their updates are sparse): the proximal operator of
-  ``l1 * ||d||_1 + (l2 / 2) * ||d||_2^2`` applied to the update,
-  ``d <- sign(d) * max(|d| - l1, 0) / (1 + l2)``. Its sparsity depends on the data.
+* **soft threshold** (``updates.sparsifier = "soft-threshold"``): the proximal
+  operator of ``l1 * ||d||_1 + (l2 / 2) * ||d||_2^2`` (:func:`elastic_net_prox`)
+  applied once to the update, with ``l1 = updates.soft-threshold`` and ``l2 = 0``:
+  ``d <- sign(d) * max(|d| - l1, 0)``. Its sparsity depends on the data. It is not
+  the paper's elastic net, which penalises the local objective during training.
 * **top-k by magnitude**: zero all but the ``D - floor(sparsity * D)`` largest ``|d_i|``
   (ties broken by index, stable), zero the rest. Its sparsity is fixed.
 * **block top-k** (:func:`block_top_k_sparsify`, DPHE with ``dphe.block-sparsity``):
@@ -137,7 +140,11 @@ def top_k_sparsify(update: np.ndarray, *, sparsity: float) -> np.ndarray:
 def sparsify_update(
     update: np.ndarray, *, sparsity: float, l1: float = 0.0, l2: float = 0.0
 ) -> np.ndarray:
-    """Elastic-net step (when ``l1`` or ``l2`` > 0), then top-k (``sparsity`` > 0)."""
+    """Elastic-net proximal step (soft threshold; ``l1`` or ``l2`` > 0), then top-k.
+
+    Top-k only when ``sparsity`` > 0. The clients pass ``l1 =
+    updates.soft-threshold`` and ``l2 = 0``.
+    """
     out = np.asarray(update, dtype=np.float64)
     if l1 > 0 or l2 > 0:
         out = elastic_net_prox(out, l1=l1, l2=l2)

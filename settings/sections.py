@@ -102,21 +102,127 @@ class DPSGDRunConfig(Section):
             )
 
 
+SPARSIFIERS = ("none", "top-k", "soft-threshold", "elastic-net")
+"""How a client's update ``d = w_local - w_global`` is made sparse (``updates``)."""
+ELASTIC_NET_STRATEGIES = ("fedavg", "fedprox")
+"""Strategies whose clients train in :func:`hashing.train.train_local`, where the
+elastic-net penalty is added (FedHAP, PFMH and DPcode have their own loops)."""
+
+
 @dataclass(frozen=True)
 class UpdatesConfig(Section):
-    """Sparse model updates (the DPHE paper's; plaintext or under DPHE)."""
+    """Sparse model updates (the DPHE paper's; plaintext or under DPHE).
+
+    ``sparsifier`` names the mechanism; ``sparsity`` is top-k's fraction (and, with
+    ``soft-threshold`` or ``elastic-net``, an optional top-k applied after them).
+    """
 
     NAME: ClassVar[str] = "updates"
     TITLE: ClassVar[str] = "Sparse updates"
 
+    sparsifier: str = option(
+        "top-k",
+        "how the update d = w_local - w_global is made sparse: `none` (dense); "
+        "`top-k` keeps the D - floor(sparsity * D) largest |d_i| after training "
+        "(with sparsity = 0, the default, it keeps all: dense); `soft-threshold` "
+        "sets d_i <- sign(d_i) * max(|d_i| - soft-threshold, 0) once after training; "
+        "`elastic-net` is the DPHE paper's: the local loss gets the penalty "
+        "elastic-net-l1 * ||d||_1 + (elastic-net-l2 / 2) * ||d||_2^2 during training, "
+        "and the coordinates left within one Adam step (learning-rate) of w_global "
+        "are then set to it, so d_i = 0 exactly there (fedavg / fedprox, without "
+        "DP-SGD)",
+        choices=SPARSIFIERS,
+    )
     sparsity: float = option(
         0.0,
-        "fraction of each update's values zeroed (top-k by magnitude); 0 = dense",
+        "top-k: fraction of each update's values zeroed (by magnitude, after "
+        "training); with `soft-threshold` / `elastic-net` a top-k applied after "
+        "them; 0 = off",
         low=0, high=1, high_open=True,
     )
+    soft_threshold: float = option(
+        0.0,
+        "`soft-threshold` only: the threshold t subtracted from every |d_i| after "
+        "training (the elastic net's proximal step, once, on the finished update)",
+        low=0,
+    )
     elastic_net_l1: float = option(
-        0.0, "elastic-net proximal step on the update before top-k; 0 = off", low=0
+        0.0,
+        "`elastic-net` only: lambda_1 of the training-time penalty "
+        "lambda_1 * ||w - w_global||_1 (> 0: it makes the zeros)",
+        low=0,
     )
     elastic_net_l2: float = option(
-        0.0, "elastic-net proximal step (L2 part); 0 = off", low=0
+        0.0,
+        "`elastic-net` only: lambda_2 of the training-time penalty "
+        "(lambda_2 / 2) * ||w - w_global||_2^2 (the paper's L1 ratio 0.5 is l1 = l2)",
+        low=0,
     )
+
+    def elastic_net_weights(self) -> tuple[float, float]:
+        """``(l1, l2)`` of the training-time penalty; ``(0, 0)`` unless it is on."""
+        if self.sparsifier != "elastic-net":
+            return 0.0, 0.0
+        return self.elastic_net_l1, self.elastic_net_l2
+
+    def check(self, run: Any) -> None:
+        """Each knob belongs to one sparsifier; the elastic net needs our loop."""
+        name = self.key("sparsifier")
+        if self.sparsifier == "none" and self.sparsity > 0:
+            raise ConfigError(
+                f"{self.key('sparsity')}={self.sparsity} with {name}=\"none\": "
+                f'sparsity is top-k\'s fraction; set {name}="top-k" or leave it at 0'
+            )
+        for field in ("elastic_net_l1", "elastic_net_l2"):
+            value = getattr(self, field)
+            if value > 0 and self.sparsifier != "elastic-net":
+                was = (
+                    f'{name}="soft-threshold" with '
+                    f"{self.key('soft_threshold')}={value}"
+                    if field == "elastic_net_l1"
+                    else "gone (it only rescaled the update by 1 / (1 + l2))"
+                )
+                raise ConfigError(
+                    f"{self.key(field)}={value} with {name}={self.sparsifier!r}: "
+                    "this key is the DPHE paper's training-time elastic-net penalty "
+                    f'and needs {name}="elastic-net"; the one-off step after '
+                    f"training it used to select is now {was}"
+                )
+        if self.soft_threshold > 0 and self.sparsifier != "soft-threshold":
+            raise ConfigError(
+                f"{self.key('soft_threshold')}={self.soft_threshold} with {name}="
+                f'{self.sparsifier!r}: it needs {name}="soft-threshold"'
+            )
+        if self.sparsifier == "soft-threshold" and self.soft_threshold <= 0:
+            raise ConfigError(
+                f'{name}="soft-threshold" needs {self.key("soft_threshold")} > 0'
+            )
+        if self.soft_threshold > 0 and run.pfmh_personalized:
+            raise ConfigError(
+                f"{self.key('soft_threshold')}={self.soft_threshold} with "
+                f'{run.pfmh.key("mode")}="personalized": no model update is sent'
+            )
+        if self.sparsifier == "elastic-net":
+            self._check_elastic_net(run)
+
+    def _check_elastic_net(self, run: Any) -> None:
+        name = self.key("sparsifier")
+        if self.elastic_net_l1 <= 0:
+            raise ConfigError(
+                f'{name}="elastic-net" needs {self.key("elastic_net_l1")} > 0 (the '
+                "L1 part makes the zeros; the L2 part alone only shrinks); got "
+                f"{self.elastic_net_l1}"
+            )
+        if run.strategy not in ELASTIC_NET_STRATEGIES:
+            raise ConfigError(
+                f'{name}="elastic-net" with {run.key("strategy")}={run.strategy!r}: '
+                "the penalty is added in the FedAvg / FedProx training loop "
+                "(hashing/train.py); accepted strategies: "
+                f"{', '.join(ELASTIC_NET_STRATEGIES)} (or use {name}=\"top-k\")"
+            )
+        if run.dp_sgd.enabled:
+            raise ConfigError(
+                f'{name}="elastic-net" with {run.dp_sgd.key("enabled")}=true: '
+                "DP-SGD trains in its own loop (Opacus), without the penalty; use "
+                f'{name}="top-k"'
+            )

@@ -18,8 +18,10 @@ from settings.run_model import build_run_model
 def dpsh_trainer(content: RecordDict, ctx: TrainContext) -> RecordDict:
     """Local training from the global model with the run's loss (DPSH or CSQ).
 
-    FedProx adds its proximal term; with ``dp-sgd.enabled`` the (per-sample) CSQ loss is
-    minimised with Opacus' DP-SGD instead, and the round's epsilon is reported.
+    FedProx adds its proximal term, ``updates.sparsifier = "elastic-net"`` DPHE's
+    elastic-net penalty (:mod:`hashing.elastic_net`); with ``dp-sgd.enabled`` the
+    (per-sample) CSQ loss is minimised with Opacus' DP-SGD instead, and the round's
+    epsilon is reported.
     """
     s = ctx.settings
     config = content[K.CONFIG]
@@ -37,6 +39,7 @@ def dpsh_trainer(content: RecordDict, ctx: TrainContext) -> RecordDict:
             return dpsh_loss(u, y, quantization_weight=s.quantization_weight)
 
     uses: list[MechanismUse] = []
+    l1, l2 = s.updates.elastic_net_weights()
     if s.dp_sgd.enabled:
         loss, use = dp_train(model, loss_fn, ctx)
         uses.append(use)
@@ -53,6 +56,8 @@ def dpsh_trainer(content: RecordDict, ctx: TrainContext) -> RecordDict:
                 weight_decay=s.weight_decay,
                 quantization_weight=s.quantization_weight,
                 proximal_mu=float(config.get(K.PROXIMAL_MU, 0.0)),
+                elastic_net_l1=l1,
+                elastic_net_l2=l2,
             ),
             device=ctx.device,
             generator=ctx.generator,
