@@ -5,7 +5,8 @@ Flower routes each message on its type (``<category>.<action>``):
 * ``train``  -- local training with the method's trainer
   (:data:`strategies.registry.METHODS`); the update then leaves through the
   :func:`clients.update_transport.update_transport_mod` mod (sparsified and/or
-  DPHE-encrypted as the run asks).
+  DPHE-encrypted as the run asks), and :func:`clients.faults.fault_mod` acts out
+  an injected fault (tests and benchmarks, simulation only).
 * ``query.describe`` -- report partition id, local database size and device.
 * ``query.encode`` -- encode the local database with the sent model and publish the
   codes (never raw data) through :func:`clients.publish.publish_codes`.
@@ -25,6 +26,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordD
 from flwr.clientapp import ClientApp
 
 from clients.data import load_local_data
+from clients.faults import fault_mod
 from clients.node_inputs import check_node_inputs, with_node_data_path
 from clients.privacy_noise import PURPOSE_PUBLISH, PURPOSE_TRAIN, node_noise
 from clients.publish import publish_codes
@@ -79,7 +81,8 @@ def build_client_app(overrides: Mapping[str, Any] | None = None) -> ClientApp:
 
     transport = update_transport_mod(settings_of, node_partition, derive_seed)
 
-    @app.train(mods=[transport])
+    # fault_mod outermost: a "nan"/"oversize" fault corrupts the reply as sent
+    @app.train(mods=[fault_mod, transport])
     def train(msg: Message, context: Context) -> Message:
         settings = settings_of(context)
         pid, num = node_partition(context)

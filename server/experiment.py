@@ -31,6 +31,12 @@ from hashing.models import resolve_model_name
 from hashing.train import select_device
 from privacy.ledger import PrivacyLedger
 from privacy.noise import SEEDED_WARNING
+from server.checkpoint import (
+    Checkpoint,
+    read_checkpoint,
+    resume_dir,
+    write_checkpoint,
+)
 from server.discovery import describe_nodes
 from server.evaluation import Evaluation, QuerySet, RetrievalEvaluator
 from server.plots import plot_map_per_round, plot_pr_curve, plot_precision_at_k
@@ -214,9 +220,28 @@ class RoundReporter:
         self.results.append_round(row)
         if len(self.ledger):  # rewritten atomically every round: a crash keeps it
             self.ledger.write(self.results.path("privacy_ledger.json"))
+        if 1 <= server_round < self.settings.rounds:  # server/checkpoint.py
+            write_checkpoint(
+                self.results.dir,
+                server_round=server_round,
+                settings=self.settings,
+                arrays=arrays,
+                strategy_state=self.strategy.state_dict(),
+                rows=self.rows,
+                ledger=self.ledger,
+            )
         log(INFO, "%s", self.progress_line(row))
         self._since = time.perf_counter()
         return metrics
+
+    def resume_from(self, checkpoint: Checkpoint) -> None:
+        """Continue after ``checkpoint``: its rows, its ledger, its elapsed time."""
+        self.rows = list(checkpoint.rows)
+        self.ledger = checkpoint.ledger
+        elapsed = self.rows[-1]["elapsed_s"] if self.rows else 0.0
+        self.start = time.perf_counter() - elapsed
+        self._since = time.perf_counter()
+        self.results.rewrite_rounds(self.rows)
 
     def _charge(self, server_round: int, disclosures: Any) -> None:
         """Record what each client reported applying this round in the ledger."""
@@ -308,6 +333,10 @@ def run_experiment(
     in-process DPHE keyholder; otherwise the keyholder must be a service.
     """
     strategy = build_strategy(settings)  # unknown strategy -> ConfigError
+    checkpoint = None
+    if settings.resume:  # wrong dir, config or code version -> ConfigError
+        resumed = resume_dir(settings)
+        checkpoint = read_checkpoint(resumed, settings)
     data = prepare_data(settings)  # missing/bad files -> errors
     model_name = method(settings).model_name or resolve_model_name(
         settings.model, data.input_shape
@@ -342,10 +371,83 @@ def run_experiment(
         strategy.set_secure_aggregation(secure_model)
         if secure_prototypes is not None:
             strategy.set_secure_prototypes(secure_prototypes)
+    if checkpoint is not None:
+        try:
+            strategy.load_state_dict(checkpoint.strategy)
+        except ValueError as exc:
+            raise ConfigError(f"{RunSettings.key('resume')}: {exc}") from None
 
     device = select_device(settings.device)
-    results = RunResults(settings.results_dir, default_run_id(settings))
     protocol = protocol_text(settings, data, len(nodes))
+    if checkpoint is not None:
+        results = RunResults.reopen(resumed)
+        log(
+            INFO,
+            "Resuming %s after round %d of %d",
+            results.dir,
+            checkpoint.round,
+            settings.rounds,
+        )
+    else:
+        results = RunResults(settings.results_dir, default_run_id(settings))
+        _write_config(results, settings, model_name, protocol, data, nodes, device)
+    log(INFO, "Protocol: %s", protocol)
+    log(INFO, "Results: %s", results.dir)
+    try:
+        args = (grid, nodes, data.queries, model_factory)
+        kwargs: dict[str, Any] = {
+            "bits": settings.code_length,
+            "top_k": settings.map_top_k,
+            "ks": settings.precision_ks(),
+            "device": device,
+            "required_mechanisms": settings.required_encode_mechanisms,
+        }
+        evaluator = method(settings).evaluator(settings, *args, **kwargs)
+        reporter = RoundReporter(settings, evaluator, strategy, results)
+        arrays, first_round = ArrayRecord(initial_state), 1
+        if checkpoint is not None:
+            reporter.resume_from(checkpoint)
+            checkpoint.restore_rng()
+            arrays, first_round = checkpoint.arrays, checkpoint.round + 1
+        started = time.perf_counter()
+        result = strategy.start(
+            grid=grid,
+            initial_arrays=arrays,
+            num_rounds=settings.rounds,
+            timeout=settings.round_timeout,
+            evaluate_fn=reporter,
+            first_round=first_round,
+        )
+        if len(result.arrays):  # final global arrays (network [+ discriminator])
+            torch.save(result.arrays.to_torch_state_dict(), results.path("model.pt"))
+        _write_summary(
+            results, settings, reporter, protocol, time.perf_counter() - started
+        )
+        log(INFO, "Final retrieval results:\n%s", final_table(reporter.rows, settings))
+        if len(reporter.ledger):
+            table = reporter.ledger.table()
+            log(INFO, "Privacy ledger (basic composition):\n%s", table)
+            if settings.seeded_noise:
+                log(WARNING, "Privacy ledger: %s", SEEDED_WARNING)
+        for old in results.dir.glob("checkpoint*"):  # the run is complete
+            old.unlink()
+        final = results.finish()
+        log(INFO, "Results written to %s", final)
+        return results
+    except BaseException as exc:
+        results.fail(exc)
+        raise
+
+
+def _write_config(
+    results: RunResults,
+    settings: RunSettings,
+    model_name: str,
+    protocol: str,
+    data: PreparedData,
+    nodes: dict[int, Any],
+    device: torch.device,
+) -> None:
     results.write_json(
         "config.json",
         {
@@ -367,43 +469,6 @@ def run_experiment(
             "torch": torch.__version__,
         },
     )
-    log(INFO, "Protocol: %s", protocol)
-    log(INFO, "Results: %s", results.dir)
-    try:
-        args = (grid, nodes, data.queries, model_factory)
-        kwargs: dict[str, Any] = {
-            "bits": settings.code_length,
-            "top_k": settings.map_top_k,
-            "ks": settings.precision_ks(),
-            "device": device,
-            "required_mechanisms": settings.required_encode_mechanisms,
-        }
-        evaluator = method(settings).evaluator(settings, *args, **kwargs)
-        reporter = RoundReporter(settings, evaluator, strategy, results)
-        started = time.perf_counter()
-        result = strategy.start(
-            grid=grid,
-            initial_arrays=ArrayRecord(initial_state),
-            num_rounds=settings.rounds,
-            evaluate_fn=reporter,
-        )
-        if len(result.arrays):  # final global arrays (network [+ discriminator])
-            torch.save(result.arrays.to_torch_state_dict(), results.path("model.pt"))
-        _write_summary(
-            results, settings, reporter, protocol, time.perf_counter() - started
-        )
-        log(INFO, "Final retrieval results:\n%s", final_table(reporter.rows, settings))
-        if len(reporter.ledger):
-            table = reporter.ledger.table()
-            log(INFO, "Privacy ledger (basic composition):\n%s", table)
-            if settings.seeded_noise:
-                log(WARNING, "Privacy ledger: %s", SEEDED_WARNING)
-        final = results.finish()
-        log(INFO, "Results written to %s", final)
-        return results
-    except BaseException as exc:
-        results.fail(exc)
-        raise
 
 
 def _round_costs(rows: list[dict[str, Any]]) -> dict[str, float | None]:

@@ -53,6 +53,37 @@ class RunResults:
             raise FileExistsError(f"results directory {self.final_dir} already exists")
         self.dir.mkdir(parents=True)
 
+    @classmethod
+    def reopen(cls, incomplete_dir: str | Path) -> RunResults:
+        """Continue writing into an existing ``<run-id>.incomplete`` directory.
+
+        An ``error.txt`` left by the failure is kept, renamed
+        ``error-before-resume-<n>.txt``.
+        """
+        path = Path(incomplete_dir)
+        if not path.name.endswith(INCOMPLETE) or not path.is_dir():
+            raise FileNotFoundError(f"{path} is not an existing *{INCOMPLETE} directory")
+        self = cls.__new__(cls)
+        self.root = path.parent
+        self.run_id = path.name[: -len(INCOMPLETE)]
+        self.final_dir = self.root / self.run_id
+        self.dir = path
+        if self.final_dir.exists():
+            raise FileExistsError(f"results directory {self.final_dir} already exists")
+        error = path / "error.txt"
+        if error.exists():
+            n = len(list(path.glob("error-before-resume-*.txt"))) + 1
+            os.replace(error, path / f"error-before-resume-{n}.txt")
+        return self
+
+    def rewrite_rounds(self, rows: list[dict[str, Any]]) -> None:
+        """Replace ``rounds.jsonl`` by ``rows`` atomically (resume: drop rounds
+        after the checkpoint)."""
+        path = self.dir / "rounds.jsonl"
+        tmp = path.with_suffix(".jsonl.tmp")
+        tmp.write_text("".join(json.dumps(_jsonable(r)) + "\n" for r in rows))
+        os.replace(tmp, path)
+
     def write_json(self, name: str, payload: dict[str, Any]) -> Path:
         """Write ``name`` atomically (temp file + rename)."""
         path = self.dir / name

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from settings import keys as K
+from settings.faults import FaultsConfig
 from settings.schema import ConfigError, Section, option, unknown_key
 from settings.sections import DPSGDRunConfig, PrivacyConfig, UpdatesConfig
 from strategies.dpcode.config import DPcodeConfig
@@ -194,6 +195,18 @@ class RunSettings(Section):
         "none", "`dphe`: DPHE secure aggregation (section dphe)",
         choices=SECURE_AGGREGATIONS,
     )
+    round_timeout: float = option(
+        3600.0,
+        "seconds the server waits for a round's replies; a client that has not "
+        "replied by then is left out of that round",
+        low=0,
+        low_open=True,
+    )
+    resume: str = option(
+        "",
+        "continue the run in this `.incomplete` results directory from its last "
+        "checkpointed round (same config and code required; docs/running.md)",
+    )
     fedprox: FedProxConfig = field(default_factory=FedProxConfig)
     fedhap: FedHAPConfig = field(default_factory=FedHAPConfig)
     pfmh: PFMHConfig = field(default_factory=PFMHConfig)
@@ -202,6 +215,7 @@ class RunSettings(Section):
     privacy: PrivacyConfig = field(default_factory=PrivacyConfig)
     dp_sgd: DPSGDRunConfig = field(default_factory=DPSGDRunConfig)
     updates: UpdatesConfig = field(default_factory=UpdatesConfig)
+    faults: FaultsConfig = field(default_factory=FaultsConfig)
 
     @classmethod
     def sections(cls) -> dict[str, type[Section]]:
@@ -274,7 +288,9 @@ class RunSettings(Section):
                 f"is {self.dataset!r}: leave it empty"
             )
         # cross-key checks: shared sections first, then the methods'
-        checks = ("updates", "privacy", "fedhap", "dp_sgd", "dphe", "pfmh", "dpcode")
+        checks = (
+            "updates", "privacy", "fedhap", "dp_sgd", "dphe", "pfmh", "dpcode", "faults"
+        )
         for name in checks:
             getattr(self, name).check(self)
 

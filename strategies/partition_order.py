@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterable
-from logging import WARNING
+from collections.abc import Callable
+from logging import INFO, WARNING
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.common.logger import log
 from flwr.serverapp import Grid
+from flwr.serverapp.strategy import Result
 
 from privacy.ledger import MechanismUse
 from settings import keys as K
@@ -61,9 +64,23 @@ class PartitionOrderedMixin:
     ``num-examples``; other replies are dropped for that round.
     """
 
-    def __init__(self, *args: Any, sampling_seed: int = 0, **kwargs: Any) -> None:
+    #: attributes of a method's own state that a checkpoint keeps
+    #: (:meth:`state_dict`); dicts keyed by node id are listed in ``NODE_KEYED``
+    #: too, and are saved keyed by partition id (node ids change between runs)
+    CHECKPOINTED: tuple[str, ...] = ()
+    NODE_KEYED: tuple[str, ...] = ()
+
+    def __init__(
+        self,
+        *args: Any,
+        sampling_seed: int = 0,
+        faults: tuple[int, str, float] = (0, "raise", 0.0),
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.sampling_seed = sampling_seed
+        # (clients told to fail per round, how, delay of a "timeout" fault)
+        self.faults = faults
         self.node_partitions: dict[int, int] = {}
         self.train_history: dict[int, MetricRecord] = {}
         self.comm_history: dict[int, dict[str, float]] = {}
@@ -79,6 +96,114 @@ class PartitionOrderedMixin:
         self.num_classes: int | None = None
         # {round: {"classes": [...], "clients": n, ...}}; methods with prototypes
         self.prototype_history: dict[int, dict[str, Any]] = {}
+
+    def start(
+        self,
+        grid: Grid,
+        initial_arrays: ArrayRecord,
+        num_rounds: int = 3,
+        timeout: float = 3600,
+        train_config: ConfigRecord | None = None,
+        evaluate_config: ConfigRecord | None = None,
+        evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None,
+        *,
+        first_round: int = 1,
+    ) -> Result:
+        """Flower's ``Strategy.start`` loop, able to begin at a later round.
+
+        The same calls in the same order as Flower 1.42's ``Strategy.start``
+        (configure/aggregate train, configure/aggregate evaluate, ``evaluate_fn``),
+        which always begins at round 1. ``first_round > 1`` continues a run from a
+        checkpoint: ``initial_arrays`` are then the arrays after round
+        ``first_round - 1`` and the round-0 evaluation is not repeated.
+        """
+        train_config = ConfigRecord() if train_config is None else train_config
+        evaluate_config = ConfigRecord() if evaluate_config is None else evaluate_config
+        result = Result()
+        result.arrays = initial_arrays
+        arrays = initial_arrays
+        if evaluate_fn and first_round == 1:
+            res = evaluate_fn(0, initial_arrays)
+            if res is not None:
+                result.evaluate_metrics_serverapp[0] = res
+        for current_round in range(first_round, num_rounds + 1):
+            log(INFO, "[ROUND %s/%s]", current_round, num_rounds)
+            replies = grid.send_and_receive(
+                messages=self.configure_train(  # type: ignore[attr-defined]
+                    current_round, arrays, train_config, grid
+                ),
+                timeout=timeout,
+            )
+            agg_arrays, agg_metrics = self.aggregate_train(current_round, replies)
+            if agg_arrays is not None:
+                result.arrays = arrays = agg_arrays
+            if agg_metrics is not None:
+                result.train_metrics_clientapp[current_round] = agg_metrics
+            replies = grid.send_and_receive(
+                messages=self.configure_evaluate(  # type: ignore[attr-defined]
+                    current_round, arrays, evaluate_config, grid
+                ),
+                timeout=timeout,
+            )
+            agg_eval = self.aggregate_evaluate(  # type: ignore[attr-defined]
+                current_round, replies
+            )
+            if agg_eval is not None:
+                result.evaluate_metrics_clientapp[current_round] = agg_eval
+            if evaluate_fn:
+                res = evaluate_fn(current_round, arrays)
+                if res is not None:
+                    result.evaluate_metrics_serverapp[current_round] = res
+        return result
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything a resumed run needs from this strategy (for a checkpoint).
+
+        The per-round histories (train metrics, bytes, privacy mechanisms,
+        prototype classes) and the method's :attr:`CHECKPOINTED` attributes;
+        node-keyed dicts are keyed by partition id.
+        """
+        own = {}
+        for name in self.CHECKPOINTED:
+            value = getattr(self, name)
+            if name in self.NODE_KEYED:
+                value = {self.node_partitions[n]: v for n, v in value.items()}
+            own[name] = value
+        return {
+            "train_history": self.train_history,
+            "comm_history": self.comm_history,
+            "privacy_history": self.privacy_history,
+            "prototype_history": self.prototype_history,
+            "own": own,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Inverse of :meth:`state_dict`; call after :meth:`set_node_partitions`.
+
+        Raises
+        ------
+        ValueError
+            If a node-keyed entry names a partition no connected node holds.
+        """
+        self.train_history = dict(state["train_history"])
+        self.comm_history = dict(state["comm_history"])
+        self.privacy_history = {
+            r: [(int(pid), list(uses)) for pid, uses in rows]
+            for r, rows in state["privacy_history"].items()
+        }
+        self.prototype_history = dict(state["prototype_history"])
+        node_of = {pid: n for n, pid in self.node_partitions.items()}
+        for name in self.CHECKPOINTED:
+            value = state["own"][name]
+            if name in self.NODE_KEYED:
+                missing = sorted(set(value) - set(node_of))
+                if missing:
+                    raise ValueError(
+                        f"checkpoint holds {name} of partitions {missing}, which no "
+                        "connected node holds"
+                    )
+                value = {node_of[pid]: v for pid, v in value.items()}
+            setattr(self, name, value)
 
     def set_secure_aggregation(self, secure: SecureAggregator | None) -> None:
         """Aggregate encrypted updates (DPHE) instead of plaintext models."""
@@ -141,7 +266,32 @@ class PartitionOrderedMixin:
         self._sent = sorted(
             messages, key=lambda m: self.order_key(m.metadata.dst_node_id)
         )
+        self._mark_faults(server_round)
         return self._sent
+
+    def _mark_faults(self, server_round: int) -> None:
+        """Tell ``faults.clients`` of the sampled clients how to fail (seeded)."""
+        count, kind, delay = self.faults
+        if not count or not self._sent:
+            return
+        rng = np.random.default_rng([self.sampling_seed, server_round, 0xFA])
+        picked = rng.choice(len(self._sent), size=min(count, len(self._sent)),
+                            replace=False)
+        for i in sorted(int(j) for j in picked):
+            msg = self._sent[i]
+            # Flower builds every message on one shared RecordDict: copy it
+            content = RecordDict(dict(msg.content.items()))
+            content[K.CONFIG] = ConfigRecord(
+                {**dict(content[K.CONFIG]), K.FAULT: kind, K.FAULT_DELAY: delay}
+            )
+            msg.content = content
+            log(
+                INFO,
+                "round %d: fault injection: %s is told to fail (%s)",
+                server_round,
+                self.client_name(msg.metadata.dst_node_id),
+                kind,
+            )
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
@@ -153,9 +303,12 @@ class PartitionOrderedMixin:
         for msg in sorted(
             replies, key=lambda m: self.order_key(m.metadata.src_node_id)
         ):
-            if not msg.has_error():
+            if msg.has_error():  # the ClientApp raised, timed out or went away
+                reason = str(msg.error.reason).strip().splitlines()
+                problem = f"error reply ({reason[-1] if reason else msg.error.code})"
+            else:
                 up_bytes.append(content_bytes(msg.content))
-            problem = None if msg.has_error() else self.screen_train_reply(msg)
+                problem = self.screen_train_reply(msg)
             if problem is not None:
                 log(
                     WARNING,
@@ -177,6 +330,19 @@ class PartitionOrderedMixin:
             "down_bytes_per_client": _mean(content_bytes(m.content) for m in sent),
             "up_bytes_per_client": _mean(up_bytes),
         }
+        minimum = int(getattr(self, "min_train_nodes", 1))
+        if len(kept) < minimum:
+            log(
+                WARNING,
+                "round %d: %d usable replies of %d sent, fewer than min-train-nodes="
+                "%d: no update this round (the global model stays as it was)",
+                server_round,
+                len(kept),
+                len(sent),
+                minimum,
+            )
+            self.kept_nodes = []
+            return None, None
         if self.secure_aggregation is not None:
             arrays, metrics = self.secure_aggregation.aggregate(server_round, kept)
         else:

@@ -84,6 +84,16 @@ class HashingStrategy(Protocol):
         train_config: ConfigRecord | None = None,
         evaluate_config: ConfigRecord | None = None,
         evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None,
+        *,
+        first_round: int = 1,
     ) -> Result:
-        """Run the rounds (Flower's ``Strategy.start``)."""
+        """Run rounds ``first_round..num_rounds`` (Flower's ``Strategy.start``)."""
+        ...
+
+    def state_dict(self) -> dict[str, Any]:
+        """The strategy's state for a checkpoint (``server/checkpoint.py``)."""
+        ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` after the set-up calls of a resumed run."""
         ...

@@ -73,6 +73,8 @@ class HashingFedHAP(PartitionOrderedMixin, FedAvg):
         Passed to Flower's FedAvg (and ``sampling_seed`` to the mixin).
     """
 
+    CHECKPOINTED = ("global_prototypes",)
+
     def __init__(
         self,
         *,

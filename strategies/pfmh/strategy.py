@@ -87,6 +87,9 @@ class HashingPFMH(PartitionOrderedMixin, FedAvg):
         Passed to Flower's FedAvg (and ``sampling_seed`` to the mixin).
     """
 
+    CHECKPOINTED = ("centralized", "uploads", "personal")
+    NODE_KEYED = ("uploads", "personal")
+
     def __init__(
         self,
         *,

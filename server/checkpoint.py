@@ -1,0 +1,251 @@
+"""Per-round checkpoints of a run, and reading one back to resume (``resume`` key).
+
+After every completed round ``r < rounds`` the server writes, inside the run's
+``.incomplete`` directory:
+
+* ``checkpoint-r<r>.npz`` -- the global arrays, the strategy's arrays (FedHAP
+  global prototypes, PFMH centralized / per-client prototype sets) and the torch
+  RNG state; written first, under a temporary name, then renamed;
+* ``checkpoint.json`` -- the commit point, replaced atomically: round number, the
+  npz's name and SHA-256, the run config and a hash of the app's code, the
+  strategy's histories, the rows of ``rounds.jsonl``, the privacy ledger and the
+  Python / NumPy RNG states.
+
+A crash at any moment leaves the previous checkpoint intact (the old npz is
+removed only after the new ``checkpoint.json`` is in place). No pickle is read
+back (``strategies/state.py``). The last round is not checkpointed: after it the
+run writes its summary and the directory loses its ``.incomplete`` suffix, so a
+crash in between resumes from the round before and redoes the last one.
+
+What a checkpoint cannot hold is client memory: personalized PFMH keeps each
+client's model in the client's ``context.state``, which a new run does not have,
+so resuming it is refused (as is DPcode, which has no rounds).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from flwr.app import Array, ArrayRecord
+
+from privacy.ledger import PrivacyLedger
+from server.results import INCOMPLETE
+from settings.run_settings import ConfigError, RunSettings
+from strategies.state import pack, unpack
+
+CHECKPOINT = "checkpoint.json"
+FORMAT = 1
+#: the packages whose code decides a run's numbers (hashed into every checkpoint)
+APP_PACKAGES = (
+    "clients", "crypto", "hashdata", "hashing", "privacy", "server", "settings",
+    "strategies",
+)
+_ROOT = Path(__file__).resolve().parents[1]
+_RESUME = RunSettings.key("resume")
+
+
+def code_version(root: Path = _ROOT) -> str:
+    """SHA-256 over the app packages' ``.py`` files (relative path and bytes)."""
+    digest = hashlib.sha256()
+    for package in APP_PACKAGES:
+        for path in sorted((root / package).rglob("*.py")):
+            digest.update(str(path.relative_to(root)).encode() + b"\0")
+            digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def run_config(settings: RunSettings) -> dict[str, Any]:
+    """The config a checkpoint must match: every key but ``resume``."""
+    config = dict(settings.to_dict())
+    config.pop(_RESUME, None)
+    return config
+
+
+@dataclass
+class Checkpoint:
+    """A run's state after ``round`` (see the module docstring)."""
+
+    round: int
+    arrays: ArrayRecord
+    strategy: dict[str, Any]
+    rows: list[dict[str, Any]]
+    ledger: PrivacyLedger
+    rng: dict[str, Any]
+
+    def restore_rng(self) -> None:
+        """Put the server process's Python, NumPy and torch RNGs back."""
+        version, state, gauss = self.rng["python"]
+        random.setstate((version, tuple(state), gauss))
+        name, keys, pos, has_gauss, cached = self.rng["numpy"]
+        np.random.set_state((name, np.asarray(keys, np.uint32), pos, has_gauss, cached))
+        torch.set_rng_state(torch.from_numpy(np.asarray(self.rng["torch"], np.uint8)))
+
+
+def _rng_state(arrays: dict[str, np.ndarray]) -> dict[str, Any]:
+    version, state, gauss = random.getstate()
+    name, keys, pos, has_gauss, cached = np.random.get_state()  # type: ignore[misc]
+    arrays["rng.torch"] = torch.get_rng_state().numpy()
+    return {
+        "python": [version, list(state), gauss],
+        "numpy": [name, keys.tolist(), int(pos), int(has_gauss), float(cached)],
+        "torch": {"__array__": "rng.torch"},
+    }
+
+
+def write_checkpoint(
+    run_dir: Path,
+    *,
+    server_round: int,
+    settings: RunSettings,
+    arrays: ArrayRecord,
+    strategy_state: dict[str, Any],
+    rows: list[dict[str, Any]],
+    ledger: PrivacyLedger,
+) -> Path:
+    """Write the checkpoint of ``server_round`` atomically; return its json path."""
+    npz: dict[str, np.ndarray] = {}
+    names = list(arrays.keys())
+    for i, name in enumerate(names):
+        npz[f"global.{i}"] = arrays[name].numpy()
+    strategy = pack(strategy_state, npz, "strategy")
+    packed_rows = pack(rows, npz, "rows")  # keeps int keys (precision_at_k)
+    rng = _rng_state(npz)
+    data_name = f"checkpoint-r{server_round}.npz"
+    tmp = run_dir / f"{data_name}.tmp"
+    with tmp.open("wb") as fh:
+        np.savez(fh, **npz)  # type: ignore[arg-type]
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, run_dir / data_name)
+    payload = {
+        "format": FORMAT,
+        "round": server_round,
+        "data": data_name,
+        "sha256": _sha256(run_dir / data_name),
+        "config": run_config(settings),
+        "code": code_version(),
+        "global_names": names,
+        "strategy": strategy,
+        "rows": packed_rows,
+        "ledger": json.loads(ledger.to_json()),
+        "rng": rng,
+    }
+    path = run_dir / CHECKPOINT
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(payload, allow_nan=True))
+    os.replace(tmp, path)
+    for old in run_dir.glob("checkpoint-r*.npz"):
+        if old.name != data_name:
+            old.unlink()
+    return path
+
+
+def read_checkpoint(run_dir: Path, settings: RunSettings) -> Checkpoint:
+    """Read and check the checkpoint in ``run_dir`` against this run's settings.
+
+    Raises
+    ------
+    ConfigError
+        Naming ``resume`` and the reason: no checkpoint, a damaged one, or one
+        written with another config (the differing keys are listed) or another
+        version of the code.
+    """
+    path = run_dir / CHECKPOINT
+    if not path.is_file():
+        raise ConfigError(
+            f"{_RESUME}={str(run_dir)!r}: no {CHECKPOINT} there (a run writes one "
+            "after each completed round before its last)"
+        )
+    payload = json.loads(path.read_text())
+    if payload.get("format") != FORMAT:
+        raise ConfigError(
+            f"{_RESUME}: checkpoint format {payload.get('format')!r}, this code "
+            f"reads format {FORMAT}"
+        )
+    ours = json.loads(json.dumps(run_config(settings)))
+    if payload["config"] != ours:
+        keys = sorted(
+            k
+            for k in set(ours) | set(payload["config"])
+            if ours.get(k) != payload["config"].get(k)
+        )
+        raise ConfigError(
+            f"{_RESUME}={str(run_dir)!r}: the checkpoint was written with another "
+            f"config; differing keys: {', '.join(keys)} (resume with the run's own "
+            "config, from its config.json)"
+        )
+    if payload["code"] != code_version():
+        raise ConfigError(
+            f"{_RESUME}={str(run_dir)!r}: the checkpoint was written by another "
+            "version of the app's code (its hash differs); resume with the code "
+            "that started the run"
+        )
+    data = run_dir / payload["data"]
+    if not data.is_file() or _sha256(data) != payload["sha256"]:
+        raise ConfigError(
+            f"{_RESUME}={str(run_dir)!r}: {payload['data']} is missing or does not "
+            "match the SHA-256 in the checkpoint"
+        )
+    with np.load(data, allow_pickle=False) as npz:
+        arrays = {k: npz[k] for k in npz.files}
+    global_arrays = ArrayRecord(
+        {
+            name: Array(np.ascontiguousarray(arrays[f"global.{i}"]))
+            for i, name in enumerate(payload["global_names"])
+        }
+    )
+    return Checkpoint(
+        round=int(payload["round"]),
+        arrays=global_arrays,
+        strategy=unpack(payload["strategy"], arrays),
+        rows=unpack(payload["rows"], arrays),
+        ledger=PrivacyLedger.from_json(json.dumps(payload["ledger"])),
+        rng={**payload["rng"], "torch": arrays["rng.torch"]},
+    )
+
+
+def resume_dir(settings: RunSettings) -> Path:
+    """The ``.incomplete`` directory ``resume`` names (the suffix may be left off).
+
+    Raises
+    ------
+    ConfigError
+        If it does not exist, if the run finished, or if this run cannot be
+        resumed (personalized PFMH, DPcode).
+    """
+    if settings.pfmh_personalized:
+        raise ConfigError(
+            f"{_RESUME}: personalized PFMH keeps each client's model in the client's "
+            "memory (context.state), which a new run does not have; resuming would "
+            "silently restart those models. Accepted: pfmh.mode='fedavg', or rerun"
+        )
+    if settings.strategy == "dpcode":
+        raise ConfigError(f"{_RESUME}: DPcode is a one-shot release with no rounds")
+    path = Path(settings.resume)
+    if not path.name.endswith(INCOMPLETE):
+        if path.is_dir() and (path / "summary.json").is_file():
+            raise ConfigError(
+                f"{_RESUME}={settings.resume!r}: that run finished; nothing to resume"
+            )
+        path = path.with_name(path.name + INCOMPLETE)
+    if not path.is_dir():
+        raise ConfigError(
+            f"{_RESUME}={settings.resume!r}: no such run directory ({path})"
+        )
+    return path
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

@@ -1,0 +1,129 @@
+"""Fault injection: the server marks k sampled clients, the client mod acts it out,
+and the round goes on with the rest (or makes no update below min-train-nodes)."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
+
+import clients.faults as faults
+from settings import keys as K
+from settings.run_settings import ConfigError, RunSettings
+from strategies.fedavg.strategy import HashingFedAvg
+from tests.integration.test_strategies import FakeGrid, arrays, train_reply
+from tests.messages import reply_from, request_to
+
+pytestmark = pytest.mark.usefixtures("task_identity")
+
+
+def strategy(count=1, kind="raise", min_train_nodes=1):
+    s = HashingFedAvg(
+        fraction_evaluate=0.0,
+        min_train_nodes=min_train_nodes,
+        min_available_nodes=1,
+        sampling_seed=7,
+        faults=(count, kind, 3.0),
+    )
+    s.set_node_partitions({30: 0, 10: 2, 20: 1, 40: 3})
+    return s
+
+
+def marked(messages):
+    return [
+        m.metadata.dst_node_id
+        for m in messages
+        if K.FAULT in m.content[K.CONFIG]
+    ]
+
+
+def test_server_marks_k_clients_per_round_seeded_and_others_unchanged():
+    picks = []
+    for rnd in (1, 2, 3):
+        msgs = list(
+            strategy(2).configure_train(rnd, arrays(0.0), ConfigRecord(),
+                                        FakeGrid([10, 20, 30, 40]))
+        )
+        again = list(
+            strategy(2).configure_train(rnd, arrays(0.0), ConfigRecord(),
+                                        FakeGrid([40, 30, 20, 10]))
+        )
+        assert marked(msgs) == marked(again)  # seeded, independent of node order
+        assert len(marked(msgs)) == 2
+        for m in msgs:
+            cfg = m.content[K.CONFIG]
+            if m.metadata.dst_node_id in marked(msgs):
+                assert cfg[K.FAULT] == "raise" and cfg[K.FAULT_DELAY] == 3.0
+        picks.append(tuple(marked(msgs)))
+    assert len(set(picks)) > 1  # not the same clients every round
+    none = list(strategy(0).configure_train(1, arrays(0.0), ConfigRecord(),
+                                            FakeGrid([10, 20, 30, 40])))
+    assert marked(none) == []
+
+
+def test_round_below_min_train_nodes_makes_no_update(caplog):
+    s = strategy(0, min_train_nodes=2)
+    s.configure_train(1, arrays(0.0), ConfigRecord(), FakeGrid([10, 20, 30]))
+    replies = [reply_from(10, error="boom"), train_reply(20, 1.0),
+               train_reply(30, float("nan"))]
+    with caplog.at_level(logging.WARNING):
+        agg, metrics = s.aggregate_train(1, replies)
+    assert agg is None and metrics is None
+    assert "1 usable replies of 3 sent, fewer than min-train-nodes=2" in caplog.text
+    assert "partition 2 (node 10): error reply (boom)" in caplog.text
+    agg, _ = s.aggregate_train(1, [train_reply(20, 1.0), train_reply(30, 3.0)])
+    assert agg["w"].numpy() == pytest.approx(np.full((2, 3), 2.0))
+
+
+def _train_msg(kind, delay=0.0):
+    return request_to(
+        5,
+        RecordDict({K.CONFIG: ConfigRecord({K.FAULT: kind, K.FAULT_DELAY: delay})}),
+        "train",
+    )
+
+
+def _next(msg, context):
+    return reply_from(
+        5,
+        RecordDict(
+            {
+                K.ARRAYS: ArrayRecord({"w": Array(np.ones((2, 3), np.float32))}),
+                K.METRICS: MetricRecord({K.NUM_EXAMPLES: 3}),
+            }
+        ),
+    )
+
+
+def test_client_mod_acts_out_each_fault_in_simulation(monkeypatch):
+    monkeypatch.setattr(faults, "client_in_simulation", lambda: True)
+    with pytest.raises(faults.InjectedFault):
+        faults.fault_mod(_train_msg("raise"), None, _next)
+    nan = faults.fault_mod(_train_msg("nan"), None, _next)
+    assert np.isnan(nan.content[K.ARRAYS]["w"].numpy()).all()
+    big = faults.fault_mod(_train_msg("oversize"), None, _next)
+    assert big.content[K.ARRAYS]["w"].numpy().shape == (12,)
+    slept = []
+    monkeypatch.setattr(faults.time, "sleep", slept.append)
+    late = faults.fault_mod(_train_msg("timeout", 4.5), None, _next)
+    assert slept == [4.5] and late.content[K.ARRAYS]["w"].numpy().shape == (2, 3)
+
+
+def test_deployed_client_ignores_the_instruction(monkeypatch, caplog):
+    monkeypatch.setattr(faults, "client_in_simulation", lambda: False)
+    with caplog.at_level(logging.WARNING):
+        reply = faults.fault_mod(_train_msg("raise"), None, _next)
+    assert reply.content[K.ARRAYS]["w"].numpy().shape == (2, 3)
+    assert "ignoring injected fault 'raise'" in caplog.text
+
+
+def test_config_checks():
+    with pytest.raises(ConfigError, match="faults.kind"):
+        RunSettings.from_config({"faults.kind": "explode"})
+    with pytest.raises(ConfigError, match="round-timeout"):
+        RunSettings.from_config({"faults.clients": 1, "faults.kind": "timeout"})
+    RunSettings.from_config(
+        {"faults.clients": 1, "faults.kind": "timeout", "round-timeout": 5}
+    )
