@@ -12,6 +12,7 @@ from server import log_filters
 from server.experiment import run_experiment
 from settings.run_settings import ConfigError, RunSettings
 from settings.runtime import server_in_simulation
+from settings.faults import FaultsConfig
 from settings.sections import PrivacyConfig
 from strategies.registry import method
 
@@ -34,6 +35,12 @@ def build_server_app(overrides: Mapping[str, Any] | None = None) -> ServerApp:
                 "privacy noise is for Flower's simulation engine only (the server "
                 "could rebuild every flip and DP-SGD draw); accepted in a "
                 "deployment: 'secure'"
+            )
+        if settings.faults.clients and not server_in_simulation(grid):
+            raise ConfigError(
+                f"{FaultsConfig.key('clients')}={settings.faults.clients}: fault "
+                "injection is for Flower's simulation engine only (deployed clients "
+                "ignore it); accepted in a deployment: 0"
             )
         # a method with its own run (federated analytics) or the training loop
         run = method(settings).run or run_experiment

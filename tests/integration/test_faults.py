@@ -127,3 +127,17 @@ def test_config_checks():
     RunSettings.from_config(
         {"faults.clients": 1, "faults.kind": "timeout", "round-timeout": 5}
     )
+
+
+def test_serverapp_refuses_fault_injection_outside_simulation():
+    from flwr.app import Context
+
+    from server.server_app import build_server_app
+    from tests.integration.test_privacy_noise import FakeGrid as DeployedGrid
+
+    app = build_server_app({"faults.clients": 1})
+    context = Context(
+        run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config={}
+    )
+    with pytest.raises(ConfigError, match="faults.clients=1: fault injection is for"):
+        app._main(DeployedGrid({}), context)  # a deployment's grid
