@@ -16,7 +16,9 @@ Ranking
     stable ties, mAP is a deterministic function of the codes and labels.
 Empty lists
     Every query counts in every mean. A query with no relevant item in the list
-    being scored gets AP 0, recall 0 and precision 0.
+    being scored gets AP 0, recall 0 and precision 0; in particular a query with
+    no relevant item in the whole database has recall 0 at every radius and every
+    K (it is not left out of the mean, which would raise the mean recall).
 
 Backends
 --------
@@ -782,6 +784,83 @@ def _precision_from_top(
     return out
 
 
+def recall_at_k(
+    query_packed: ArrayLike,
+    db_packed: ArrayLike,
+    query_labels: ArrayLike,
+    db_labels: ArrayLike,
+    *,
+    ks: ArrayLike,
+    backend: Backend = "auto",
+) -> NDArray[np.float64]:
+    """Mean recall of the top-k Hamming ranking for several k.
+
+    R@k of a query = relevant items among its first k' / relevant items in the
+    whole database, with k' = min(k, ndb) (k above the database size is clipped,
+    so R@k is then 1 for every query that has a relevant item), in the stable
+    ranking of the module docstring. A query with no relevant item in the
+    database has R@k = 0 and still counts in the mean (as in
+    :func:`precision_recall_by_radius`), so the mean is below 1 whenever such
+    queries exist.
+
+    Parameters
+    ----------
+    query_packed : array_like
+        (nq, words) uint64 packed query codes.
+    db_packed : array_like
+        (ndb, words) uint64 packed database codes.
+    query_labels : array_like
+        (nq,) integer class ids or (nq, C) multi-hot.
+    db_labels : array_like
+        (ndb,) or (ndb, C), same kind as ``query_labels``.
+    ks : array_like
+        Positive list lengths.
+    backend : {"auto", "numpy", "numba"}
+        See the module docstring.
+
+    Returns
+    -------
+    numpy.ndarray
+        (len(ks),) float64 mean recall over all queries, in [0, 1].
+
+    """
+    q, db = _check_codes(query_packed, db_packed)
+    labels = _encode_labels(query_labels, db_labels, q.shape[0], db.shape[0])
+    ks_t = _check_ks(ks)
+    k_max = min(max(ks_t), db.shape[0])
+    idx, _ = _topk_impl(
+        q, db, k_max, _choose_backend(backend, q.shape[0] * db.shape[0])
+    )
+    n_rel = _relevant_counts(labels, q.shape[0], db.shape[0])
+    return _recall_from_top(_relevance_of(labels, idx), n_rel, ks_t, db.shape[0])
+
+
+def _relevant_counts(labels: _Labels, nq: int, ndb: int) -> NDArray[np.int64]:
+    """(nq,) number of database items relevant to each query."""
+    out = np.empty(nq, np.int64)
+    block = max(1, _BLOCK_PAIRS // ndb)
+    for q0 in range(0, nq, block):
+        q1 = min(q0 + block, nq)
+        out[q0:q1] = _relevance_block(labels, q0, q1).sum(axis=1)
+    return out
+
+
+def _recall_from_top(
+    rel_top: NDArray[np.bool_],
+    n_rel: NDArray[np.int64],
+    ks: tuple[int, ...],
+    ndb: int,
+) -> NDArray[np.float64]:
+    """Mean R@k of (nq, >= max k') relevance flags; R@k = 0 when n_rel is 0."""
+    hits = np.cumsum(rel_top, axis=1)
+    out = np.empty(len(ks), np.float64)
+    for i, k in enumerate(ks):
+        kk = min(k, ndb)
+        recall = np.where(n_rel > 0, hits[:, kk - 1] / np.maximum(n_rel, 1), 0.0)
+        out[i] = float(np.mean(recall))
+    return out
+
+
 @dataclass(frozen=True, eq=False)
 class RetrievalReport:
     """Retrieval metrics of one evaluation (see :func:`evaluate_retrieval`).
@@ -799,9 +878,14 @@ class RetrievalReport:
         float64 of Hamming-ball retrieval (see
         :func:`precision_recall_by_radius`).
     ks : tuple of int
-        List lengths of ``precision_at_k``.
+        List lengths of ``precision_at_k`` and ``recall_at_k``.
     precision_at_k : numpy.ndarray
         (len(ks),) float64 mean P@k.
+    recall_at_k : numpy.ndarray
+        (len(ks),) float64 mean R@k: relevant items in the first k / relevant
+        items in the whole database, per query, then the mean over all queries; a
+        query with no relevant item in the database has R@k = 0 and still counts
+        (see :func:`recall_at_k`).
     n_query, n_db, bits : int
         Problem size and code length.
 
@@ -813,6 +897,7 @@ class RetrievalReport:
     pr: dict[str, NDArray[Any]]
     ks: tuple[int, ...]
     precision_at_k: NDArray[np.float64]
+    recall_at_k: NDArray[np.float64]
     n_query: int
     n_db: int
     bits: int
@@ -824,7 +909,8 @@ class RetrievalReport:
         -------
         dict
             Keys ``map_all``, ``map_at_k``, ``top_k``, ``pr`` (dict of lists),
-            ``ks``, ``precision_at_k``, ``n_query``, ``n_db``, ``bits``.
+            ``ks``, ``precision_at_k``, ``recall_at_k``, ``n_query``, ``n_db``,
+            ``bits``.
 
         """
         return {
@@ -834,6 +920,7 @@ class RetrievalReport:
             "pr": {key: np.asarray(v).tolist() for key, v in self.pr.items()},
             "ks": [int(k) for k in self.ks],
             "precision_at_k": np.asarray(self.precision_at_k).tolist(),
+            "recall_at_k": np.asarray(self.recall_at_k).tolist(),
             "n_query": int(self.n_query),
             "n_db": int(self.n_db),
             "bits": int(self.bits),
@@ -852,8 +939,11 @@ def evaluate_retrieval(
 ) -> RetrievalReport:
     """All retrieval metrics of one query set against one database.
 
-    One pass over the (query, database) pairs gives mAP@ALL and the
-    precision-recall curve; one top-max(top_k, ks) search gives mAP@top_k and P@k.
+    One pass over the (query, database) pairs gives mAP@ALL, the
+    precision-recall curve and each query's number of relevant items; one
+    top-max(top_k, ks) search gives mAP@top_k, P@k and R@k (recall@k: relevant
+    items in the first k / relevant items in the database; 0 for a query with no
+    relevant item, which still counts in the mean).
 
     Parameters
     ----------
@@ -869,7 +959,7 @@ def evaluate_retrieval(
     top_k : int
         K of mAP@K.
     ks : array_like
-        List lengths for precision@k.
+        List lengths for precision@k and recall@k.
     backend : {"auto", "numpy", "numba"}
         See the module docstring.
 
@@ -905,6 +995,7 @@ def evaluate_retrieval(
         pr=_pr_from_hists(hist_all, hist_rel, bits),
         ks=ks_t,
         precision_at_k=_precision_from_top(rel_top, ks_t, ndb),
+        recall_at_k=_recall_from_top(rel_top, hist_rel.sum(axis=1), ks_t, ndb),
         n_query=nq,
         n_db=ndb,
         bits=bits,
