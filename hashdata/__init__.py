@@ -12,7 +12,9 @@ Typical use::
     client_rows = db_idx[local]  # rows of ``ds`` held by client 3
 
 :func:`load_split` does the load and split in one call and scales the inputs
-(``feature-scaling``) with statistics of the database part.
+(``feature-scaling``) with statistics of the database part. A ``.npz`` file with a
+``split`` array (:func:`fixed_split_mask`) is split that way instead of by
+``query-fraction`` and ``seed``.
 """
 
 from hashdata.dataset import HashDataset
@@ -36,6 +38,8 @@ from hashdata.partition import (
 )
 from hashdata.protocol import (
     MAX_QUERY_FRACTION,
+    SPLIT_ARRAY,
+    fixed_split_mask,
     primary_labels,
     split_query_database,
     validate_query_fraction,
@@ -52,9 +56,11 @@ __all__ = [
     "FEATURE_SCALINGS",
     "MAX_QUERY_FRACTION",
     "PARTITION_SCHEMES",
+    "SPLIT_ARRAY",
     "HashDataset",
     "ProtocolSplit",
     "dirichlet_min_partition_size",
+    "fixed_split_mask",
     "load_dataset",
     "load_multiview_digits",
     "load_split",

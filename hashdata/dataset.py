@@ -40,6 +40,11 @@ class HashDataset:
         ``multiview-digits``, ``cifar10``): ``feature-scaling = "auto"`` then keeps
         them exactly as loaded (:mod:`hashdata.scaling`). ``False`` for ``.npz``
         data, which comes as the user made it.
+    fixed_split : numpy.ndarray or None
+        ``(n,)`` bool, True for the query rows of the split the data file carries
+        (the ``.npz`` array ``split``, :func:`hashdata.protocol.fixed_split_mask`);
+        ``None`` when it carries none (the query set is then drawn with
+        ``query-fraction`` and ``seed``).
 
     """
 
@@ -51,6 +56,7 @@ class HashDataset:
     kind: str
     description: str
     scaled: bool = False
+    fixed_split: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         """Check that every array has one row per label."""
@@ -63,6 +69,12 @@ class HashDataset:
                     f"HashDataset {self.name!r}: modality {modality!r} has "
                     f"{len(array)} rows but there are {n} labels"
                 )
+        split = self.fixed_split
+        if split is not None and (split.dtype != np.bool_ or split.shape != (n,)):
+            raise ValueError(
+                f"HashDataset {self.name!r}: fixed_split must be ({n},) bool, got "
+                f"{split.dtype} {split.shape}"
+            )
         if self.kind not in ("image", "features"):
             raise ValueError(f"kind must be 'image' or 'features', got {self.kind!r}")
 
@@ -87,7 +99,8 @@ class HashDataset:
         Returns
         -------
         HashDataset
-            Same name/kind/classes, ``m`` samples.
+            Same name/kind/classes, ``m`` samples (and their rows of
+            ``fixed_split``).
 
         """
         idx = np.asarray(indices, dtype=np.int64)
@@ -100,4 +113,5 @@ class HashDataset:
             kind=self.kind,
             description=self.description,
             scaled=self.scaled,
+            fixed_split=None if self.fixed_split is None else self.fixed_split[idx],
         )

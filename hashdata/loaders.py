@@ -21,6 +21,10 @@ Four sources are supported (``DATASETS``), selected by the ``dataset`` config ke
     ``image_shape`` array of three integers in the file; a 2-D array is never
     reshaped on a guess). Images become ``(n, C, H, W)`` float32, uint8 or float,
     values as stored: scaling is :mod:`hashdata.scaling`'s job, after the split.
+    An optional ``split`` array (one value per sample: 1 / 0, or ``"query"`` /
+    ``"database"``; :func:`hashdata.protocol.fixed_split_mask`) fixes the query /
+    database split; :func:`hashdata.load_split` then uses it instead of the seeded
+    ``query-fraction`` draw (:attr:`HashDataset.fixed_split`).
 ``cifar10``
     torchvision's CIFAR-10 under ``data-path`` (``cifar-10-batches-py/``); the
     50,000 training and 10,000 test images are pooled (train first, then test) and
@@ -41,6 +45,7 @@ import numpy as np
 
 from hashdata.dataset import HashDataset
 from hashdata.multiview import load_multiview_digits
+from hashdata.protocol import SPLIT_ARRAY, fixed_split_mask
 
 DATASETS: tuple[str, ...] = ("digits", "npz", "cifar10", "multiview-digits")
 
@@ -256,6 +261,9 @@ def _load_npz(data_path: str, image_shape: tuple[int, int, int] | None) -> HashD
         labels, num_classes, multi = _single_labels(labels_raw, path)
     else:
         labels, num_classes, multi = _multi_hot_labels(labels_raw, path)
+    fixed = arrays.get(SPLIT_ARRAY)
+    if fixed is not None:
+        fixed = fixed_split_mask(fixed, n=n, where=f"`data-path` {str(path)!r}")
 
     dims = ", ".join(_describe_input(m, inputs[m]) for m in sorted(inputs))
     kind_txt = "multi-label" if multi else "single-label"
@@ -271,6 +279,7 @@ def _load_npz(data_path: str, image_shape: tuple[int, int, int] | None) -> HashD
             f"npz:{path.stem}: {n} samples, inputs ({dims}), {num_classes} classes, "
             f"{kind_txt}"
         ),
+        fixed_split=fixed,
     )
 
 

@@ -2,7 +2,9 @@
 
 The whole dataset is split once, with a fixed seed, into a *query* set (held by the
 server, used to evaluate retrieval) and a *database* (partitioned across clients,
-encoded into hash codes). The split is stratified by the *primary label*:
+encoded into hash codes); a data file that carries its own fixed split (a ``split``
+array, :func:`fixed_split_mask`) is split that way instead. The seeded split is
+stratified by the *primary label*:
 
 * single-label data: the label itself;
 * multi-label data (multi-hot rows): the **lowest positive class index** of the row
@@ -203,3 +205,92 @@ def split_query_database(
         stratify=stratify,
     )
     return np.sort(query_idx).astype(np.int64), np.sort(database_idx).astype(np.int64)
+
+
+#: ``.npz`` array that fixes the query / database split (one value per sample).
+SPLIT_ARRAY = "split"
+#: Values of a string ``split`` array (case and surrounding blanks ignored).
+SPLIT_QUERY_NAMES: tuple[str, ...] = ("query", "test")
+SPLIT_DATABASE_NAMES: tuple[str, ...] = ("database", "db", "retrieval", "train")
+
+
+def fixed_split_mask(values: np.ndarray, *, n: int, where: str) -> np.ndarray:
+    """Read a fixed query / database split: one value per sample.
+
+    Accepted encodings (the shared data files store int8 0/1):
+
+    * integers 0 / 1 (or bool): **1 = query**, 0 = database; this is the
+      "test / train" convention of the original splits (test = query, train =
+      database);
+    * strings: ``"query"`` or ``"test"`` = query; ``"database"``, ``"db"``,
+      ``"retrieval"`` or ``"train"`` = database (case-insensitive).
+
+    A three-way split (queries / training subset / retrieval set, as some papers
+    use) is not expressible: the database is what the clients train on and encode.
+
+    Parameters
+    ----------
+    values : numpy.ndarray
+        The ``split`` array as stored.
+    n : int
+        Number of samples (rows of ``labels``).
+    where : str
+        Names the source in errors, e.g. ``"`data-path` 'wiki.npz'"``.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(n,)`` bool, True for query rows.
+
+    Raises
+    ------
+    ValueError
+        Not 1-D of length ``n``, a value outside the encodings above, no query row
+        or no database row. The message names ``where`` and the array.
+
+    """
+    arr = np.asarray(values)
+    field = f"{where}: array `{SPLIT_ARRAY}`"
+    if arr.ndim != 1 or len(arr) != n:
+        raise ValueError(
+            f"{field} must have one value per sample, shape ({n},), got shape "
+            f"{arr.shape}"
+        )
+    if arr.dtype == np.bool_:
+        mask = arr.copy()
+    elif np.issubdtype(arr.dtype, np.integer):
+        bad = ~np.isin(arr, (0, 1))
+        if bad.any():
+            odd = np.unique(arr[bad])[:5].tolist()
+            raise ValueError(
+                f"{field} must hold 1 (query) or 0 (database) per sample, found "
+                f"e.g. {odd} in {int(np.count_nonzero(bad))} rows"
+            )
+        mask = arr == 1
+    elif arr.dtype.kind in "US":
+        text = arr.astype(str)
+        names = np.char.lower(np.char.strip(text))
+        is_query = np.isin(names, SPLIT_QUERY_NAMES)
+        bad = ~(is_query | np.isin(names, SPLIT_DATABASE_NAMES))
+        if bad.any():
+            odd = np.unique(text[bad])[:5].tolist()
+            raise ValueError(
+                f"{field} has unknown values, e.g. {odd} in "
+                f"{int(np.count_nonzero(bad))} rows; accepted: "
+                f"{', '.join(SPLIT_QUERY_NAMES)} (query) or "
+                f"{', '.join(SPLIT_DATABASE_NAMES)} (database)"
+            )
+        mask = is_query
+    else:
+        raise ValueError(
+            f"{field} must be integers 0/1 (1 = query), bool or strings "
+            f"('query' / 'database'), got dtype {arr.dtype}"
+        )
+    n_query = int(np.count_nonzero(mask))
+    if n_query == 0:
+        raise ValueError(f"{field} marks no sample as a query; it needs at least one")
+    if n_query == n:
+        raise ValueError(
+            f"{field} marks every sample as a query; the database needs at least one"
+        )
+    return np.ascontiguousarray(mask, dtype=np.bool_)
