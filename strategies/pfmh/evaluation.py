@@ -1,29 +1,37 @@
-"""PFMH's retrieval evaluation: per-client protocol and global protocols.
+"""PFMH's retrieval evaluation: the global protocol (primary) and ours (per-client).
 
-Three numbers, each averaged the way its protocol says (README "PFMH"):
+Three numbers, each averaged the way its protocol says (docs/methods/pfmh.md). The
+paper fixes global query / retrieval splits (Wikipedia: 693 queries, 2,173
+retrieval = training samples) and encodes a query "with the trained model on each
+client"; the **global protocol** below is the closest we have to that and is the
+primary number. The per-client local protocol is **ours**, secondary: the paper
+does not describe it.
 
-``local_map_all`` / ``local_map_at_k`` -- the paper's per-client protocol
-    Every client ranks its *local database* (its partition minus its local queries,
-    which is also what it trains on) for its *local queries* (a seeded stratified
-    ``query-fraction`` of its partition, never trained on) with its own model:
-    the personal model from ``context.state`` in personalized mode, the sent global
-    model in fedavg mode. Only the two mAPs leave the node (``query.pfmh_eval``);
-    the server averages them over clients **without weights**, as the paper.
-``server_queries_client_db_map_all`` / ``..._map_at_k`` -- global queries, per client
-    The server's held-out query set ranked against *each client's own* database
-    (its whole partition), with that client's model, then averaged over clients
-    without weights. In personalized mode the server sends the query *inputs* with
-    the request (they are the held-out test split, not any client's data), the
-    client returns the query codes and publishes its database codes through
-    ``publish_codes``, and the server computes the mAPs. In fedavg mode the same
-    number is computed from the codes of the union protocol below.
-``map_all`` / ``map_at_k`` -- the foundation protocol (fedavg mode only)
+``server_queries_client_db_map_all`` / ``..._map_at_k`` -- global protocol, per client
+    (primary) The server's held-out query set ranked against *each client's own*
+    database (its whole partition), both encoded with that client's own model,
+    then averaged over clients without weights. In personalized mode the server
+    sends the query *inputs* with the request (they are the held-out test split,
+    not any client's data), the client returns the query codes and publishes its
+    database codes through ``publish_codes``, and the server computes the mAPs. In
+    fedavg mode the same number is computed from the codes of the union protocol
+    below.
+``map_all`` / ``map_at_k`` -- global protocol, union (fedavg mode only)
     Server queries encoded with the global model against the union of all
     published partitions (:meth:`server.evaluation.RetrievalEvaluator.collect`,
     the base class of :class:`PFMHEvaluator`). It needs
     one model that encodes every database item: personalized PFMH has one model per
     client, whose codes live in different Hamming spaces, so a union ranking would
     compare incomparable codes and is not computed (the report is ``None``).
+``local_map_all`` / ``local_map_at_k`` -- ours (per-client, local queries), secondary
+    Every client ranks its *local database* (its partition minus its local queries,
+    which is also what it trains on) for its *local queries* (a seeded stratified
+    ``query-fraction`` of its partition, never trained on) with its own model:
+    the personal model from ``context.state`` in personalized mode, the sent global
+    model in fedavg mode. Only the two mAPs leave the node (``query.pfmh_eval``);
+    the server averages them over clients **without weights**. Under label skew a
+    client's database holds few classes, so this number is high even for an
+    untrained network.
 """
 
 from __future__ import annotations
@@ -51,7 +59,7 @@ LOCAL_CLIENTS = "local_clients"  # clients that contributed a local mAP
 
 
 class PFMHEvaluator(RetrievalEvaluator):
-    """Evaluate PFMH by the per-client protocol and the global protocols.
+    """Evaluate PFMH by the global protocol (primary) and ours (per-client, local).
 
     A :class:`server.evaluation.RetrievalEvaluator` (its union protocol, code
     validation and ranking) that also asks every node for ``pfmh_eval``.
@@ -179,38 +187,52 @@ def build_pfmh_evaluator(settings: Any, *args: Any, **kwargs: Any) -> PFMHEvalua
 
 
 def pfmh_protocol(settings: Any, text: str) -> str:
-    """Extend the foundation protocol text with PFMH's per-client protocols."""
-    per_client = (
-        f"PFMH per-client protocol (the paper's; local_map_*): each client splits "
-        f"its partition (seeded, stratified) into {settings.query_fraction:.0%} local "
-        "queries and a local database, trains on the local database only, ranks it "
-        "for its local queries with its own model; mAP@ALL and "
-        f"mAP@{settings.map_top_k} averaged over clients without weights. "
-        "server_queries_client_db_*: the server's queries ranked against each "
-        "client's own partition with that client's model, averaged over clients"
+    """Extend the foundation protocol text with PFMH's global and local protocols."""
+    top_k = settings.map_top_k
+    local = (
+        "Secondary, ours (per-client protocol, local queries; local_map_*): each "
+        "client splits its partition (seeded, stratified) into "
+        f"{settings.query_fraction:.0%} local queries and a local database, trains "
+        "on the local database only, ranks it for its local queries with its own "
+        f"model; mAP@ALL and mAP@{top_k} averaged over clients without weights"
+    )
+    per_db = (
+        "the server's queries ranked against each client's own partition, both "
+        "encoded with that client's own model, mAP@ALL and "
+        f"mAP@{top_k} averaged over clients without weights "
+        "(server_queries_client_db_*)"
     )
     if settings.pfmh.mode == "personalized":
         return (
-            f"{per_client} (the query inputs are sent to the clients). No union "
-            "ranking: personalized models encode into different Hamming spaces. "
-            f"Data: {text}"
+            "PFMH global protocol (primary, the closest to the paper's fixed query "
+            f"/ retrieval split): {per_db}; the query inputs are sent to the "
+            "clients. No union ranking: personalized models encode into different "
+            f"Hamming spaces. {local}. Data: {text}"
         )
-    return f"{text}. {per_client}"
+    return (
+        f"{text}. PFMH global protocol (primary, the closest to the paper's fixed "
+        f"query / retrieval split): the union ranking above (map_*) and {per_db}. "
+        f"{local}"
+    )
 
 
 def pfmh_table(rows: list[dict[str, Any]]) -> str:
-    """PFMH: union mAP@ALL (fedavg mode), per-client, server queries vs client db."""
+    """PFMH mAP@ALL: global (union, fedavg mode; per client db), then ours (local)."""
 
     def fmt(v: float | None) -> str:
         return "-" if v is None else f"{v:.4f}"
 
-    head = f"{'round':>5} | {'mAP@ALL':>7} | {'local mAP@ALL':>13} | sq/cdb mAP@ALL"
+    # mAP@ALL; "global" = the server's queries (primary), "ours" = local queries
+    head = (
+        f"{'round':>5} | {'global union':>12} | {'global per-client db':>20} | "
+        "ours: local queries"
+    )
     lines = [head, "-" * len(head)]
     for r in rows:
-        if "local_map_all" in r:
+        if LOCAL_MAP_ALL in r:
             lines.append(
-                f"{r['round']:>5} | {fmt(r.get('map_all')):>7} | "
-                f"{fmt(r.get('local_map_all')):>13} | "
-                f"{fmt(r.get('server_queries_client_db_map_all'))}"
+                f"{r['round']:>5} | {fmt(r.get('map_all')):>12} | "
+                f"{fmt(r.get(SQ_CLIENT_DB_MAP_ALL)):>20} | "
+                f"{fmt(r.get(LOCAL_MAP_ALL))}"
             )
     return "\n".join(lines)
