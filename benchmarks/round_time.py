@@ -4,11 +4,17 @@ For each client count: one simulation (Flower + Ray, in-process) with ``rounds``
 rounds and evaluation only at round 0 and the last round; seconds per round are taken
 from ``rounds.jsonl`` over the rounds without evaluation. Baseline measured in the
 same run: the same local training (every partition, one round, same model and
-hyper-parameters) done sequentially in this process without Flower; the ratio
-``round_s / sequential_s`` is the cost of the federation machinery (Ray actors,
-message serialisation, aggregation) relative to the bare compute.
+hyper-parameters) done sequentially in this process without Flower, timed right
+before and right after the simulation (the machine is shared: the mean of the two
+is the baseline, both are in the JSON); the ratio ``round_s / sequential_s`` is the
+cost of the federation machinery (Ray actors, message serialisation, data loading,
+aggregation) relative to the bare compute.
 
-``python benchmarks/round_time.py [--clients 10,100] [--rounds 4] [--out FILE]``
+``--before FILE`` embeds an earlier ``round_time.json`` (e.g. measured before a
+change, with its own same-run baseline) under ``before`` for comparison.
+
+``python benchmarks/round_time.py [--clients 10,100] [--rounds 4] [--out FILE]
+[--before FILE]``
 """
 
 from __future__ import annotations
@@ -50,6 +56,17 @@ def sequential_round(clients: int) -> float:
         learning_rate=settings.learning_rate,
         batch_size=settings.batch_size,
         quantization_weight=settings.quantization_weight,
+    )
+    # untimed warm-up: the first optimiser step of a process imports torch._dynamo
+    # (seconds), which the simulation's actors pay before their timed rounds too
+    warm = build_run_model(settings, data[0].input_shape)
+    train_dpsh(
+        warm,
+        data[0].inputs,
+        data[0].labels,
+        config=cfg,
+        device=torch.device("cpu"),
+        generator=torch.Generator().manual_seed(0),
     )
     t0 = time.perf_counter()
     for i, d in enumerate(data):
@@ -94,17 +111,22 @@ def main() -> None:
     parser.add_argument(
         "--out", type=Path, default=ROOT / "docs/results/benchmarks/round_time.json"
     )
+    parser.add_argument("--before", type=Path, default=None)
     args = parser.parse_args()
+    before = json.loads(args.before.read_text()) if args.before else None
     if args.rounds < 3:
         parser.error("--rounds must be >= 3 (round 1 and the last round are excluded)")
     results = []
     for n in (int(c) for c in args.clients.split(",")):
+        seq_before = sequential_round(n)
         fed = federated_round(n, args.rounds)
-        seq = sequential_round(n)
+        seq_after = sequential_round(n)
+        seq = (seq_before + seq_after) / 2
         row = {
             "clients": n,
             **fed,
             "sequential_local_training_seconds": seq,
+            "sequential_before_after_seconds": [seq_before, seq_after],
             "ratio_round_over_sequential": fed["seconds_per_round"] / seq,
         }
         results.append(row)
@@ -119,7 +141,9 @@ def main() -> None:
                 "cpu_count": os.cpu_count(),
                 "python": platform.python_version(),
                 "torch": torch.__version__,
+                "command": "python benchmarks/round_time.py " + " ".join(sys.argv[1:]),
                 "results": results,
+                **({"before": before} if before else {}),
             },
             indent=2,
         )

@@ -14,13 +14,17 @@ database for its local queries (docs/methods/pfmh.md).
 
 from __future__ import annotations
 
+import os
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
-from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 import torch
 
 from hashdata import (
+    ProtocolSplit,
     load_split,
     partition_indices,
     primary_labels,
@@ -104,20 +108,107 @@ def data_key(settings: RunSettings) -> tuple:
     )
 
 
+def source_stamp(data_path: str) -> tuple:
+    """Identity of the files behind ``data-path`` (size, mtime, inode), for the key.
+
+    A file replaced or rewritten under the same path gets a new stamp, so a cached
+    load is never served for it. A file: its own stat; a folder (the CIFAR-10 root):
+    every entry in it and in its ``cifar-10-batches-py/`` (not recursive beyond
+    that); empty or missing path: ``()`` / ``("missing",)``.
+    """
+    text = str(data_path).strip()
+    if not text:
+        return ()
+    path = Path(text).expanduser()
+    try:
+        st = path.stat()
+    except OSError:
+        return ("missing",)
+    if not path.is_dir():
+        return (st.st_size, st.st_mtime_ns, st.st_ino)
+    stamps = []
+    for folder in (path, path / "cifar-10-batches-py"):
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                est = entry.stat()
+            except OSError:
+                continue
+            stamps.append((folder.name, entry.name, est.st_size, est.st_mtime_ns))
+    return (st.st_mtime_ns, tuple(stamps))
+
+
 def load_local_data(
     settings: RunSettings, *, partition_id: int, num_partitions: int
 ) -> LocalData:
-    """Return this node's partition of the database (cached per process)."""
-    return _load_local_data(data_key(settings), partition_id, num_partitions)
+    """Return this node's partition of the database (cached per process).
+
+    The dataset is loaded, split and scaled once per process and data key
+    (:func:`data_key` plus :func:`source_stamp` of ``data-path``); each partition is
+    then cut from it once and kept. Only the :data:`CACHED_KEYS` most recently used
+    keys are kept (a process holds at most that many datasets and their
+    partitions); different keys never share an entry. The arrays are the same
+    values a fresh load gives (tests/unit/test_data_cache.py).
+    """
+    key = (data_key(settings), source_stamp(settings.data_path))
+    part = (int(partition_id), int(num_partitions))
+    with _LOCK:
+        entry = _CACHE.get(key)
+        if entry is not None:
+            _CACHE.move_to_end(key)
+            hit = entry.partitions.get(part)
+            if hit is not None:
+                return hit
+    if entry is None:
+        loaded = _CacheEntry(split=_load_split(key[0]), partitions={})
+        with _LOCK:
+            entry = _CACHE.setdefault(key, loaded)
+            _CACHE.move_to_end(key)
+            while len(_CACHE) > CACHED_KEYS:
+                _CACHE.popitem(last=False)
+    local = _cut_partition(entry.split, key[0], *part)
+    with _LOCK:
+        return entry.partitions.setdefault(part, local)
 
 
-@lru_cache(maxsize=16)
-def _load_local_data(key: tuple, partition_id: int, num_partitions: int) -> LocalData:
+#: Data keys a process keeps loaded (each: the dataset and the partitions cut).
+CACHED_KEYS = 2
+
+
+@dataclass
+class _CacheEntry:
+    split: ProtocolSplit
+    partitions: dict[tuple[int, int], LocalData]
+
+
+_CACHE: OrderedDict[tuple, _CacheEntry] = OrderedDict()
+_LOCK = threading.Lock()
+
+
+def clear_cache() -> None:
+    """Forget every cached dataset and partition (tests; as a fresh process)."""
+    with _LOCK:
+        _CACHE.clear()
+
+
+def _load_split(key: tuple) -> ProtocolSplit:
     (
-        multi, dataset, data_path, download, scaling, image_shape,
-        query_fraction, seed, scheme, alpha, cpc,
+        _multi,
+        dataset,
+        data_path,
+        download,
+        scaling,
+        image_shape,
+        query_fraction,
+        seed,
+        _scheme,
+        _alpha,
+        _cpc,
     ) = key
-    split = load_split(
+    return load_split(
         dataset,
         data_path=data_path,
         download=download,
@@ -126,6 +217,24 @@ def _load_local_data(key: tuple, partition_id: int, num_partitions: int) -> Loca
         feature_scaling=scaling,
         image_shape=image_shape,
     )
+
+
+def _cut_partition(
+    split: ProtocolSplit, key: tuple, partition_id: int, num_partitions: int
+) -> LocalData:
+    (
+        multi,
+        _dataset,
+        _path,
+        _download,
+        _scaling,
+        _image_shape,
+        query_fraction,
+        seed,
+        scheme,
+        alpha,
+        cpc,
+    ) = key
     labels, db_idx = split.dataset.labels, split.database_index
     local = db_idx[
         partition_indices(

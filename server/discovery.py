@@ -95,15 +95,38 @@ def describe_nodes(
             f"only {len(found)} usable node(s) answered discovery (need "
             f"min-train-nodes={min_nodes}); {len(refused)} refused"
         )
+    ordered = sorted(found.values(), key=lambda i: i.partition_id)
     log(
         INFO,
         "Discovery: %d node(s), partitions %s, database sizes %s, devices %s",
         len(found),
-        sorted(i.partition_id for i in found.values()),
-        [i.num_database for i in sorted(found.values(), key=lambda i: i.partition_id)],
+        _ranges([i.partition_id for i in ordered]),
+        _sizes([i.num_database for i in ordered]),
         sorted({i.device for i in found.values()}),
     )
     return found
+
+
+#: up to this many nodes, the log lists every database size
+_LISTED = 20
+
+
+def _ranges(ids: list[int]) -> str:
+    """``[0..9, 12, 14..15]``: sorted ids with consecutive runs collapsed."""
+    runs: list[list[int]] = []
+    for i in ids:
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    return "[" + ", ".join(f"{a}" if a == b else f"{a}..{b}" for a, b in runs) + "]"
+
+
+def _sizes(sizes: list[int]) -> str:
+    """Every size for a few nodes; ``min/mean/max`` for many (1,000 nodes)."""
+    if len(sizes) <= _LISTED:
+        return str(sizes)
+    return f"min {min(sizes)}, mean {sum(sizes) / len(sizes):.1f}, max {max(sizes)}"
 
 
 def _describe_message(node_id: int) -> Message:
