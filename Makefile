@@ -86,6 +86,13 @@ bench-round-time: install
 bench-fedhap-cost: install
 	$(PY) benchmarks/fedhap_cost.py
 
+# The paper-shaped suite (docs/benchmarks.md "Benchmark suite"): every paper's
+# driver at its full budget, 3 seeds, default datasets, into docs/results/<paper>/.
+# Hours on CPU (see there). BENCH_ARGS="--resume", "--dataset fedhap=mirflickr" etc.
+.PHONY: bench
+bench: install
+	$(PY) -m benchmarks.suite --paper all $(BENCH_ARGS)
+
 # Deployment (docs/deploy.md): CA, TLS certificates, SuperNode keys, SuperExec
 # secrets and DPHE bundles under deploy/credentials/ (DEPLOY_ARGS="--overwrite" etc.)
 deploy-credentials: install

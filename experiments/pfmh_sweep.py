@@ -35,12 +35,12 @@ import statistics
 import subprocess
 import sys
 import time
-import tomllib
 from pathlib import Path
 from typing import Any
 
 from experiments.sweep import ROOT, _sets
 from experiments.sweep_runner import exit_if_failed, run_sweep, write_tables
+from settings.check import parse_run_config
 
 CENTRALIZED = "centralized"
 METHODS: dict[str, dict[str, Any]] = {
@@ -62,8 +62,8 @@ UNION = "map_all"
 
 
 def preset() -> dict[str, Any]:
-    """``conf/pfmh.toml``: the base of every run."""
-    return tomllib.loads((ROOT / "conf" / "pfmh.toml").read_text())
+    """``conf/pfmh.toml``, the base of every run, with flat keys as ``flwr run`` has."""
+    return parse_run_config([str(ROOT / "conf" / "pfmh.toml")])
 
 
 def jobs(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -219,7 +219,7 @@ def tables(agg: list[dict[str, Any]], args: argparse.Namespace) -> str:
     alpha = args.base["dirichlet-alpha"]
     lines: list[str] = []
     titles = (
-        (LOCAL, "Per-client protocol (the paper's): local queries vs local database"),
+        (LOCAL, "Ours (per-client, local queries): local queries vs local database"),
         (SQ_CDB, "Server queries vs each client's own database, averaged over clients"),
         (UNION, "Union protocol (one model only): server queries vs all partitions"),
     )

@@ -9,7 +9,9 @@ per-client seeds, and ranked against the server's queries. Flipping does not cha
 training, so one training run serves every epsilon; the replay with flipping off
 must reproduce the run's own final mAP exactly, and the script checks that.
 Epsilon uses the paper's calibration beta = e^-eps; the table also gives the epsilon
-that actually holds per bit and per code.
+that actually holds per bit and per code. ``--set key=value`` (repeatable) overrides
+the run config of every run, e.g. another dataset: ``--set dataset=npz --set
+data-path=../shared/data/cifar10_jpeg.npz --set image-shape=32,32,3``.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import torch
 
 from clients.data import load_local_data
 from clients.publish import publish_codes
-from experiments.overrides import resolved_settings
+from experiments.overrides import parse_overrides, resolved_settings
 from experiments.sweep import ROOT, run_federated
 from hashing.codes import sign_codes
 from hashing.retrieval import evaluate_retrieval
@@ -81,7 +83,10 @@ def main() -> None:
     parser.add_argument(
         "--out", type=Path, default=ROOT / "docs" / "results" / "phashing"
     )
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args()
+    args.base = parse_overrides(args.set)
+    resolved_settings(args.base)  # fail before any run
     seeds = [int(s) for s in args.seeds.split(",")]
     bits_list = [int(b) for b in args.bits.split(",")]
     rows = []
@@ -89,6 +94,7 @@ def main() -> None:
         for bits in bits_list:
             for method, strategy in METHODS.items():
                 cfg = {
+                    **args.base,
                     "strategy": strategy,
                     "code-length": bits,
                     "seed": seed,
@@ -128,7 +134,11 @@ def main() -> None:
 
 
 def _write(rows: list[dict], bits_list: list[int], args: argparse.Namespace) -> str:
-    lines = [
+    lines: list[str] = []
+    if args.base:  # e.g. another dataset (--set)
+        overrides = ", ".join(f"`{k} = {v!r}`" for k, v in args.base.items())
+        lines += [f"Run config overrides: {overrides}.", ""]
+    lines += [
         "Flips use SEEDED privacy noise (a reproduction of the paper's table: the "
         "same seed gives the same table; not a release private against anyone who "
         "knows the seed).",
@@ -169,6 +179,7 @@ def _write(rows: list[dict], bits_list: list[int], args: argparse.Namespace) -> 
                 "clients": args.clients,
                 "rounds": args.rounds,
                 "calibration": "paper (beta = e^-eps)",
+                **({"base_overrides": args.base} if args.base else {}),
                 "rows": rows,
             },
             indent=2,

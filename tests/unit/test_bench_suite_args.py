@@ -1,0 +1,118 @@
+"""Argument checks of ``python -m benchmarks.suite``: refused before any run."""
+
+import subprocess
+
+import pytest
+
+from benchmarks import suite
+
+
+def _plan(*argv: str) -> suite.Plan:
+    return suite.build_plan(suite.parser().parse_args(list(argv)))
+
+
+def _refused(capsys, *argv: str) -> str:
+    with pytest.raises(SystemExit) as exc:
+        suite.main(list(argv))
+    assert exc.value.code == 2
+    return capsys.readouterr().err
+
+
+@pytest.fixture
+def no_runs(monkeypatch):
+    """Fail the test if the suite starts any driver."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a driver was started")
+
+    monkeypatch.setattr(subprocess, "Popen", refuse)
+
+
+def test_unknown_paper_names_the_accepted_ones(capsys, no_runs) -> None:
+    err = _refused(capsys, "--paper", "fedprox")
+    assert "unknown paper 'fedprox'" in err
+    assert "fedhap, pfmh, phashing, dphe, dpcode, all" in err
+
+
+def test_unknown_dataset_names_the_accepted_ones(capsys, no_runs) -> None:
+    err = _refused(capsys, "--paper", "fedhap", "--dataset", "imagenet")
+    assert "unknown dataset 'imagenet' for paper fedhap" in err
+    assert "digits (default), mirflickr" in err
+    err = _refused(capsys, "--paper", "all", "--dataset", "pfmh=cifar10")
+    assert "accepted: multiview-digits (default), wiki" in err
+
+
+def test_several_papers_need_paper_equals_name(capsys, no_runs) -> None:
+    err = _refused(capsys, "--paper", "all", "--dataset", "digits")
+    assert "--dataset PAPER=NAME" in err
+    err = _refused(capsys, "--paper", "pfmh", "--dataset", "fedhap=mirflickr")
+    assert "paper 'fedhap' is not run here" in err
+
+
+def test_bad_seeds_are_refused(capsys, no_runs) -> None:
+    err = _refused(capsys, "--paper", "dpcode", "--seeds", "0,one")
+    assert "--seeds: expected comma-separated integers" in err
+
+
+def test_missing_data_file_is_refused_before_any_run(capsys, tmp_path, no_runs):
+    out = tmp_path / "out"
+    err = _refused(
+        capsys,
+        "--paper",
+        "all",
+        "--dataset",
+        "pfmh=wiki",
+        "--data-dir",
+        str(tmp_path),
+        "--out",
+        str(out),
+    )
+    assert f"data file not found: {tmp_path / 'wiki.npz'}" in err
+    # dpcode's default dataset needs MIRFlickr too: every missing file is named
+    assert str(tmp_path / "mirflickr25k_tags.npz") in err
+    assert not out.exists()
+
+
+def test_plan_passes_the_dataset_seeds_and_resume(tmp_path) -> None:
+    (tmp_path / "cifar10_jpeg.npz").write_bytes(b"")
+    plan = _plan(
+        "--paper",
+        "phashing",
+        "--dataset",
+        "cifar10",
+        "--data-dir",
+        str(tmp_path),
+        "--out",
+        str(tmp_path / "res"),
+        "--seeds",
+        "3,4",
+        "--resume",
+    )
+    (run,) = plan.runs
+    argv = list(run.argv)
+    assert run.out == tmp_path / "res" / "phashing-cifar10"
+    assert argv[:4] == ["--seeds", "3,4", "--out", str(run.out)]
+    assert "dataset=npz" in argv and "image-shape=32,32,3" in argv
+    assert f'data-path="{tmp_path / "cifar10_jpeg.npz"}"' in argv
+    assert "--resume" not in argv  # the PHashing driver has no --resume
+    assert plan.notes and "phashing" in plan.notes[0]
+
+
+def test_quick_plan_takes_one_seed_and_default_folders(tmp_path) -> None:
+    plan = _plan(
+        "--paper",
+        "all",
+        "--quick",
+        "--resume",
+        "--dataset",
+        "dpcode=digits",
+        "--out",
+        str(tmp_path),
+    )
+    assert [r.paper.name for r in plan.runs] == list(suite.PAPERS)
+    assert {r.seeds for r in plan.runs} == {(0,)}
+    folders = [r.out.name for r in plan.runs]
+    assert folders == ["fedhap", "pfmh", "phashing", "dphe", "dpcode-digits"]
+    resumed = {r.paper.name for r in plan.runs if "--resume" in r.argv}
+    assert resumed == {"fedhap", "pfmh", "dpcode"}
+    assert all(r.key() == [a for a in r.argv if a != "--resume"] for r in plan.runs)
