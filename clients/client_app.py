@@ -66,18 +66,56 @@ def derive_seed(*parts: int) -> int:
     return int(np.random.SeedSequence(list(parts)).generate_state(1, np.uint64)[0] >> 1)
 
 
+class _ClientApp(ClientApp):
+    """A ClientApp that pickles as "build it from these overrides".
+
+    Flower's Ray backend pickles the app with every message it hands an actor; a
+    closure-laden app cost ~20 ms of cloudpickle per message (docs/benchmarks.md).
+    This one pickles by reference: the actor rebuilds it once per process
+    (:func:`build_client_app` keeps one per overrides).
+    """
+
+    def __init__(self, key: tuple[tuple[str, Any], ...]) -> None:
+        super().__init__()
+        self._key = key
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return build_client_app, (dict(self._key),)
+
+
+_APPS: dict[tuple[tuple[str, Any], ...], ClientApp] = {}
+_SETTINGS_CACHE = 64  # parsed run configs kept per process
+
+
 def build_client_app(overrides: Mapping[str, Any] | None = None) -> ClientApp:
     """ClientApp whose run config is ``context.run_config`` updated by ``overrides``.
 
     ``flwr run`` uses ``app`` (no overrides); tests pass overrides because
-    ``flwr.simulation.run_simulation`` has no run-config argument.
+    ``flwr.simulation.run_simulation`` has no run-config argument. One app per
+    process and overrides (the Ray actors rebuild it from its pickle).
     """
-    app = ClientApp()
-    extra = dict(overrides or {})
+    key = tuple(sorted((overrides or {}).items()))
+    if key not in _APPS:
+        _APPS[key] = _build(key)
+    return _APPS[key]
+
+
+def _build(key: tuple[tuple[str, Any], ...]) -> ClientApp:
+    app = _ClientApp(key)
+    extra = dict(key)
+    parsed: dict[tuple[Any, ...], RunSettings] = {}
 
     def settings_of(context: Context) -> RunSettings:
-        config = {**dict(context.run_config), **extra}
-        return RunSettings.from_config(with_node_data_path(config, context.node_config))
+        config = with_node_data_path(
+            {**dict(context.run_config), **extra}, context.node_config
+        )
+        # RunSettings is frozen: parse each distinct config once per process
+        memo = tuple(sorted(config.items()))
+        if memo not in parsed:
+            if len(parsed) >= _SETTINGS_CACHE:
+                parsed.clear()
+            parsed[memo] = RunSettings.from_config(config)
+        return parsed[memo]
 
     transport = update_transport_mod(settings_of, node_partition, derive_seed)
 

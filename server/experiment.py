@@ -63,6 +63,7 @@ class PreparedData:
     multi_label: bool
     description: str
     scaling: tuple[str, ...] = ()  # feature-scaling applied, one line per modality
+    query_text: str = ""  # how the query set was chosen (seeded fraction or the file's)
 
 
 def prepare_data(settings: RunSettings) -> PreparedData:
@@ -112,6 +113,7 @@ def prepare_data(settings: RunSettings) -> PreparedData:
         multi_label=data.multi_label,
         description=data.description,
         scaling=split.scaling,
+        query_text=split.query_text,
     )
 
 
@@ -123,8 +125,7 @@ def protocol_text(settings: RunSettings, data: PreparedData, clients: int) -> st
         else "relevant = same class"
     )
     text = (
-        f"query set: stratified {settings.query_fraction:.0%} of {settings.dataset} "
-        f"(seed {settings.seed}), {len(data.queries.labels)} samples held by the "
+        f"query set: {data.query_text}, {len(data.queries.labels)} samples held by the "
         f"server; database: the other {data.num_database} samples, partitioned "
         f"{settings.partitioning} over {clients} clients, each training on and "
         "encoding only its own partition; ranking: Hamming distance between the "
@@ -401,6 +402,7 @@ def run_experiment(
             "ks": settings.precision_ks(),
             "device": device,
             "required_mechanisms": settings.required_encode_mechanisms,
+            "timeout_s": settings.round_timeout,
         }
         evaluator = method(settings).evaluator(settings, *args, **kwargs)
         reporter = RoundReporter(settings, evaluator, strategy, results)

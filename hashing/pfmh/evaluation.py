@@ -1,4 +1,4 @@
-"""PFMH's per-client retrieval protocol (the paper's evaluation), no Flower.
+"""PFMH's per-client retrieval protocol (ours: local queries; secondary), no Flower.
 
 Each client ranks its own *local database* for its own *local queries* (a seeded,
 stratified split of its partition, ``clients.data.local_query_split``) with its own
@@ -62,5 +62,5 @@ def local_retrieval(
 
 
 def mean_over_clients(values: Sequence[float]) -> float | None:
-    """Unweighted mean over clients (the paper's protocol); ``None`` if empty."""
+    """Unweighted mean over clients (our per-client protocol); ``None`` if empty."""
     return float(np.mean(values)) if len(values) else None

@@ -69,7 +69,10 @@ def run_dpcode(grid: Grid, settings: RunSettings, *, simulation: bool) -> RunRes
         )
         for node_id in nodes
     ]
-    replies = {r.metadata.src_node_id: r for r in grid.send_and_receive(messages)}
+    replies = {
+        r.metadata.src_node_id: r
+        for r in grid.send_and_receive(messages, timeout=settings.round_timeout)
+    }
     ledger = PrivacyLedger()
     accepted: dict[int, Release] = {}
     for node_id, info in sorted(nodes.items(), key=lambda n: n[1].partition_id):

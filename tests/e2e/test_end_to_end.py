@@ -6,6 +6,7 @@ from clients.data import load_local_data
 from experiments.simulate import load_run, simulate
 from privacy.ledger import PrivacyLedger
 from settings.run_settings import RunSettings
+from tests.e2e.resume_kit import kill_and_resume, rows_without_timing
 from tests.fixtures import write_feature_npz
 
 pytestmark = pytest.mark.e2e
@@ -101,20 +102,21 @@ def test_fedhap_exchanges_prototypes_and_learns(tmp_path):
     assert summary["final"]["map_all"] > summary["initial_map_all"] + 0.1
 
 
-def test_random_flipping_end_to_end_with_ledger(tmp_path):
+FLIPPING = {
+    **BASE,
+    "strategy": "fedhap",
+    "local-epochs": 3,
+    "privacy.code-flip-epsilon": 3.0,
+    "privacy.prototype-flip-epsilon": 4.0,
+    # simulation-only reproducible noise: allowed here, labelled everywhere
+    "privacy.noise": "seeded",
+}
+
+
+def test_random_flipping_end_to_end_with_ledger_and_resume(tmp_path):
     # PHashing (flipped database codes) + FedHAP's private prototype mode
     run_dir = simulate(
-        {
-            **BASE,
-            "strategy": "fedhap",
-            "local-epochs": 3,
-            "privacy.code-flip-epsilon": 3.0,
-            "privacy.prototype-flip-epsilon": 4.0,
-            # simulation-only reproducible noise: allowed here, labelled everywhere
-            "privacy.noise": "seeded",
-            "results-dir": str(tmp_path / "results"),
-        },
-        num_clients=3,
+        {**FLIPPING, "results-dir": str(tmp_path / "results")}, num_clients=3
     )
     _, rows, summary = load_run(run_dir)
     ledger = PrivacyLedger.read(run_dir / "privacy_ledger.json")
@@ -136,6 +138,17 @@ def test_random_flipping_end_to_end_with_ledger(tmp_path):
     assert summary["privacy_noise"]["holds_against_server"] is False
     assert [r.get("prototype_classes") for r in rows] == [None, 10, 10]
     assert summary["final"]["map_all"] > summary["initial_map_all"] + 0.1
+
+    # the same run, SIGKILLed after its round-1 checkpoint and resumed: the same
+    # rounds, final metrics and ledger (FedHAP's global prototypes, the flips'
+    # seeded noise and the ledger all come back from the checkpoint)
+    resumed = kill_and_resume(FLIPPING, clients=3, results=tmp_path / "killed")
+    assert rows_without_timing(resumed) == rows_without_timing(run_dir)
+    again = load_run(resumed)[2]
+    for key in ("final", "initial_map_all", "best_round", "best_map_all", "privacy"):
+        assert again[key] == summary[key], key
+    charges = PrivacyLedger.read(resumed / "privacy_ledger.json").charges
+    assert charges == ledger.charges  # each client and round charged once
 
 
 @pytest.mark.parametrize("strategy", ["fedavg", "fedhap"])

@@ -116,7 +116,7 @@ def test_cifar10_jpeg_loads_as_images_with_the_preset() -> None:
     data = split.dataset
     assert data.kind == "image" and data.num_classes == 10
     assert split.inputs.shape == (60000, 3, 32, 32)
-    assert len(split.query_index) == 6000 and len(split.database_index) == 54000
+    assert len(split.query_index) == 10000 and len(split.database_index) == 50000
     assert resolve_model_name("auto", split.inputs.shape[1:]) == "resnet18"
     # per-channel standardisation from the database part; JPEG means match CIFAR's
     line = split.scaling[0]
