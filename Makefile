@@ -23,7 +23,7 @@ QUIET :=
 endif
 
 .PHONY: install run check-config test test-fast lint docs bench-retrieval bench-round-time bench-fedhap-cost \
-	clean-superlink deploy-credentials deploy-constraints test-containers
+	clean-superlink deploy-credentials deploy-constraints test-containers test-scale
 
 install: $(STAMP)
 
@@ -61,8 +61,9 @@ clean-superlink:
 
 # Everything: tests/unit (library), tests/integration (apps, strategies, deployment
 # files, docs build, mypy), tests/e2e (real Flower runs, the loopback deployment).
+# Not the opt-in scale tests (marker scale): make test-scale.
 test: install
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -m "not scale"
 
 # The fast subset: unit + integration, no real Flower run (pytest marker e2e).
 test-fast: install
@@ -113,3 +114,12 @@ test-containers: install
 	@start=$$(date +%s); FEDHASH_CONTAINER_TESTS=1 $(PY) -m pytest -q -s -rs \
 	  -p no:cacheprovider tests/e2e/test_containers.py; rc=$$?; \
 	  echo "make test-containers: $$(( $$(date +%s) - start )) s wall, exit $$rc"; exit $$rc
+
+# Opt-in, not part of `make test` (marker scale, FEDHASH_SCALE_TESTS=1): the loopback
+# deployment with 8 SuperNodes, the SuperLink SIGKILLed mid-run and restarted on its
+# database, the run resumed from its checkpoint (tests/e2e/test_deployment_restart.py,
+# docs/deploy.md "Restart and resume"). About 10-15 min on 2 shared cores.
+test-scale: install
+	@start=$$(date +%s); FEDHASH_SCALE_TESTS=1 $(PY) -m pytest -q -s -rs \
+	  -p no:cacheprovider -m scale tests/e2e/test_deployment_restart.py; rc=$$?; \
+	  echo "make test-scale: $$(( $$(date +%s) - start )) s wall, exit $$rc"; exit $$rc

@@ -20,18 +20,14 @@ signatures from ``fab-registry``.
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import ssl
 import subprocess
-import sys
-import time
 import tomllib
 import urllib.error
 import urllib.request
 import zipfile
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -46,30 +42,26 @@ from crypto import (
     load_aggregator_bundle,
     load_client_bundle,
 )
-from crypto.keyholder import read_streams_file, write_streams_file
+from crypto.keyholder import read_streams_file
 from deploy.generate import (
-    Credentials,
     connection_toml,
-    generate,
     make_auth_key_pair,
     make_fab_signing_key,
 )
 from settings.check import parse_run_config
-from strategies.dphe.keyholder_streams import run_streams
-from tests.compose_local import (
-    ROOT,
-    LocalPlan,
-    clone_node,
-    container_to_host,
-    free_port,
-    load_compose,
+from tests.compose_local import ROOT, container_to_host, free_port
+from tests.e2e.deployment_kit import (
+    BIN,
+    Deployment,
+    loopback_deployment,
 )
+from tests.e2e.deployment_kit import signal_group as _signal_group
+from tests.e2e.deployment_kit import wait_for as _wait_for
 
 pytestmark = pytest.mark.e2e
 
 GOOD_NODES = 3  # docker-compose.yml's SuperNodes
 BAD_NODE = 3  # a fourth, registered, whose DPHE bundle is missing
-BIN = Path(sys.executable).parent
 PRESET = ROOT / "conf" / "deploy-fedhap-dphe.toml"
 FAST = {  # small enough for CI; the ServerApp still runs FedHAP + DPHE for real
     "rounds": 2,
@@ -85,216 +77,16 @@ FAST = {  # small enough for CI; the ServerApp still runs FedHAP + DPHE for real
 }
 
 
-@dataclass
-class Deployment:
-    """Processes of one loopback deployment, and where their files are."""
-
-    tmp: Path
-    creds: Credentials
-    plan: LocalPlan
-    env: dict[str, str]
-    procs: dict[str, subprocess.Popen] = field(default_factory=dict)
-
-    def log(self, name: str) -> str:
-        return (self.tmp / "logs" / f"{name}.log").read_text(errors="replace")
-
-    def service_env(self, name: str) -> dict[str, str]:
-        home = self.tmp / "homes" / name
-        home.mkdir(parents=True, exist_ok=True)
-        extra = {}
-        if name in self.plan.compose["services"]:
-            extra = self.plan.environment(name)
-        return {**self.env, **extra, "FLWR_HOME": str(home)}
-
-    @property
-    def registry(self) -> Path:
-        """Host folder of the fab-registry's /fabs (compose: ./deploy/fabs)."""
-        service = self.plan.compose["services"]["fab-registry"]
-        return container_to_host(service, "/fabs", self.plan.rebase)
-
-    def sign(self, key: Path, key_id: str | None = None, app: Path = ROOT) -> str:
-        """The operator's step: sign this repository's FAB; return its app spec."""
-        cmd = [sys.executable, "-m", "deploy.fab_registry", "sign", str(app)]
-        cmd += ["--key", str(key), "--registry", str(self.registry)]
-        cmd += ["--key-id", key_id] if key_id else []
-        proc = subprocess.run(
-            cmd, cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
-        )
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-        return re.search(r"flwr run (@\S+)", proc.stdout).group(1)
-
-    @property
-    def host_env(self) -> dict[str, str]:
-        """Environment of the operator's ``flwr`` on the host."""
-        return {**self.env, "FLWR_HOME": str(self.creds.flwr_home)}
-
-    def workdir(self, name: str) -> Path:
-        service = self.plan.compose["services"][name]
-        if service.get("working_dir") == "/opt/fedhash":
-            return ROOT
-        work = self.tmp / "work" / name
-        work.mkdir(parents=True, exist_ok=True)
-        return work
-
-    def start(
-        self, name: str, *, env: dict[str, str] | None = None, **kw
-    ) -> subprocess.Popen:
-        """Start a service in its own session (its pid is its process group id)."""
-        log = (self.tmp / "logs" / f"{name}.log").open("wb")
-        self.procs[name] = subprocess.Popen(
-            self.plan.command(name, **kw),
-            cwd=self.workdir(name),
-            env=env or self.service_env(name),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        log.close()
-        return self.procs[name]
-
-    def stop_all(self) -> None:
-        """SIGTERM every process group we started, SIGKILL what is left after 15 s."""
-        for proc in self.procs.values():
-            _signal_group(proc, signal.SIGTERM)
-        deadline = time.monotonic() + 15
-        for proc in self.procs.values():
-            try:
-                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
-        for name, proc in self.procs.items():
-            if proc.poll() is None:
-                print(f"{name} (pid {proc.pid}) ignored SIGTERM", file=sys.stderr)
-            _signal_group(proc, signal.SIGKILL)
-            proc.wait()
-
-
-def _signal_group(proc: subprocess.Popen, sig: int) -> None:
-    try:
-        os.killpg(proc.pid, sig)  # start_new_session: pgid == pid
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _wait_https(url: str, ca: Path, proc: subprocess.Popen, timeout: float) -> None:
-    context = ssl.create_default_context(cafile=str(ca))
-    deadline = time.monotonic() + timeout
-    while True:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{url}: the server exited with {proc.returncode}")
-        try:
-            with urllib.request.urlopen(url, timeout=2, context=context):
-                return
-        except (urllib.error.URLError, OSError):
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.3)
-
-
-def _wait_for(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError(what)
-        time.sleep(0.3)
-
-
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory: pytest.TempPathFactory):
-    tmp = tmp_path_factory.mktemp("deployment")
-    (tmp / "logs").mkdir()
-    link_port = free_port()
-    creds = generate(
-        tmp / "credentials",
-        num_supernodes=GOOD_NODES + 1,
-        key_bits=512,
-        allow_test_keys=True,
-        host_port=link_port,
-    )
-    (creds.clientapp(BAD_NODE) / f"client-{BAD_NODE}.json").unlink()
-    compose = clone_node(load_compose(), GOOD_NODES - 1, BAD_NODE)
-
-    def rebase(source: str) -> Path:
-        for prefix, base in (
-            ("./deploy/credentials/", creds.root),
-            ("./deploy/", tmp),
-        ):
-            if source.startswith(prefix):
-                path = base / source[len(prefix) :]
-                break
-        else:  # a named volume
-            path = tmp / "volumes" / source
-        if not source.startswith("./deploy/credentials/"):
-            path.mkdir(parents=True, exist_ok=True)
-        return path
-
-    plan = LocalPlan(compose, rebase, {("superlink", 8000): link_port}, BIN)
-    env = {
-        **os.environ,
-        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-        "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
-    }
-    dep = Deployment(tmp=tmp, creds=creds, plan=plan, env=env)
-    nodes = range(GOOD_NODES + 1)
-
-    def four_partitions(config: dict) -> dict:
-        return {**config, "num-partitions": GOOD_NODES + 1}
-
-    try:
-        # what needs no registration starts at once (executors retry connecting)
-        # the keyholder pins the parameters of this test's run (its own config)
-        write_streams_file(
-            creds.keyholder / "keyholder-streams.json",
-            run_streams({**parse_run_config([str(PRESET)]), **FAST}, key_bits=512),
-        )
-        for name in ("superlink", "keyholder", "serverapp", "fab-registry"):
-            dep.start(name)
-        for i in nodes:
-            dep.start(f"clientapp-{i}")
-        _wait_https(
-            f"https://127.0.0.1:{link_port}/health",
-            creds.ca_cert,
-            dep.procs["superlink"],
-            60,
-        )
-        # the one-shot registration service, with the host's Flower home
-        config_toml = (creds.flwr_home / "config.toml").read_bytes()
-        register = dep.start(
-            "register-supernodes", env={**env, "FLWR_HOME": str(creds.flwr_home)}
-        )
-        assert register.wait(timeout=180) == 0, dep.log("register-supernodes")
-        assert dep.log("register-supernodes").count("registered as node") == len(nodes)
-        # compose mounts the registrar's config.toml read-only: nothing is written
-        assert [p.name for p in creds.flwr_home.iterdir()] == ["config.toml"]
-        assert (creds.flwr_home / "config.toml").read_bytes() == config_toml
-        # the SuperNodes' only way in: the Fleet-only listener
-        dep.start("fleet-gateway")
-        _wait_https(
-            f"https://127.0.0.1:{plan.port('fleet-gateway', 9092)}/health",
-            creds.ca_cert,
-            dep.procs["fleet-gateway"],
-            60,
-        )
-        for i in nodes:
-            dep.start(f"supernode-{i}", node_config_edit=four_partitions)
-        _wait_https(
-            f"https://127.0.0.1:{plan.port('keyholder', 8765)}/v1/health",
-            creds.ca_cert,
-            dep.procs["keyholder"],
-            60,
-        )
-        _wait_for(
-            lambda: (
-                dep.log("superlink").count("[Fleet.ActivateNode] Activated")
-                >= len(nodes)
-            ),
-            120,
-            "SuperNodes to activate",
-        )
+    # 3 SuperNodes as in docker-compose.yml, and a fourth whose bundle is missing
+    with loopback_deployment(
+        tmp_path_factory.mktemp("deployment"),
+        num_nodes=GOOD_NODES + 1,
+        keyholder_run_config={**parse_run_config([str(PRESET)]), **FAST},
+        no_bundle=(BAD_NODE,),
+    ) as dep:
         yield dep
-    finally:
-        dep.stop_all()
-    assert all(p.poll() is not None for p in dep.procs.values())
 
 
 def _run_config(dep: Deployment, path: Path, **extra) -> Path:
