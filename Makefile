@@ -115,11 +115,12 @@ test-containers: install
 	  -p no:cacheprovider tests/e2e/test_containers.py; rc=$$?; \
 	  echo "make test-containers: $$(( $$(date +%s) - start )) s wall, exit $$rc"; exit $$rc
 
-# Opt-in, not part of `make test` (marker scale, FEDHASH_SCALE_TESTS=1): the loopback
+# Opt-in, not part of `make test` (marker scale, FEDHASH_SCALE_TESTS=1): the simulation
+# on a two-node loopback Ray cluster (tests/e2e/test_ray_cluster.py), and the loopback
 # deployment with 8 SuperNodes, the SuperLink SIGKILLed mid-run and restarted on its
 # database, the run resumed from its checkpoint (tests/e2e/test_deployment_restart.py,
 # docs/deploy.md "Restart and resume"). About 10-15 min on 2 shared cores.
 test-scale: install
 	@start=$$(date +%s); FEDHASH_SCALE_TESTS=1 $(PY) -m pytest -q -s -rs \
-	  -p no:cacheprovider -m scale tests/e2e/test_deployment_restart.py; rc=$$?; \
+	  -p no:cacheprovider -m scale tests/e2e/test_ray_cluster.py tests/e2e/test_deployment_restart.py; rc=$$?; \
 	  echo "make test-scale: $$(( $$(date +%s) - start )) s wall, exit $$rc"; exit $$rc

@@ -39,7 +39,7 @@ def jobs(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 def name(job: dict[str, Any]) -> str:
-    """``<method> faults=<k> s<seed>``."""
+    """Return the run name ``<method> faults=<k> s<seed>``."""
     return f"{job['method']} faults={job['failing']} s{job['seed']}"
 
 
@@ -88,7 +88,8 @@ def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> tuple[dict, s
             std = statistics.stdev(vals) if len(vals) > 1 else 0.0
             delta = f" ({mean - base:+.3f})" if base is not None and k else ""
             out.append(f"{mean:.3f} ± {std:.3f}{delta}")
-            summary.setdefault(method, {})[k] = {"mean": mean, "std": std, "n": len(vals)}
+            cell = {"mean": mean, "std": std, "n": len(vals)}
+            summary.setdefault(method, {})[k] = cell
         lines.append(f"| {method} | " + " | ".join(out) + " |")
     protocol = (
         f"Protocol: digits (scikit-learn), {CLIENTS} clients IID, "

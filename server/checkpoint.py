@@ -63,7 +63,7 @@ def code_version(root: Path = _ROOT) -> str:
 
 
 def run_config(settings: RunSettings) -> dict[str, Any]:
-    """The config a checkpoint must match: every key but ``resume``."""
+    """Return the config a checkpoint must match: every key but ``resume``."""
     config = dict(settings.to_dict())
     config.pop(_RESUME, None)
     return config
@@ -213,7 +213,7 @@ def read_checkpoint(run_dir: Path, settings: RunSettings) -> Checkpoint:
 
 
 def resume_dir(settings: RunSettings) -> Path:
-    """The ``.incomplete`` directory ``resume`` names (the suffix may be left off).
+    """Return the ``.incomplete`` directory ``resume`` names (suffix optional).
 
     Raises
     ------

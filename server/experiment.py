@@ -348,7 +348,9 @@ def run_experiment(
 
     torch.manual_seed(settings.seed)
     initial = model_factory()  # model/input mismatch -> error
-    nodes = describe_nodes(grid, min_nodes=settings.min_train_nodes)
+    nodes = describe_nodes(
+        grid, min_nodes=settings.min_train_nodes, timeout_s=settings.round_timeout
+    )
     num_partitions = next(iter(nodes.values())).num_partitions
     validate_partitioning(
         data.database_labels,

@@ -62,7 +62,7 @@ class RunResults:
         """
         path = Path(incomplete_dir)
         if not path.name.endswith(INCOMPLETE) or not path.is_dir():
-            raise FileNotFoundError(f"{path} is not an existing *{INCOMPLETE} directory")
+            raise FileNotFoundError(f"{path} is no existing *{INCOMPLETE} directory")
         self = cls.__new__(cls)
         self.root = path.parent
         self.run_id = path.name[: -len(INCOMPLETE)]
@@ -77,8 +77,10 @@ class RunResults:
         return self
 
     def rewrite_rounds(self, rows: list[dict[str, Any]]) -> None:
-        """Replace ``rounds.jsonl`` by ``rows`` atomically (resume: drop rounds
-        after the checkpoint)."""
+        """Replace ``rounds.jsonl`` by ``rows`` atomically.
+
+        Resume: the rounds after the checkpoint are dropped.
+        """
         path = self.dir / "rounds.jsonl"
         tmp = path.with_suffix(".jsonl.tmp")
         tmp.write_text("".join(json.dumps(_jsonable(r)) + "\n" for r in rows))

@@ -10,9 +10,9 @@ from flwr.serverapp import Grid, ServerApp
 
 from server import log_filters
 from server.experiment import run_experiment
+from settings.faults import FaultsConfig
 from settings.run_settings import ConfigError, RunSettings
 from settings.runtime import server_in_simulation
-from settings.faults import FaultsConfig
 from settings.sections import PrivacyConfig
 from strategies.registry import method
 

@@ -44,7 +44,7 @@ class FaultsConfig(Section):
     )
 
     def check(self, run: Any) -> None:
-        """A timeout fault needs a round timeout short enough to wait out."""
+        """Refuse a timeout fault with a round timeout too long to wait out."""
         if self.clients and self.kind == "timeout" and run.round_timeout > 600:
             raise ConfigError(
                 f"{self.key('kind')}='timeout' with {run.key('round_timeout')}="

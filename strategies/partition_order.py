@@ -13,8 +13,7 @@ aggregated train metrics per round and measures the bytes exchanged per client.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from logging import INFO, WARNING
 from typing import TYPE_CHECKING, Any
 

@@ -91,7 +91,7 @@ class HashingStrategy(Protocol):
         ...
 
     def state_dict(self) -> dict[str, Any]:
-        """The strategy's state for a checkpoint (``server/checkpoint.py``)."""
+        """Return the strategy's state for a checkpoint (``server/checkpoint.py``)."""
         ...
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

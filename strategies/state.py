@@ -1,4 +1,4 @@
-"""A strategy's state as plain JSON plus named numpy arrays (for checkpoints).
+r"""A strategy's state as plain JSON plus named numpy arrays (for checkpoints).
 
 No pickle: a checkpoint is read back with ``json`` and ``numpy.load(...,
 allow_pickle=False)``, so a results directory someone hands you cannot run code
@@ -22,7 +22,8 @@ from hashing.prototypes import ClassPrototypes, PrototypeSet
 from privacy.ledger import MechanismUse
 
 _TYPES: dict[str, type] = {
-    t.__name__: t for t in (ClassPrototypes, PrototypeSet, GlobalPrototypes, MechanismUse)
+    t.__name__: t
+    for t in (ClassPrototypes, PrototypeSet, GlobalPrototypes, MechanismUse)
 }
 
 

@@ -24,7 +24,16 @@ import pytest
 
 from experiments.simulate import load_run, node_counts, simulate
 
-pytestmark = pytest.mark.e2e
+# opt-in (about 1.5 min on a quiet 2-core machine: two Ray nodes plus two runs):
+# make test-scale
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.scale,
+    pytest.mark.skipif(
+        os.environ.get("FEDHASH_SCALE_TESTS") != "1",
+        reason="opt-in: make test-scale (FEDHASH_SCALE_TESTS=1)",
+    ),
+]
 RAY = Path(sys.executable).parent / "ray"
 BASE = {
     "rounds": 2,

@@ -1,4 +1,4 @@
-"""Checkpoints: strategy state round trip, atomic files, refusals (server/checkpoint.py)."""
+"""Checkpoints: strategy state round trip, atomic files, refusals."""
 
 from __future__ import annotations
 
