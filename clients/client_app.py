@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -28,6 +29,7 @@ from flwr.clientapp import ClientApp
 from clients.data import load_local_data
 from clients.faults import fault_mod
 from clients.node_inputs import check_node_inputs, with_node_data_path
+from clients.node_log import record_nodes
 from clients.privacy_noise import PURPOSE_PUBLISH, PURPOSE_TRAIN, node_noise
 from clients.publish import publish_codes
 from clients.trainers import TrainContext
@@ -75,34 +77,44 @@ class _ClientApp(ClientApp):
     (:func:`build_client_app` keeps one per overrides).
     """
 
-    def __init__(self, key: tuple[tuple[str, Any], ...]) -> None:
+    def __init__(self, key: _AppKey) -> None:
         super().__init__()
         self._key = key
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
-        return build_client_app, (dict(self._key),)
+        return _app_for, (self._key,)
 
 
-_APPS: dict[tuple[tuple[str, Any], ...], ClientApp] = {}
+_AppKey = tuple[tuple[tuple[str, Any], ...], str | None]  # (overrides, node log)
+_APPS: dict[_AppKey, ClientApp] = {}
 _SETTINGS_CACHE = 64  # parsed run configs kept per process
 
 
-def build_client_app(overrides: Mapping[str, Any] | None = None) -> ClientApp:
+def build_client_app(
+    overrides: Mapping[str, Any] | None = None, *, node_log: str | None = None
+) -> ClientApp:
     """ClientApp whose run config is ``context.run_config`` updated by ``overrides``.
 
     ``flwr run`` uses ``app`` (no overrides); tests pass overrides because
-    ``flwr.simulation.run_simulation`` has no run-config argument. One app per
-    process and overrides (the Ray actors rebuild it from its pickle).
+    ``flwr.simulation.run_simulation`` has no run-config argument. ``node_log``:
+    append which Ray node ran each message to that file
+    (:func:`clients.node_log.record_nodes`). One app per process and arguments (the
+    Ray actors rebuild it from its pickle).
     """
-    key = tuple(sorted((overrides or {}).items()))
+    return _app_for((tuple(sorted((overrides or {}).items())), node_log))
+
+
+def _app_for(key: _AppKey) -> ClientApp:
     if key not in _APPS:
         _APPS[key] = _build(key)
     return _APPS[key]
 
 
-def _build(key: tuple[tuple[str, Any], ...]) -> ClientApp:
+def _build(key: _AppKey) -> ClientApp:
     app = _ClientApp(key)
-    extra = dict(key)
+    extra = dict(key[0])
+    if key[1] is not None:
+        record_nodes(app, Path(key[1]))
     parsed: dict[tuple[Any, ...], RunSettings] = {}
 
     def settings_of(context: Context) -> RunSettings:

@@ -10,15 +10,9 @@ the results directory, stays in this process. docs/ray-cluster.md has the recipe
 from __future__ import annotations
 
 import json
-import os
-import socket
-from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from flwr.app import Context
-from flwr.clientapp import ClientApp
 from flwr.simulation import run_simulation
 
 from clients.client_app import build_client_app
@@ -54,39 +48,6 @@ def backend_config(
     }
 
 
-def record_nodes(app: ClientApp, node_log: Path) -> ClientApp:
-    """Make ``app`` append one JSON line per message it handles to ``node_log``.
-
-    The line (partition id, Ray node id, host name, pid) is written on the node
-    that ran the message, so on separate machines each one has its own file at
-    that path; on one machine, or a shared filesystem, it is one file.
-    """
-    inner = app._lifespan  # the app's own lifespan, if any, still runs inside
-
-    @app.lifespan()
-    def _record(context: Context) -> Iterator[None]:
-        import ray
-
-        line = {
-            "partition_id": int(context.node_config.get("partition-id", -1)),
-            "ray_node_id": ray.get_runtime_context().get_node_id(),
-            "host": socket.gethostname(),
-            "pid": os.getpid(),
-        }
-        with node_log.open("a") as f:  # one short line per write: O_APPEND
-            f.write(json.dumps(line) + "\n")
-        with inner(context):
-            yield
-
-    return app
-
-
-def node_counts(node_log: Path) -> Counter[str]:
-    """ClientApp messages per Ray node id in a ``record_nodes`` log."""
-    rows = [json.loads(x) for x in node_log.read_text().splitlines() if x]
-    return Counter(r["ray_node_id"] for r in rows)
-
-
 def simulate(
     overrides: dict[str, Any],
     *,
@@ -102,15 +63,16 @@ def simulate(
     ``cpus`` is the CPU count Ray may use (one client runs per CPU at a time);
     ignored with ``ray_address``, the existing cluster's nodes set their own.
     ``client_cpus`` / ``client_gpus`` are each client's Ray resources.
-    ``node_log``: record which Ray node ran each message (:func:`record_nodes`).
+    ``node_log``: record which Ray node ran each message
+    (:func:`clients.node_log.record_nodes`).
     """
     from experiments.overrides import resolved_settings
 
     resolved_settings(overrides)  # a bad value fails here, before Ray starts
     results_dir = Path(overrides["results-dir"])
-    client_app = build_client_app(overrides)
-    if node_log is not None:
-        record_nodes(client_app, Path(node_log).resolve())
+    client_app = build_client_app(
+        overrides, node_log=None if node_log is None else str(Path(node_log).resolve())
+    )
     run_simulation(
         server_app=build_server_app(overrides),
         client_app=client_app,
@@ -189,6 +151,8 @@ def main() -> None:
         node_log=args.node_log,
     )
     if args.node_log is not None and args.node_log.exists():
+        from clients.node_log import node_counts
+
         for node, count in sorted(node_counts(args.node_log).items()):
             print(f"ray node {node}: {count} ClientApp messages")
     print(run_dir)

@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from experiments.simulate import load_run, node_counts, simulate
+from clients.node_log import node_counts
+from experiments.simulate import load_run, simulate
 
 # opt-in (about 1.5 min on a quiet 2-core machine: two Ray nodes plus two runs):
 # make test-scale
