@@ -763,6 +763,26 @@ def precision_at_k(
         (len(ks),) float64 mean precision over all queries, in [0, 1].
 
     """
+    _, rel_top, ks_t, ndb = _top_k_relevance(
+        query_packed, db_packed, query_labels, db_labels, ks, backend
+    )
+    return _precision_from_top(rel_top, ks_t, ndb)
+
+
+def _top_k_relevance(
+    query_packed: ArrayLike,
+    db_packed: ArrayLike,
+    query_labels: ArrayLike,
+    db_labels: ArrayLike,
+    ks: ArrayLike,
+    backend: Backend,
+) -> tuple[_Labels, NDArray[np.bool_], tuple[int, ...], int]:
+    """Checked inputs ranked to the largest k: ``(labels, rel_top, ks, ndb)``.
+
+    ``rel_top`` is (nq, min(max k, ndb)): whether each of a query's first items in
+    the stable ranking is relevant. Shared by :func:`precision_at_k` and
+    :func:`recall_at_k`.
+    """
     q, db = _check_codes(query_packed, db_packed)
     labels = _encode_labels(query_labels, db_labels, q.shape[0], db.shape[0])
     ks_t = _check_ks(ks)
@@ -770,7 +790,7 @@ def precision_at_k(
     idx, _ = _topk_impl(
         q, db, k_max, _choose_backend(backend, q.shape[0] * db.shape[0])
     )
-    return _precision_from_top(_relevance_of(labels, idx), ks_t, db.shape[0])
+    return labels, _relevance_of(labels, idx), ks_t, db.shape[0]
 
 
 def _precision_from_top(
@@ -824,15 +844,11 @@ def recall_at_k(
         (len(ks),) float64 mean recall over all queries, in [0, 1].
 
     """
-    q, db = _check_codes(query_packed, db_packed)
-    labels = _encode_labels(query_labels, db_labels, q.shape[0], db.shape[0])
-    ks_t = _check_ks(ks)
-    k_max = min(max(ks_t), db.shape[0])
-    idx, _ = _topk_impl(
-        q, db, k_max, _choose_backend(backend, q.shape[0] * db.shape[0])
+    labels, rel_top, ks_t, ndb = _top_k_relevance(
+        query_packed, db_packed, query_labels, db_labels, ks, backend
     )
-    n_rel = _relevant_counts(labels, q.shape[0], db.shape[0])
-    return _recall_from_top(_relevance_of(labels, idx), n_rel, ks_t, db.shape[0])
+    n_rel = _relevant_counts(labels, rel_top.shape[0], ndb)
+    return _recall_from_top(rel_top, n_rel, ks_t, ndb)
 
 
 def _relevant_counts(labels: _Labels, nq: int, ndb: int) -> NDArray[np.int64]:
