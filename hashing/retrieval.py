@@ -777,7 +777,7 @@ def _top_k_relevance(
     ks: ArrayLike,
     backend: Backend,
 ) -> tuple[_Labels, NDArray[np.bool_], tuple[int, ...], int]:
-    """Checked inputs ranked to the largest k: ``(labels, rel_top, ks, ndb)``.
+    """Check the inputs and rank to the largest k: ``(labels, rel_top, ks, ndb)``.
 
     ``rel_top`` is (nq, min(max k, ndb)): whether each of a query's first items in
     the stable ranking is relevant. Shared by :func:`precision_at_k` and
