@@ -38,15 +38,7 @@ from settings.run_settings import RunSettings
 
 def train_centralized(settings: RunSettings) -> dict[str, Any]:
     """Train on the whole database and evaluate retrieval; returns a JSON-able dict."""
-    split = load_split(
-        settings.dataset,
-        data_path=settings.data_path,
-        download=settings.download,
-        query_fraction=settings.query_fraction,
-        seed=settings.seed,
-        feature_scaling=settings.feature_scaling,
-        image_shape=settings.image_hwc(),
-    )
+    split = load_split(settings.dataset, **settings.split_options())
     data, q_idx, db_idx = split.dataset, split.query_index, split.database_index
     x = torch.from_numpy(split.inputs)
     y = torch.from_numpy(data.labels)
@@ -103,15 +95,7 @@ def train_centralized_pfmh(settings: RunSettings, num_clients: int) -> dict[str,
     each client's partition, and the union protocol (server queries against all
     partitions).
     """
-    split = load_split(
-        settings.dataset,
-        data_path=settings.data_path,
-        download=settings.download,
-        query_fraction=settings.query_fraction,
-        seed=settings.seed,
-        feature_scaling=settings.feature_scaling,
-        image_shape=settings.image_hwc(),
-    )
+    split = load_split(settings.dataset, **settings.split_options())
     parts: list[LocalData] = [
         load_local_data(settings, partition_id=p, num_partitions=num_clients)
         for p in range(num_clients)

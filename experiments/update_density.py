@@ -50,15 +50,7 @@ from strategies.fedavg.trainer import dpsh_trainer
 
 def run_fedavg(settings: RunSettings, num_clients: int) -> dict[str, Any]:
     """FedAvg rounds through the real client path; density per update and mAP."""
-    split = load_split(
-        settings.dataset,
-        data_path=settings.data_path,
-        download=settings.download,
-        query_fraction=settings.query_fraction,
-        seed=settings.seed,
-        feature_scaling=settings.feature_scaling,
-        image_shape=settings.image_hwc(),
-    )
+    split = load_split(settings.dataset, **settings.split_options())
     parts = [
         load_local_data(settings, partition_id=p, num_partitions=num_clients)
         for p in range(num_clients)

@@ -76,15 +76,7 @@ def prepare_data(settings: RunSettings) -> PreparedData:
     statistics of the database part (the clients apply the same map).
     """
     try:
-        split = load_split(
-            settings.dataset,
-            data_path=settings.data_path,
-            download=settings.download,
-            query_fraction=settings.query_fraction,
-            seed=settings.seed,
-            feature_scaling=settings.feature_scaling,
-            image_shape=settings.image_hwc(),
-        )
+        split = load_split(settings.dataset, **settings.split_options())
     except (ValueError, FileNotFoundError) as exc:
         # a missing or unreadable data file, arrays of different lengths: the
         # user fixes the config or the file (one ERROR line, server/log_filters.py)

@@ -347,6 +347,21 @@ class RunSettings(Section):
             )
         return ks
 
+    def split_options(self) -> dict[str, Any]:
+        """Return ``hashdata.load_split``'s keyword arguments for this run.
+
+        ``load_split(settings.dataset, **settings.split_options())`` is the run's
+        query / database split, as the server and the experiment drivers load it.
+        """
+        return {
+            "data_path": self.data_path,
+            "download": self.download,
+            "query_fraction": self.query_fraction,
+            "seed": self.seed,
+            "feature_scaling": self.feature_scaling,
+            "image_shape": self.image_hwc(),
+        }
+
     def image_hwc(self) -> tuple[int, int, int] | None:
         """Parse ``image-shape`` ("32,32,3") into (H, W, C); ``None`` when empty."""
         text = self.image_shape.strip()
