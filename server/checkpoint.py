@@ -24,6 +24,7 @@ so resuming it is refused (as is DPcode, which has no rounds).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -52,8 +53,12 @@ _ROOT = Path(__file__).resolve().parents[1]
 _RESUME = RunSettings.key("resume")
 
 
+@functools.cache
 def code_version(root: Path = _ROOT) -> str:
-    """SHA-256 over the app packages' ``.py`` files (relative path and bytes)."""
+    """SHA-256 over the app packages' ``.py`` files (relative path and bytes).
+
+    Computed once per process (the code this process runs), not once per round.
+    """
     digest = hashlib.sha256()
     for package in APP_PACKAGES:
         for path in sorted((root / package).rglob("*.py")):
