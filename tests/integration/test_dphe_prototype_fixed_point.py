@@ -29,7 +29,7 @@ from settings.prototype_records import FEDHAP_UPLOAD, prototype_record
 from settings.run_settings import ConfigError, RunSettings
 from strategies.dphe.server_setup import build_secure_components
 from strategies.dphe.setup import stream_params
-from strategies.fedhap.strategy import HashingFedHAP
+from tests.integration.test_dphe_strategy import secure_fedhap
 from tests.integration.test_strategies import FakeGrid
 from tests.messages import reply_from
 
@@ -97,24 +97,7 @@ def _uploads(rng):
 
 def _secure_round(settings, uploads, rng):
     """One FedHAP round with encrypted prototype sums; the strategy after it."""
-    s = HashingFedHAP(
-        bits=BITS,
-        fraction_evaluate=0.0,
-        min_train_nodes=1,
-        min_available_nodes=1,
-        sampling_seed=1,
-    )
-    s.set_node_partitions(NODES)
-    s.set_label_space(CLASSES)
-    model_sum, proto_sum = build_secure_components(
-        settings,
-        dimension=DIM,
-        partition_ids=NODES.values(),
-        num_classes=CLASSES,
-        simulation=True,
-    )
-    s.set_secure_aggregation(model_sum)
-    s.set_secure_prototypes(proto_sum)
+    s = secure_fedhap(settings, bits=BITS, classes=CLASSES, nodes=NODES, dim=DIM)
     global_arrays = _record({k: np.zeros(v, np.float32) for k, v in SHAPES.items()})
     sent = list(
         s.configure_train(1, global_arrays, ConfigRecord(), FakeGrid(list(NODES)))

@@ -354,16 +354,11 @@ def test_prototype_sum_layout_reproduces_the_plain_mean_aggregation():
     np.testing.assert_array_equal(secure.codes, plain.codes)
 
 
-def test_fedhap_with_encrypted_prototype_sums(key_dir, caplog):
-    from hashing.prototypes import ClassPrototypes
-    from settings.prototype_records import FEDHAP_UPLOAD, prototype_record
+def secure_fedhap(settings, *, bits, classes, nodes=NODES, dim=DIM):
+    """FedHAP with DPHE model and prototype sums (in-process keyholder), set up."""
     from strategies.dphe.server_setup import build_secure_components
     from strategies.fedhap.strategy import HashingFedHAP
 
-    settings = settings_for(
-        key_dir, strategy="fedhap", **{"dphe.prototypes": True, "code-length": 8}
-    )
-    bits, classes = 8, 5
     s = HashingFedHAP(
         bits=bits,
         fraction_evaluate=0.0,
@@ -371,17 +366,29 @@ def test_fedhap_with_encrypted_prototype_sums(key_dir, caplog):
         min_available_nodes=1,
         sampling_seed=1,
     )
-    s.set_node_partitions(NODES)
+    s.set_node_partitions(nodes)
     s.set_label_space(classes)
     model_sum, proto_sum = build_secure_components(
         settings,
-        dimension=DIM,
-        partition_ids=NODES.values(),
+        dimension=dim,
+        partition_ids=nodes.values(),
         num_classes=classes,
         simulation=True,
     )
     s.set_secure_aggregation(model_sum)
     s.set_secure_prototypes(proto_sum)
+    return s
+
+
+def test_fedhap_with_encrypted_prototype_sums(key_dir, caplog):
+    from hashing.prototypes import ClassPrototypes
+    from settings.prototype_records import FEDHAP_UPLOAD, prototype_record
+
+    settings = settings_for(
+        key_dir, strategy="fedhap", **{"dphe.prototypes": True, "code-length": 8}
+    )
+    bits, classes = 8, 5
+    s = secure_fedhap(settings, bits=bits, classes=classes)
     rng = np.random.default_rng(8)
     global_arrays = record(
         {k: np.zeros(v, dtype=np.float32) for k, v in SHAPES.items()}
