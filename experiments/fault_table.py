@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from experiments.sweep import ROOT, run_federated
+from experiments.sweep import ROOT, run_centralized, run_federated
 from experiments.sweep_runner import exit_if_failed, run_sweep, write_tables
 
 METHODS: dict[str, dict[str, Any]] = {
@@ -28,14 +28,18 @@ CLIENTS = 10
 FAILING = (0, 1, 3)  # of 10: 0 %, 10 %, 30 %
 
 
+CEILING = "centralized"  # the same model on the whole database, same epoch budget
+
+
 def jobs(args: argparse.Namespace) -> list[dict[str, Any]]:
-    """Every (seed, faults, method) run, seed-major."""
-    return [
+    """Every (seed, faults, method) run, seed-major, then the ceiling per seed."""
+    runs = [
         {"seed": seed, "failing": k, "method": m}
         for seed in args.seeds
         for k in FAILING
         for m in METHODS
     ]
+    return runs + [{"seed": s, "failing": 0, "method": CEILING} for s in args.seeds]
 
 
 def name(job: dict[str, Any]) -> str:
@@ -44,7 +48,18 @@ def name(job: dict[str, Any]) -> str:
 
 
 def run_one(job: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
-    """One simulation; its row."""
+    """One simulation (or the centralized ceiling); its row."""
+    if job["method"] == CEILING:
+        t0 = time.perf_counter()
+        cfg = {**args.base, "seed": job["seed"]}
+        out = run_centralized(cfg, args.runs / f"centralized-s{job['seed']}.json")
+        return {
+            "name": name(job),
+            **job,
+            "map_all": out["final"]["map_all"],
+            "floor_map_all": None,
+            "seconds": time.perf_counter() - t0,
+        }
     cfg = {
         **METHODS[job["method"]],
         **args.base,
@@ -60,8 +75,14 @@ def run_one(job: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
         **job,
         "kind": args.kind,
         "map_all": summary["final"]["map_all"],
+        "floor_map_all": summary["initial_map_all"],  # the untrained model
         "seconds": time.perf_counter() - t0,
     }
+
+
+def _mean_std(vals: list[float]) -> str:
+    std = statistics.stdev(vals) if len(vals) > 1 else 0.0
+    return f"{statistics.mean(vals):.3f} ± {std:.3f}"
 
 
 def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> tuple[dict, str]:
@@ -91,6 +112,19 @@ def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> tuple[dict, s
             cell = {"mean": mean, "std": std, "n": len(vals)}
             summary.setdefault(method, {})[k] = cell
         lines.append(f"| {method} | " + " | ".join(out) + " |")
+    # one untrained model per seed (every run of a seed starts from it)
+    by_seed = {
+        r["seed"]: r["floor_map_all"]
+        for r in rows
+        if r.get("floor_map_all") is not None
+    }
+    if by_seed:
+        floors = list(by_seed.values())
+        lines.append(
+            f"| untrained floor (round 0) | {_mean_std(floors)} |"
+            + " - |" * (len(FAILING) - 1)
+        )
+        summary["untrained floor"] = {"per_seed": by_seed}
     protocol = (
         f"Protocol: digits (scikit-learn), {CLIENTS} clients IID, "
         f"{args.base['rounds']} rounds, {args.base['local-epochs']} local epochs, "
@@ -99,7 +133,10 @@ def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> tuple[dict, s
         f"{CLIENTS} sampled clients are told to fail (faults.kind = {args.kind!r}), "
         f"drawn per round from the seed; the round aggregates the rest; seeds "
         f"{','.join(map(str, args.seeds))}, mean ± sample std; (change against 0 "
-        "failing)."
+        "failing). Untrained floor: the federated runs' round-0 mAP (the same "
+        "initial model for both methods). Ceiling: centralized, the same model on "
+        "the whole database with the same epoch budget (rounds x local epochs), no "
+        "faults."
     )
     return summary, protocol + "\n\n" + "\n".join(lines)
 
