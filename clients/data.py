@@ -100,6 +100,7 @@ def data_key(settings: RunSettings) -> tuple:
         settings.download,
         settings.feature_scaling,
         settings.image_hwc(),
+        settings.modality_names(),
         settings.query_fraction,
         settings.seed,
         settings.partitioning,
@@ -202,6 +203,7 @@ def _load_split(key: tuple) -> ProtocolSplit:
         download,
         scaling,
         image_shape,
+        modalities,
         query_fraction,
         seed,
         _scheme,
@@ -216,6 +218,7 @@ def _load_split(key: tuple) -> ProtocolSplit:
         seed=seed,
         feature_scaling=scaling,
         image_shape=image_shape,
+        modalities=modalities,
     )
 
 
@@ -229,6 +232,7 @@ def _cut_partition(
         _download,
         _scaling,
         _image_shape,
+        _modalities,
         query_fraction,
         seed,
         scheme,

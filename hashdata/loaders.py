@@ -68,6 +68,7 @@ def load_dataset(
     data_path: str = "",
     download: bool = False,
     image_shape: tuple[int, int, int] | None = None,
+    modalities: tuple[str, ...] | None = None,
 ) -> HashDataset:
     """Load a dataset by name (the ``dataset`` config key).
 
@@ -92,6 +93,10 @@ def load_dataset(
         reshaped to ``(n, C, H, W)``. ``None`` (default): a 2-D ``x_image`` is
         feature vectors, unless the file has an ``image_shape`` array (three
         integers H, W, C); both given must agree.
+    modalities : tuple of str, optional
+        ``npz`` only (the ``modalities`` config key): load only the arrays
+        ``x_<name>`` for these names, each of which must exist. ``None`` (default):
+        every ``x_<modality>`` array.
 
     Returns
     -------
@@ -112,10 +117,15 @@ def load_dataset(
             f"image-shape={image_shape!r} applies to dataset='npz' only (flat image "
             f"rows of `x_image`); dataset={name!r} has its own shape"
         )
+    if modalities is not None and key != "npz":
+        raise ValueError(
+            f"modalities={modalities!r} applies to dataset='npz' only (its "
+            f"`x_<modality>` arrays); dataset={name!r} has fixed inputs"
+        )
     if key == "digits":
         return _load_digits()
     if key == "npz":
-        return _load_npz(data_path, image_shape)
+        return _load_npz(data_path, image_shape, modalities)
     if key == "cifar10":
         return _load_cifar10(data_path, download=download)
     if key == "multiview-digits":
@@ -163,7 +173,11 @@ def _require_data_path(data_path: str, dataset: str, what: str) -> Path:
     return Path(str(data_path)).expanduser()
 
 
-def _load_npz(data_path: str, image_shape: tuple[int, int, int] | None) -> HashDataset:
+def _load_npz(
+    data_path: str,
+    image_shape: tuple[int, int, int] | None,
+    modalities: tuple[str, ...] | None = None,
+) -> HashDataset:
     path = _require_data_path(data_path, "npz", "a .npz file")
     if not path.is_file():
         raise FileNotFoundError(
@@ -192,6 +206,15 @@ def _load_npz(data_path: str, image_shape: tuple[int, int, int] | None) -> HashD
             f"`data-path` {str(path)!r} has no `x_<modality>` array (arrays present: "
             f"{present}); add at least one, e.g. `x_image` of shape (n, d)"
         )
+    if modalities is not None:
+        missing = [m for m in modalities if f"x_{m}" not in arrays]
+        if missing or not modalities:
+            raise ValueError(
+                f"`modalities` {','.join(modalities)!r}: `data-path` {str(path)!r} "
+                f"has no array {', '.join(f'x_{m}' for m in missing) or '(none named)'}"
+                f"; accepted names: {', '.join(k[2:] for k in x_keys)}"
+            )
+        x_keys = sorted(f"x_{m}" for m in modalities)
 
     labels_raw = arrays["labels"]
     n = len(labels_raw) if labels_raw.ndim >= 1 else 0
@@ -201,7 +224,7 @@ def _load_npz(data_path: str, image_shape: tuple[int, int, int] | None) -> HashD
             f"multi-hot with n >= 1, got shape {labels_raw.shape}"
         )
     hwc = _resolve_image_shape(image_shape, arrays.get(IMAGE_SHAPE_ARRAY), path)
-    if hwc is not None and "x_image" not in arrays:
+    if hwc is not None and "x_image" not in x_keys:
         raise ValueError(
             f"`data-path` {str(path)!r}: an image shape {hwc} is given (config key "
             f"`image-shape` or array `{IMAGE_SHAPE_ARRAY}`) but the file has no "

@@ -73,6 +73,7 @@ def load_split(
     seed: int,
     feature_scaling: str = "auto",
     image_shape: tuple[int, int, int] | None = None,
+    modalities: tuple[str, ...] | None = None,
     use_file_split: bool = True,
 ) -> ProtocolSplit:
     """Load ``name``, split off the query set, scale the inputs.
@@ -87,12 +88,16 @@ def load_split(
     ``feature_scaling`` (the ``feature-scaling`` key, one of
     :data:`hashdata.scaling.FEATURE_SCALINGS`) is applied with statistics of the
     database rows only, the same map for queries and every client; ``image_shape``
-    is :func:`load_dataset`'s.
+    and ``modalities`` are :func:`load_dataset`'s.
     """
     fraction = validate_query_fraction(query_fraction)
     seed = validate_seed(seed)
     data = load_dataset(
-        name, data_path=data_path, download=download, image_shape=image_shape
+        name,
+        data_path=data_path,
+        download=download,
+        image_shape=image_shape,
+        modalities=modalities,
     )
     mask = data.fixed_split if use_file_split else None
     if mask is not None:

@@ -151,6 +151,11 @@ class RunSettings(Section):
         "`32,32,3`), routed to the image models; empty: 2-D `x_image` rows are "
         "feature vectors (unless the file has an `image_shape` array)",
     )
+    modalities: str = option(
+        "",
+        "`.npz` only: comma-separated modality names to load (`image,text` loads "
+        "`x_image` and `x_text`); empty: every `x_<modality>` array of the file",
+    )
     query_fraction: float = option(
         0.1, "share of the data held out as the server's queries", low=0, high=0.5,
         low_open=True,
@@ -287,6 +292,12 @@ class RunSettings(Section):
                 f"'npz' only (flat image rows of `x_image`); {self.key('dataset')} "
                 f"is {self.dataset!r}: leave it empty"
             )
+        if self.modality_names() is not None and self.dataset != "npz":
+            raise ConfigError(
+                f"{self.key('modalities')}={self.modalities!r} applies to dataset "
+                f"'npz' only (its `x_<modality>` arrays); {self.key('dataset')} is "
+                f"{self.dataset!r}: leave it empty"
+            )
         # cross-key checks: shared sections first, then the methods'
         checks = (
             "updates", "privacy", "fedhap", "dp_sgd", "dphe", "pfmh", "dpcode", "faults"
@@ -360,7 +371,20 @@ class RunSettings(Section):
             "seed": self.seed,
             "feature_scaling": self.feature_scaling,
             "image_shape": self.image_hwc(),
+            "modalities": self.modality_names(),
         }
+
+    def modality_names(self) -> tuple[str, ...] | None:
+        """Parse ``modalities`` ("image,text"); ``None`` when empty (all of them)."""
+        names = tuple(t.strip() for t in self.modalities.split(",") if t.strip())
+        if not self.modalities.strip():
+            return None
+        if len(set(names)) != len(names) or len(names) != self.modalities.count(",") + 1:
+            raise ConfigError(
+                f"{self.key('modalities')}={self.modalities!r}: accepted is empty or "
+                "distinct comma-separated modality names, e.g. 'image,text'"
+            )
+        return names
 
     def image_hwc(self) -> tuple[int, int, int] | None:
         """Parse ``image-shape`` ("32,32,3") into (H, W, C); ``None`` when empty."""

@@ -116,3 +116,11 @@ def test_quick_plan_takes_one_seed_and_default_folders(tmp_path) -> None:
     resumed = {r.paper.name for r in plan.runs if "--resume" in r.argv}
     assert resumed == {"fedhap", "pfmh", "dpcode"}
     assert all(r.key() == [a for a in r.argv if a != "--resume"] for r in plan.runs)
+
+
+def test_arguments_after_double_dash_go_to_the_one_driver(capsys, no_runs) -> None:
+    err = _refused(capsys, "--paper", "all", "--", "--bits", "32")
+    assert "need exactly one --paper" in err and "--bits 32" in err
+    assert suite.main(["--paper", "pfmh", "--dry-run", "--", "--bits", "32"]) == 0
+    shown = capsys.readouterr().out
+    assert shown.strip().endswith("--bits 32")

@@ -90,6 +90,30 @@ def test_npz_with_two_or_three_modalities(tmp_path) -> None:
         require_multimodal(load_dataset("npz", data_path=str(one)))
 
 
+def test_modalities_key_selects_npz_arrays(tmp_path) -> None:
+    from settings.check import ConfigError
+    from settings.run_settings import RunSettings
+
+    path = write_feature_npz(
+        tmp_path / "tri.npz", dims={"image": 6, "text": 4, "tfidf": 3}
+    )
+    ds = load_dataset("npz", data_path=str(path), modalities=("text", "image"))
+    assert modality_dims(ds) == {"image": 6, "text": 4}
+    with pytest.raises(ValueError, match=r"no array x_audio.*image, text, tfidf"):
+        load_dataset("npz", data_path=str(path), modalities=("image", "audio"))
+    with pytest.raises(ValueError, match="dataset='npz' only"):
+        load_dataset("digits", modalities=("image",))
+    base = {"dataset": "npz", "data-path": str(path)}
+    settings = RunSettings.from_config({**base, "modalities": " image , text"})
+    assert settings.split_options()["modalities"] == ("image", "text")
+    assert RunSettings.from_config(base).split_options()["modalities"] is None
+    for bad in ("image,,text", "image,image"):
+        with pytest.raises(ConfigError, match="modalities"):
+            RunSettings.from_config({**base, "modalities": bad})
+    with pytest.raises(ConfigError, match="modalities.*'npz' only"):
+        RunSettings.from_config({"modalities": "image"})
+
+
 def test_modalities_of_different_lengths_are_rejected() -> None:
     inputs = {"image": np.zeros((3, 2), np.float32), "text": np.zeros((2, 2))}
     with pytest.raises(ValueError, match="'text' has 2 rows but there are 3 labels"):
