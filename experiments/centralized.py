@@ -31,8 +31,8 @@ from hashing.pfmh.evaluation import local_retrieval, mean_over_clients
 from hashing.pfmh.train import local_prototypes, train_pfmh
 from hashing.prototypes import PrototypeSet
 from hashing.retrieval import evaluate_retrieval
-from hashing.train import LocalTrainConfig, encode, select_device, train_dpsh
-from settings.run_model import build_run_model, pfmh_loss_config
+from hashing.train import LocalTrainConfig, encode, select_device, train_local
+from settings.run_model import build_hash_loss, build_run_model, pfmh_loss_config
 from settings.run_settings import RunSettings
 
 
@@ -47,10 +47,11 @@ def train_centralized(settings: RunSettings) -> dict[str, Any]:
     device = select_device(settings.device)
     epochs = settings.rounds * settings.local_epochs
     start = time.perf_counter()
-    stats = train_dpsh(
+    stats = train_local(
         model,
         x[db_idx],
         y[db_idx],
+        loss_fn=build_hash_loss(settings, data.num_classes),
         config=LocalTrainConfig(
             epochs=epochs,
             learning_rate=settings.learning_rate,

@@ -9,12 +9,16 @@ ArrayRecord is empty (the models stay on the clients).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TypeVar
 
+import torch
 from torch import nn
 
+from hashing.csq import csq_loss, hash_centers
 from hashing.fedhap.discriminator import Discriminator
+from hashing.hashnet import continuation_beta, default_alpha, hashnet_loss
+from hashing.losses import dpsh_loss
 from hashing.models import build_model
 from hashing.pfmh.losses import PFMHLossConfig, ablation_config
 from hashing.pfmh.model import build_multimodal_model
@@ -66,6 +70,32 @@ def build_run_model(
         weights_path=settings.model_weights,
     )
     return opacus_compatible(model) if settings.dp_sgd.enabled else model
+
+
+def build_hash_loss(
+    settings: RunSettings, num_classes: int, *, first_step: int = 0
+) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """Return the run's ``loss`` as ``loss_fn(outputs, labels)`` of one mini-batch.
+
+    ``dpsh`` and ``csq`` are pure functions of the batch. ``hashnet`` counts the
+    calls: its continuation beta is that of optimisation step ``first_step`` + the
+    number of earlier calls (a client passes the steps of its earlier rounds).
+    """
+    eta = settings.quantization_weight
+    if settings.loss == "csq":
+        centers = hash_centers(num_classes, settings.code_length, seed=settings.seed)
+        return lambda u, y: csq_loss(u, y, centers, quantization_weight=eta)
+    if settings.loss == "hashnet":
+        alpha = default_alpha(settings.code_length)
+        step = [first_step]
+
+        def hashnet(u: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            beta = continuation_beta(step[0])
+            step[0] += 1
+            return hashnet_loss(u, y, beta=beta, alpha=alpha)
+
+        return hashnet
+    return lambda u, y: dpsh_loss(u, y, quantization_weight=eta)
 
 
 def build_run_discriminator(settings: RunSettings, num_classes: int) -> Discriminator:

@@ -32,7 +32,7 @@ __all__ = ["ConfigError", "RunSettings"]
 DATASETS = ("digits", "npz", "cifar10", "multiview-digits")
 PARTITIONINGS = ("iid", "dirichlet", "pathological")
 MODELS = ("auto", "mlp", "cnn", "resnet18")
-LOSSES = ("dpsh", "csq")
+LOSSES = ("dpsh", "csq", "hashnet")
 DEVICES = ("auto", "cpu", "cuda")
 PROTOTYPE_WEIGHTINGS = ("mean", "count")
 MIN_BITS, MAX_BITS = 8, 256
@@ -70,9 +70,20 @@ RENAMED = {
     **{
         f"dphe-{k}": f"dphe.{k}"
         for k in (
-            "key-dir", "keyholder-url", "keyholder-ca", "packing", "scale-bits",
-            "clip", "weighting", "max-weight", "max-contributors", "capacity", "pad",
-            "prototypes", "block-sparsity", "obfuscators",
+            "key-dir",
+            "keyholder-url",
+            "keyholder-ca",
+            "packing",
+            "scale-bits",
+            "clip",
+            "weighting",
+            "max-weight",
+            "max-contributors",
+            "capacity",
+            "pad",
+            "prototypes",
+            "block-sparsity",
+            "obfuscators",
         )
     },
     **{
@@ -95,7 +106,10 @@ class RunSettings(Section):
     )
     rounds: int = option(30, "federated rounds", low=1)
     fraction_train: float = option(
-        1.0, "Flower's client sampling: fraction of nodes per round", low=0, high=1,
+        1.0,
+        "Flower's client sampling: fraction of nodes per round",
+        low=0,
+        high=1,
         low_open=True,
     )
     min_train_nodes: int = option(
@@ -110,8 +124,9 @@ class RunSettings(Section):
     weight_decay: float = option(0.0, "Adam weight decay", low=0)
     loss: str = option(
         "dpsh",
-        "`dpsh` (in-batch pairs) or `csq` (per-sample, fixed class centres; needed "
-        "for DP-SGD)",
+        "`dpsh` (in-batch pairs), `csq` (per-sample, fixed class centres; needed "
+        "for DP-SGD) or `hashnet` (weighted in-batch pairs, tanh continuation); "
+        "FedAvg / FedProx and the centralized ceiling only",
         choices=LOSSES,
     )
     quantization_weight: float = option(0.1, "weight of the quantization loss", low=0)
@@ -157,7 +172,10 @@ class RunSettings(Section):
         "`x_image` and `x_text`); empty: every `x_<modality>` array of the file",
     )
     query_fraction: float = option(
-        0.1, "share of the data held out as the server's queries", low=0, high=0.5,
+        0.1,
+        "share of the data held out as the server's queries",
+        low=0,
+        high=0.5,
         low_open=True,
     )
     partitioning: str = option(
@@ -173,7 +191,8 @@ class RunSettings(Section):
         42, "data split, partitions, model init, client batches and dropout"
     )
     eval_every: int = option(
-        5, "retrieval evaluation at round 0, every N rounds, and at the last round",
+        5,
+        "retrieval evaluation at round 0, every N rounds, and at the last round",
         low=1,
     )
     map_top_k: int = option(100, "K of mAP@K", low=1)
@@ -197,7 +216,8 @@ class RunSettings(Section):
         choices=PROTOTYPE_WEIGHTINGS,
     )
     secure_aggregation: str = option(
-        "none", "`dphe`: DPHE secure aggregation (section dphe)",
+        "none",
+        "`dphe`: DPHE secure aggregation (section dphe)",
         choices=SECURE_AGGREGATIONS,
     )
     round_timeout: float = option(
@@ -255,9 +275,11 @@ class RunSettings(Section):
             section, dot, _ = key.partition(".")
             if key in top_keys:
                 top[key] = raw
-            elif dot and section in by_name and key in cls.sections()[
-                by_name[section]
-            ].keys():
+            elif (
+                dot
+                and section in by_name
+                and key in cls.sections()[by_name[section]].keys()
+            ):
                 nested[by_name[section]][key] = raw
             else:
                 raise ConfigError(unknown_key(key, cls.all_keys(), RENAMED))
@@ -292,6 +314,13 @@ class RunSettings(Section):
                 f"'npz' only (flat image rows of `x_image`); {self.key('dataset')} "
                 f"is {self.dataset!r}: leave it empty"
             )
+        if self.loss == "hashnet" and self.strategy not in ("fedavg", "fedprox"):
+            raise ConfigError(
+                f"{self.key('loss')}='hashnet' with {self.key('strategy')}="
+                f"{self.strategy!r}: HashNet is a baseline loss of FedAvg / FedProx "
+                "(and their centralized ceiling); the other strategies train their "
+                "own objective. Accepted: strategy 'fedavg' or 'fedprox'"
+            )
         if self.modality_names() is not None and self.dataset != "npz":
             raise ConfigError(
                 f"{self.key('modalities')}={self.modalities!r} applies to dataset "
@@ -300,7 +329,14 @@ class RunSettings(Section):
             )
         # cross-key checks: shared sections first, then the methods'
         checks = (
-            "updates", "privacy", "fedhap", "dp_sgd", "dphe", "pfmh", "dpcode", "faults"
+            "updates",
+            "privacy",
+            "fedhap",
+            "dp_sgd",
+            "dphe",
+            "pfmh",
+            "dpcode",
+            "faults",
         )
         for name in checks:
             getattr(self, name).check(self)
@@ -379,7 +415,10 @@ class RunSettings(Section):
         names = tuple(t.strip() for t in self.modalities.split(",") if t.strip())
         if not self.modalities.strip():
             return None
-        if len(set(names)) != len(names) or len(names) != self.modalities.count(",") + 1:
+        if (
+            len(set(names)) != len(names)
+            or len(names) != self.modalities.count(",") + 1
+        ):
             raise ConfigError(
                 f"{self.key('modalities')}={self.modalities!r}: accepted is empty or "
                 "distinct comma-separated modality names, e.g. 'image,text'"

@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-import torch
 from flwr.app import ArrayRecord, MetricRecord, RecordDict
 
 from clients.trainers import TrainContext, dp_train
-from hashing.csq import csq_loss, hash_centers
-from hashing.losses import dpsh_loss
 from hashing.train import LocalTrainConfig, train_local
 from privacy.ledger import MechanismUse
 from settings import keys as K
 from settings.privacy_records import privacy_record
-from settings.run_model import build_run_model
+from settings.run_model import build_hash_loss, build_run_model
 
 
 def dpsh_trainer(content: RecordDict, ctx: TrainContext) -> RecordDict:
-    """Local training from the global model with the run's loss (DPSH or CSQ).
+    """Local training from the global model with the run's loss (DPSH, CSQ, HashNet).
 
     FedProx adds its proximal term, ``updates.sparsifier = "elastic-net"`` DPHE's
     elastic-net penalty (:mod:`hashing.elastic_net`); with ``dp-sgd.enabled`` the
@@ -27,16 +24,12 @@ def dpsh_trainer(content: RecordDict, ctx: TrainContext) -> RecordDict:
     config = content[K.CONFIG]
     model = build_run_model(s, ctx.data.input_shape)
     model.load_state_dict(content[K.ARRAYS].to_torch_state_dict())
-    if s.loss == "csq":
-        centers = hash_centers(ctx.data.num_classes, s.code_length, seed=s.seed)
-
-        def loss_fn(u: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-            return csq_loss(u, y, centers, quantization_weight=s.quantization_weight)
-
-    else:
-
-        def loss_fn(u: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-            return dpsh_loss(u, y, quantization_weight=s.quantization_weight)
+    steps_per_round = s.local_epochs * -(-len(ctx.data.inputs) // s.batch_size)
+    loss_fn = build_hash_loss(
+        s,
+        ctx.data.num_classes,
+        first_step=(ctx.server_round - 1) * steps_per_round,
+    )
 
     uses: list[MechanismUse] = []
     l1, l2 = s.updates.elastic_net_weights()
