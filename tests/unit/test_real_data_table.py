@@ -1,0 +1,90 @@
+"""The real-data table's tables and curve figure, from synthetic rows (no training)."""
+
+import argparse
+import json
+
+import numpy as np
+import pytest
+
+from experiments import real_data_table as rdt
+from experiments.real_data_figures import mean_curves, plot_curves
+
+
+def _row(method: str, part: str, seed: int, m: float, lr: float = 5e-4) -> dict:
+    ks = [10, 100, 1000]
+    return {
+        "name": f"{method} {part} s{seed}",
+        "method": method,
+        "partitioning": part,
+        "seed": seed,
+        "learning_rate": lr,
+        "map_all": m,
+        "map_at_k": m + 0.01,
+        "floor_map_all": None if part == "-" else 0.5,
+        "curves": {
+            "pr": {
+                "radius": [0, 1, 2],
+                "precision": [0.0, 0.9, 0.6],
+                "recall": [0.0, 0.2 + seed / 10, 1.0],
+            },
+            "ks": ks,
+            "precision_at_k": [0.9, 0.8, 0.7],
+            "recall_at_k": [0.01, 0.1, 0.5 + seed / 10],
+        },
+        "protocol": "stated protocol",
+        "seconds": 10.0,
+    }
+
+
+def test_tables_state_protocol_tuning_ceiling_and_floor(tmp_path) -> None:
+    rows = [
+        _row(m, p, s, v + s / 100, lr)
+        for s in (0, 1)
+        for m, p, v, lr in (
+            ("DPSH (FedAvg)", "iid", 0.6, 2e-3),
+            ("FedHAP", "iid", 0.7, 5e-4),
+            ("DPSH (FedAvg)", "non-iid", 0.55, 2e-3),
+        )
+    ] + [_row(rdt.CENTRALIZED, "-", s, 0.8 + s / 100) for s in (0, 1)]
+    tuning = [
+        {"method": "DPSH (FedAvg)", "learning_rate": lr, "map_all": v, "seconds": 5.0}
+        for lr, v in ((5e-4, 0.5), (2e-3, 0.6))
+    ]
+    args = argparse.Namespace(
+        clients=20,
+        bits=48,
+        rounds=10,
+        classes_per_client=3,
+        tune_seed=99,
+        seeds="0,1",
+        out=tmp_path,
+    )
+    methods = ["DPSH (FedAvg)", "FedHAP", rdt.CENTRALIZED]
+    rdt._write(
+        rows, tuning, {"DPSH (FedAvg)": 2e-3}, args, methods, ["iid", "non-iid"], 0.0
+    )
+    text = (tmp_path / "table.md").read_text()
+    assert text.startswith("Protocol (ours;") and "stated protocol" in text
+    assert "| DPSH (FedAvg) | 0.002 | 60.50 ± 0.71 |" in text
+    assert "| FedHAP | 0.0005 | 70.50 ± 0.71 |" in text
+    # the ceiling appears under both partitionings; FedHAP has no non-iid rows
+    assert text.count(f"| {rdt.CENTRALIZED} | 0.0005 | 80.50 ± 0.71 |") == 2
+    assert text.split("**non-iid**")[1].count("| FedHAP |") == 0
+    assert "| DPSH (FedAvg) | 50.00 | **60.00** |" in text
+    assert "| 55.00 ± 7.07 |" in text  # recall@1000 over the two seeds
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["tuned_learning_rates"] == {"DPSH (FedAvg)": 2e-3}
+    assert summary["cells"]["FedHAP | iid"]["map_all"] == pytest.approx([0.7, 0.71])
+
+
+def test_curve_figure_is_written_with_means_over_seeds(tmp_path) -> None:
+    rows = [_row("FedHAP", "iid", s, 0.7) for s in (0, 2)]
+    rows.append(_row(rdt.CENTRALIZED, "-", 0, 0.8))
+    c = mean_curves(rows[:2])
+    np.testing.assert_allclose(c["recall"], [0.0, 0.3, 1.0])
+    np.testing.assert_allclose(c["recall_at_k"], [0.01, 0.1, 0.6])
+    out = plot_curves(rows, "iid", tmp_path / "curves-iid.png", bits=48)
+    assert out is not None and out.stat().st_size > 10_000
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert plot_curves(rows, "non-iid-only", tmp_path / "x.png", bits=48) is not None
+    assert plot_curves([], "iid", tmp_path / "none.png", bits=48) is None
