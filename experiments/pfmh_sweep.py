@@ -24,7 +24,9 @@ Each run is one Flower simulation (or one centralized training) in its own proce
 ``--jobs`` runs that many at once, each simulation with ``--cpus`` Ray CPUs. Every
 finished run is appended to ``<out>/rows.jsonl`` at once (``--resume`` skips those
 already there); ``<out>/summary.json`` and ``<out>/table.md`` hold the aggregate
-(mean +- sample std over seeds).
+(mean +- sample std over seeds), ``<out>/map_per_round-<bits>b.png`` the mAP of
+both protocols per evaluated round (``experiments/pfmh_figures.py``, from the kept
+run directories under ``<out>/runs/``).
 """
 
 from __future__ import annotations
@@ -332,6 +334,11 @@ def main() -> None:
         workers=args.jobs,
     )
     print(write_outputs(rows, args))
+    from experiments.pfmh_figures import plot_map_per_round
+
+    for bits in args.bits:
+        path = plot_map_per_round(rows, args.out, bits=bits)
+        print(f"mAP per round, {bits} bits: {path or 'no kept run directory'}")
     exit_if_failed(failed)  # the tables hold what finished
 
 
