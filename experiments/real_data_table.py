@@ -9,7 +9,9 @@
    seeds); the learning rate with the best final mAP@ALL is kept for the table.
    The tuning scores on the same query set as the table: this favours the
    baselines, never FedHAP (whose learning rate is the default, untuned).
-2. **The table.** For every seed and partitioning (``iid``; ``non-iid``: FedHAP's
+2. **The table** (each baseline's tuning runs come just before its first table run;
+   the runs go partitioning by partitioning, seed by seed, so a table cut short
+   holds whole partitionings). For every seed and partitioning (``iid``; ``non-iid``: FedHAP's
    label shards, ``--classes-per-client`` classes per client, a multi-label sample
    counted under its lowest label), each baseline with its tuned learning rate and
    FedHAP through Flower's simulation (``--clients`` clients, ``--bits``,
@@ -19,7 +21,7 @@
 
 The untrained floor is each federated run's round-0 mAP. The query set is the
 file's fixed ``split`` when it has one (docs/data.md). Rows go to
-``<out>/tuning.jsonl`` and ``<out>/rows.jsonl`` (``--resume`` skips the rows there);
+``<out>/rows.jsonl`` (``kind`` "tune" or "table"; ``--resume`` skips the rows there);
 ``<out>/table.md`` and ``<out>/summary.json`` hold mean +- sample std over seeds
 with the protocol above the tables, and ``<out>/curves-<partitioning>.png`` the
 precision-recall (Hamming radius), P@K and recall@K curves of all methods (means
@@ -36,16 +38,16 @@ from pathlib import Path
 from typing import Any
 
 from experiments.sweep import ROOT, run_centralized, run_federated
-from experiments.sweep_runner import exit_if_failed, run_sweep, write_tables
+from experiments.sweep_runner import exit_if_failed, load_rows, run_sweep, write_tables
 
 CENTRALIZED = "centralized (DPSH)"
 #: Method -> the config keys that make it (``None``: the centralized ceiling).
 METHODS: dict[str, dict[str, Any] | None] = {
     "DPSH (FedAvg)": {"strategy": "fedavg", "loss": "dpsh"},
-    "CSQ (FedAvg)": {"strategy": "fedavg", "loss": "csq"},
-    "HashNet (FedAvg)": {"strategy": "fedavg", "loss": "hashnet"},
     "FedHAP": {"strategy": "fedhap"},
     CENTRALIZED: None,
+    "CSQ (FedAvg)": {"strategy": "fedavg", "loss": "csq"},
+    "HashNet (FedAvg)": {"strategy": "fedavg", "loss": "hashnet"},
 }
 BASELINES = ("DPSH (FedAvg)", "CSQ (FedAvg)", "HashNet (FedAvg)")
 PARTITIONS = ("iid", "non-iid")
@@ -128,11 +130,50 @@ def main() -> None:
         out = run_federated(cfg, args.clients, args.runs / _safe(name))
         return out, time.perf_counter() - t0
 
-    # ---- stage 1: learning rate of each baseline --------------------------------
-    tune_jobs = [(m, lr) for m in BASELINES if m in methods for lr in lr_grid]
+    # Jobs in priority order, one rows file: partition-major, then seed-major, so a
+    # table cut short has whole partitionings; a baseline's tuning runs come right
+    # before its first table run (``kind`` "tune" rows, seed --tune-seed, IID).
+    rows_path = args.out / "rows.jsonl"
+    if args.resume:
+        _merge_legacy_tuning(args.out)
+    known: list[dict[str, Any]] = load_rows(rows_path) if args.resume else []
+    jobs: list[tuple[Any, ...]] = []
+    for i, part in enumerate(partitions):
+        for seed in seeds:
+            for m in methods:
+                if METHODS[m] is None:
+                    if i == 0:
+                        jobs.append(("table", seed, "-", m))
+                    continue
+                if m in BASELINES and not any(j[:2] == ("tune", m) for j in jobs):
+                    jobs += [("tune", m, lr) for lr in lr_grid]
+                jobs.append(("table", seed, part, m))
 
-    def tune(job: tuple[str, float]) -> dict[str, Any]:
-        method, lr = job
+    def best_lr(method: str) -> float:
+        if method not in BASELINES:
+            return DEFAULT_LR
+        mine = {r["learning_rate"]: r for r in _tuning(known) if r["method"] == method}
+        missing = [lr for lr in lr_grid if lr not in mine]
+        if missing:
+            raise RuntimeError(
+                f"{method}: tuning runs missing for learning rates {missing}"
+            )
+        return max((mine[lr] for lr in lr_grid), key=lambda r: r["map_all"])[
+            "learning_rate"
+        ]
+
+    def job_name(job: tuple[Any, ...]) -> str:
+        if job[0] == "tune":
+            return f"tune {job[1]} lr={job[2]}"
+        return f"{job[3]} {job[2]} s{job[1]}"
+
+    def run(job: tuple[Any, ...]) -> dict[str, Any]:
+        row = tune(job) if job[0] == "tune" else table_run(job)
+        known.append(row)
+        return row
+
+    def tune(job: tuple[Any, ...]) -> dict[str, Any]:
+        _, method, lr = job
         cfg = {
             **base,
             **part_cfg["iid"],
@@ -142,7 +183,8 @@ def main() -> None:
         }
         out, secs = federated(cfg, f"tune {method} lr{lr} s{args.tune_seed}")
         return {
-            "name": f"tune {method} lr={lr}",
+            "kind": "tune",
+            "name": job_name(job),
             "method": method,
             "learning_rate": lr,
             "seed": args.tune_seed,
@@ -150,37 +192,11 @@ def main() -> None:
             "seconds": secs,
         }
 
-    tuned_rows, failed = run_sweep(
-        tune_jobs,
-        tune,
-        rows_path=args.out / "tuning.jsonl",
-        resume=args.resume,
-        name=lambda job: f"tune {job[0]} lr={job[1]}",
-        describe=lambda r: f"mAP@ALL {r['map_all']:.4f}",
-    )
-    exit_if_failed(failed)
-    tuned = {
-        m: max((r for r in tuned_rows if r["method"] == m), key=lambda r: r["map_all"])[
-            "learning_rate"
-        ]
-        for m in BASELINES
-        if m in methods
-    }
-    print(f"tuned learning rates: {json.dumps(tuned)}", flush=True)
-
-    # ---- stage 2: the table ------------------------------------------------------
-    jobs: list[tuple[int, str, str]] = []
-    for seed in seeds:
-        for m in methods:
-            for p in ["-"] if METHODS[m] is None else partitions:
-                jobs.append((seed, p, m))
-
-    def run(job: tuple[int, str, str]) -> dict[str, Any]:
-        seed, part, method = job
-        cfg: dict[str, Any] = {**base, "seed": seed}
-        name = f"{method} {part} s{seed}"
-        lr = tuned.get(method, DEFAULT_LR)
-        cfg["learning-rate"] = lr
+    def table_run(job: tuple[Any, ...]) -> dict[str, Any]:
+        _, seed, part, method = job
+        lr = best_lr(method)
+        cfg: dict[str, Any] = {**base, "seed": seed, "learning-rate": lr}
+        name = job_name(job)
         if METHODS[method] is None:
             t0 = time.perf_counter()
             cfg["loss"] = "dpsh"
@@ -192,6 +208,7 @@ def main() -> None:
             out, secs = federated(cfg, name)
             floor = out["initial_map_all"]
         return {
+            "kind": "table",
             "name": name,
             "method": method,
             "partitioning": part,
@@ -206,24 +223,50 @@ def main() -> None:
         }
 
     def tables(rows: list[dict[str, Any]]) -> None:
-        _write(rows, tuned_rows, tuned, args, methods, partitions, started)
+        tuning = _tuning(rows)
+        tuned = {}
+        for m in BASELINES:
+            have = [r for r in tuning if r["method"] == m]
+            if have:
+                tuned[m] = max(have, key=lambda r: r["map_all"])["learning_rate"]
+        table_rows = [r for r in rows if r.get("kind", "table") == "table"]
+        _write(table_rows, tuning, tuned, args, methods, partitions, started)
 
     rows, failed = run_sweep(
         jobs,
         run,
-        rows_path=args.out / "rows.jsonl",
+        rows_path=rows_path,
         resume=args.resume,
-        name=lambda job: f"{job[2]} {job[1]} s{job[0]}",
+        name=job_name,
         describe=lambda r: f"mAP@ALL {r['map_all']:.4f} ({r['seconds']:.0f} s)",
         after_row=tables,
     )
     tables(rows)
     from experiments.real_data_figures import plot_curves
 
+    table_rows = [r for r in rows if r.get("kind", "table") == "table"]
     for part in partitions:
-        plot_curves(rows, part, args.out / f"curves-{part}.png", bits=args.bits)
+        plot_curves(table_rows, part, args.out / f"curves-{part}.png", bits=args.bits)
     print((args.out / "table.md").read_text())
     exit_if_failed(failed)
+
+
+def _tuning(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in rows if r.get("kind") == "tune"]
+
+
+def _merge_legacy_tuning(out: Path) -> None:
+    """Move rows of an older ``tuning.jsonl`` into ``rows.jsonl`` (kind "tune")."""
+    legacy = out / "tuning.jsonl"
+    if not legacy.exists():
+        return
+    rows_path = out / "rows.jsonl"
+    have = {r["name"] for r in load_rows(rows_path)}
+    with rows_path.open("a") as f:
+        for r in load_rows(legacy):
+            if r["name"] not in have:
+                f.write(json.dumps({"kind": "tune", **r}) + "\n")
+    legacy.unlink()
 
 
 def _write(
