@@ -143,7 +143,9 @@ def _build(key: _AppKey) -> ClientApp:
         logger.info("partition %d round %d training on %s", pid, server_round, device)
         ctx = TrainContext(
             settings=settings,
-            data=load_local_data(settings, partition_id=pid, num_partitions=num),
+            data=load_local_data(
+                settings, partition_id=pid, num_partitions=num
+            ).training_view(),
             device=device,
             partition_id=pid,
             server_round=server_round,

@@ -54,6 +54,9 @@ class LocalData:
     local_queries : torch.Tensor or None
         PFMH only: (nq,) int64 positions (into this partition) of the local
         queries; the other positions are the local database.
+    train_positions : torch.Tensor or None
+        With ``train-size``: (nt,) int64 positions (into this partition) of the
+        rows trained on; ``None``: every row (see :meth:`training_view`).
     """
 
     inputs: torch.Tensor | dict[str, torch.Tensor]
@@ -61,6 +64,22 @@ class LocalData:
     database_index: torch.Tensor
     num_classes: int
     local_queries: torch.Tensor | None = None
+    train_positions: torch.Tensor | None = None
+
+    def training_view(self) -> LocalData:
+        """Return the rows this client trains on (itself without ``train-size``).
+
+        Trainers get this view; encoding for retrieval uses the whole partition.
+        """
+        if self.train_positions is None:
+            return self
+        inputs, labels = self.take(self.train_positions)
+        return LocalData(
+            inputs=inputs,
+            labels=labels,
+            database_index=self.database_index[self.train_positions],
+            num_classes=self.num_classes,
+        )
 
     @property
     def input_shape(self) -> tuple[int, ...] | dict[str, int]:
@@ -101,6 +120,7 @@ def data_key(settings: RunSettings) -> tuple:
         settings.feature_scaling,
         settings.image_hwc(),
         settings.modality_names(),
+        settings.train_size,
         settings.query_fraction,
         settings.seed,
         settings.partitioning,
@@ -204,6 +224,7 @@ def _load_split(key: tuple) -> ProtocolSplit:
         scaling,
         image_shape,
         modalities,
+        train_size,
         query_fraction,
         seed,
         _scheme,
@@ -219,6 +240,7 @@ def _load_split(key: tuple) -> ProtocolSplit:
         feature_scaling=scaling,
         image_shape=image_shape,
         modalities=modalities,
+        train_size=train_size,
     )
 
 
@@ -233,6 +255,7 @@ def _cut_partition(
         _scaling,
         _image_shape,
         _modalities,
+        _train_size,
         query_fraction,
         seed,
         scheme,
@@ -252,11 +275,16 @@ def _cut_partition(
         )
     ]
     if not multi:
+        train = None
+        if split.train_mask is not None:
+            in_database = np.searchsorted(db_idx, local)
+            train = torch.from_numpy(np.flatnonzero(split.train_mask[in_database]))
         return LocalData(
             inputs=torch.from_numpy(split.inputs[local]),
             labels=torch.from_numpy(labels[local]),
             database_index=torch.from_numpy(local),
             num_classes=split.dataset.num_classes,
+            train_positions=train,
         )
     data = split.dataset
     require_multimodal(data)

@@ -2,7 +2,8 @@
 
 Same data protocol (query set held out with the same seed; the database is the union
 of all client partitions), same model, loss and optimiser, and the same epoch budget
-as a federated run: ``rounds * local-epochs`` passes over the whole database.
+as a federated run: ``rounds * local-epochs`` passes over the whole database, or over
+its ``train-size`` training rows when that key is set (the clients' training rows).
 
 For ``strategy = "pfmh"`` (:func:`train_centralized_pfmh`) the same multi-modal
 network is trained on the union of the ``--clients`` clients' local databases with
@@ -47,10 +48,11 @@ def train_centralized(settings: RunSettings) -> dict[str, Any]:
     device = select_device(settings.device)
     epochs = settings.rounds * settings.local_epochs
     start = time.perf_counter()
+    train_idx = db_idx if split.train_mask is None else db_idx[split.train_mask]
     stats = train_local(
         model,
-        x[db_idx],
-        y[db_idx],
+        x[train_idx],
+        y[train_idx],
         loss_fn=build_hash_loss(settings, data.num_classes),
         config=LocalTrainConfig(
             epochs=epochs,
@@ -73,6 +75,7 @@ def train_centralized(settings: RunSettings) -> dict[str, Any]:
     )
     return {
         "method": "centralized",
+        "training": split.train_text,
         "config": settings.to_dict(),
         "epochs": epochs,
         "train_loss": stats["loss"],

@@ -76,7 +76,7 @@ def run_fedavg(settings: RunSettings, num_clients: int) -> dict[str, Any]:
             seed = settings.seed * 1_000_003 + server_round * 101 + pid
             ctx = TrainContext(
                 settings=settings,
-                data=data,
+                data=data.training_view(),
                 device=device,
                 partition_id=pid,
                 server_round=server_round,

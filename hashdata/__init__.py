@@ -46,7 +46,7 @@ from hashdata.protocol import (
     validate_seed,
 )
 from hashdata.scaling import FEATURE_SCALINGS, scale_inputs
-from hashdata.split import ProtocolSplit, load_split
+from hashdata.split import ProtocolSplit, load_split, training_mask
 
 __all__ = [
     "CIFAR10_MEAN",
@@ -64,6 +64,7 @@ __all__ = [
     "load_dataset",
     "load_multiview_digits",
     "load_split",
+    "training_mask",
     "modality_dims",
     "partition_indices",
     "primary_labels",

@@ -49,6 +49,11 @@ class ProtocolSplit:
     fixed : bool
         Whether the split is the file's own (``query-fraction`` and ``seed`` did
         not choose it).
+    train_mask : numpy.ndarray or None
+        ``(n_database,)`` bool, aligned with ``database_index``: the rows the
+        clients (and the centralized ceiling) train on, a seeded random subset of
+        ``train-size`` rows; ``None`` when every database row is trained on. All
+        database rows are still encoded and retrieved.
     """
 
     dataset: HashDataset
@@ -57,11 +62,51 @@ class ProtocolSplit:
     scaling: tuple[str, ...] = ()
     query_text: str = ""
     fixed: bool = False
+    train_mask: np.ndarray | None = None
+
+    @property
+    def train_text(self) -> str:
+        """How the training rows were chosen, for the protocol text."""
+        if self.train_mask is None:
+            return "every database row is trained on"
+        return (
+            f"training on a seeded random {int(self.train_mask.sum())} of the "
+            f"{len(self.train_mask)} database rows (train-size), all of them encoded"
+        )
 
     @property
     def inputs(self) -> np.ndarray:
         """``(n, ...)`` float32 samples of the primary modality (the model's input)."""
         return self.dataset.inputs[self.dataset.modalities[0]]
+
+
+#: Purpose tag of the seed of :func:`training_mask` (see ``SeedSequence``).
+TRAIN_SUBSET_PURPOSE = 5
+
+
+def training_mask(num_database: int, train_size: int, seed: int) -> np.ndarray | None:
+    """Return which database rows are trained on: ``train_size`` of them, seeded.
+
+    The same seeded draw on every node (a function of the database size, the size
+    and the run seed only), so the clients' training rows are consistent with the
+    server's and the centralized ceiling's. ``train_size = 0``: ``None`` (all).
+
+    Raises
+    ------
+    ValueError
+        ``train_size`` negative or larger than the database (naming the key).
+    """
+    if train_size == 0:
+        return None
+    if not 0 < train_size <= num_database:
+        raise ValueError(
+            f"train-size={train_size}: accepted is 0 (train on the whole database) "
+            f"or 1..{num_database}, the database size of this split"
+        )
+    rng = np.random.default_rng([TRAIN_SUBSET_PURPOSE, validate_seed(seed)])
+    mask = np.zeros(num_database, dtype=bool)
+    mask[rng.choice(num_database, size=train_size, replace=False)] = True
+    return mask
 
 
 def load_split(
@@ -74,6 +119,7 @@ def load_split(
     feature_scaling: str = "auto",
     image_shape: tuple[int, int, int] | None = None,
     modalities: tuple[str, ...] | None = None,
+    train_size: int = 0,
     use_file_split: bool = True,
 ) -> ProtocolSplit:
     """Load ``name``, split off the query set, scale the inputs.
@@ -88,7 +134,8 @@ def load_split(
     ``feature_scaling`` (the ``feature-scaling`` key, one of
     :data:`hashdata.scaling.FEATURE_SCALINGS`) is applied with statistics of the
     database rows only, the same map for queries and every client; ``image_shape``
-    and ``modalities`` are :func:`load_dataset`'s.
+    and ``modalities`` are :func:`load_dataset`'s; ``train_size`` > 0 marks the
+    database rows trained on (:func:`training_mask`).
     """
     fraction = validate_query_fraction(query_fraction)
     seed = validate_seed(seed)
@@ -123,4 +170,5 @@ def load_split(
         scaling=applied,
         query_text=query_text,
         fixed=mask is not None,
+        train_mask=training_mask(len(database_index), train_size, seed),
     )

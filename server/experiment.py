@@ -64,6 +64,7 @@ class PreparedData:
     description: str
     scaling: tuple[str, ...] = ()  # feature-scaling applied, one line per modality
     query_text: str = ""  # how the query set was chosen (seeded fraction or the file's)
+    train_text: str = ""  # which database rows are trained on (train-size)
 
 
 def prepare_data(settings: RunSettings) -> PreparedData:
@@ -106,6 +107,7 @@ def prepare_data(settings: RunSettings) -> PreparedData:
         description=data.description,
         scaling=split.scaling,
         query_text=split.query_text,
+        train_text="" if split.train_mask is None else split.train_text,
     )
 
 
@@ -120,7 +122,9 @@ def protocol_text(settings: RunSettings, data: PreparedData, clients: int) -> st
         f"query set: {data.query_text}, {len(data.queries.labels)} samples held by the "
         f"server; database: the other {data.num_database} samples, partitioned "
         f"{settings.partitioning} over {clients} clients, each training on and "
-        "encoding only its own partition; ranking: Hamming distance between the "
+        "encoding only its own partition"
+        + (f" ({data.train_text})" if data.train_text else "")
+        + "; ranking: Hamming distance between the "
         "server's query codes and all published database codes, ties broken by "
         f"database order (partition id, then dataset order); {relevance}; "
         f"mAP@ALL and mAP@{settings.map_top_k}"

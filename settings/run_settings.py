@@ -171,6 +171,14 @@ class RunSettings(Section):
         "`.npz` only: comma-separated modality names to load (`image,text` loads "
         "`x_image` and `x_text`); empty: every `x_<modality>` array of the file",
     )
+    train_size: int = option(
+        0,
+        "database rows trained on: a seeded random subset of this many, the same "
+        "on every node (the papers' training subsets, e.g. FedHAP's 10,000 of "
+        "MIRFlickr); each client trains on its partition's rows in it and encodes "
+        "its whole partition; 0 = all. Not for `pfmh` or `dpcode`",
+        low=0,
+    )
     query_fraction: float = option(
         0.1,
         "share of the data held out as the server's queries",
@@ -321,6 +329,13 @@ class RunSettings(Section):
                 "(and their centralized ceiling); the other strategies train their "
                 "own objective. Accepted: strategy 'fedavg' or 'fedprox'"
             )
+        if self.train_size and self.strategy in ("pfmh", "dpcode"):
+            raise ConfigError(
+                f"{self.key('train_size')}={self.train_size} with "
+                f"{self.key('strategy')}={self.strategy!r}: PFMH splits each "
+                "partition into local queries and a local database of its own, and "
+                "DPcode trains nothing; accepted: 0 (every database row)"
+            )
         if self.modality_names() is not None and self.dataset != "npz":
             raise ConfigError(
                 f"{self.key('modalities')}={self.modalities!r} applies to dataset "
@@ -408,6 +423,7 @@ class RunSettings(Section):
             "feature_scaling": self.feature_scaling,
             "image_shape": self.image_hwc(),
             "modalities": self.modality_names(),
+            "train_size": self.train_size,
         }
 
     def modality_names(self) -> tuple[str, ...] | None:
