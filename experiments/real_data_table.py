@@ -10,11 +10,11 @@
    The tuning scores on the same query set as the table: this favours the
    baselines, never FedHAP (whose learning rate is the default, untuned).
 2. **The table** (each baseline's tuning runs come just before its first table run;
-   the runs go partitioning by partitioning, seed by seed, so a table cut short
-   holds whole partitionings). For every seed and partitioning (``iid``; ``non-iid``: FedHAP's
-   label shards, ``--classes-per-client`` classes per client, a multi-label sample
-   counted under its lowest label), each baseline with its tuned learning rate and
-   FedHAP through Flower's simulation (``--clients`` clients, ``--bits``,
+   the runs go partitioning by partitioning, seed by seed, so a table cut short holds
+   whole partitionings). For every seed and partitioning (``iid``; ``non-iid``:
+   FedHAP's label shards, ``--classes-per-client`` classes per client, a multi-label
+   sample counted under its lowest label), each baseline with its tuned learning rate
+   and FedHAP through Flower's simulation (``--clients`` clients, ``--bits``,
    ``--rounds``, the pyproject defaults otherwise), and the centralized training of
    the same network with DPSH's loss and the same epoch budget
    (``experiments/centralized.py``; partitioning does not apply to it).
@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import time
 from pathlib import Path
@@ -127,7 +128,10 @@ def main() -> None:
 
     def federated(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], float]:
         t0 = time.perf_counter()
-        out = run_federated(cfg, args.clients, args.runs / _safe(name))
+        run_dir = args.runs / _safe(name)
+        if run_dir.exists():  # left by an interrupted run: the job is not in rows
+            shutil.rmtree(run_dir)
+        out = run_federated(cfg, args.clients, run_dir)
         return out, time.perf_counter() - t0
 
     # Jobs in priority order, one rows file: partition-major, then seed-major, so a
