@@ -282,7 +282,6 @@ def _write(
     partitions: list[str],
     started: float,
 ) -> None:
-    protocol = next((r["protocol"] for r in rows if r["protocol"]), "")
     head = (
         f"Protocol (ours; the paper's queries but not its 10,000-sample training "
         f"subset: every client trains on its whole partition, see docs/data.md): "
@@ -292,15 +291,18 @@ def _write(
         f"tuned on seed {args.tune_seed} (IID), FedHAP's the default {DEFAULT_LR}; "
         "centralized = the same network trained with DPSH's loss on the union of "
         "the database, same epoch budget; untrained floor = the federated runs' "
-        f"round-0 mAP; mean ± sample std over seeds {args.seeds}. Run protocol: "
-        f"{protocol}"
+        f"round-0 mAP; mean ± sample std over seeds {args.seeds}."
     )
     lines = [head, ""]
     summary: dict[str, Any] = {"tuned_learning_rates": tuned, "cells": {}}
     central = [r for r in rows if r["method"] == CENTRALIZED]
     for part in partitions:
+        protocol = next(
+            (r["protocol"] for r in rows if r["partitioning"] == part),
+            "",
+        )
         lines += [
-            f"**{part}**",
+            f"**{part}**" + (f" (run protocol: {protocol})" if protocol else ""),
             "",
             "| method | lr | mAP@ALL % | mAP@100 % | recall@1000 % | untrained floor "
             "mAP@ALL % | seeds | wall s (mean) |",

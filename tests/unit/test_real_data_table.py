@@ -64,7 +64,8 @@ def test_tables_state_protocol_tuning_ceiling_and_floor(tmp_path) -> None:
         rows, tuning, {"DPSH (FedAvg)": 2e-3}, args, methods, ["iid", "non-iid"], 0.0
     )
     text = (tmp_path / "table.md").read_text()
-    assert text.startswith("Protocol (ours;") and "stated protocol" in text
+    assert text.startswith("Protocol (ours;")
+    assert "**iid** (run protocol: stated protocol)" in text
     assert "| DPSH (FedAvg) | 0.002 | 60.50 ± 0.71 |" in text
     assert "| FedHAP | 0.0005 | 70.50 ± 0.71 |" in text
     # the ceiling appears under both partitionings; FedHAP has no non-iid rows
