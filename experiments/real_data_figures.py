@@ -43,6 +43,9 @@ def plot_curves(
     if not mine:
         return None
     methods = list(dict.fromkeys(r["method"] for r in mine))
+    # one colour per method across every figure drawn from the same rows
+    every = sorted({r["method"] for r in rows})
+    colors = {m: plt.get_cmap("tab10")(i % 10) for i, m in enumerate(every)}
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
     for method in methods:
         sel = [r for r in mine if r["method"] == method]
@@ -52,9 +55,10 @@ def plot_curves(
         # radius 0 can retrieve nothing (precision 0 by convention): start where
         # something is retrieved
         keep = c["recall"] > 0
-        axes[0].plot(c["recall"][keep], c["precision"][keep], style, label=label)
-        axes[1].plot(c["ks"], c["precision_at_k"], style, marker="o", label=label)
-        axes[2].plot(c["ks"], c["recall_at_k"], style, marker="o", label=label)
+        kw = {"color": colors[method], "label": label}
+        axes[0].plot(c["recall"][keep], c["precision"][keep], style, **kw)
+        axes[1].plot(c["ks"], c["precision_at_k"], style, marker="o", **kw)
+        axes[2].plot(c["ks"], c["recall_at_k"], style, marker="o", **kw)
     axes[0].set(xlabel="recall", ylabel="precision", title="PR (Hamming radius)")
     axes[1].set(xlabel="K", ylabel="precision@K", title="P@K", xscale="log")
     axes[2].set(xlabel="K", ylabel="recall@K", title="recall@K", xscale="log")
