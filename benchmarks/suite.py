@@ -401,6 +401,12 @@ def build_plan(args: argparse.Namespace) -> Plan:
         a data file that does not exist (naming its path).
     """
     papers = select_papers(args.paper)
+    driver_extra = list(getattr(args, "driver_args", []) or [])
+    if driver_extra and len(papers) > 1:
+        raise SuiteError(
+            f"driver arguments after `--` ({shlex.join(driver_extra)}) need exactly "
+            f"one --paper; got {', '.join(p.name for p in papers)}"
+        )
     datasets = select_datasets(papers, args.dataset)
     seeds = parse_seeds(args.seeds)
     if args.quick:
@@ -420,12 +426,6 @@ def build_plan(args: argparse.Namespace) -> Plan:
             + "; ".join(missing)
             + f". --data-dir is {data_dir}; pick another dataset with --dataset "
             "(the defaults need no file, except dpcode's: --dataset dpcode=digits)"
-        )
-    driver_extra = list(getattr(args, "driver_args", []) or [])
-    if driver_extra and len(papers) > 1:
-        raise SuiteError(
-            f"driver arguments after `--` ({shlex.join(driver_extra)}) need exactly "
-            f"one --paper; got {', '.join(p.name for p in papers)}"
         )
     out = Path(args.out).resolve() if args.out else DEFAULT_OUT
     runs = []

@@ -118,8 +118,13 @@ def test_quick_plan_takes_one_seed_and_default_folders(tmp_path) -> None:
     assert all(r.key() == [a for a in r.argv if a != "--resume"] for r in plan.runs)
 
 
-def test_arguments_after_double_dash_go_to_the_one_driver(capsys, no_runs) -> None:
-    err = _refused(capsys, "--paper", "all", "--", "--bits", "32")
+def test_arguments_after_double_dash_go_to_the_one_driver(
+    capsys, tmp_path, no_runs
+) -> None:
+    # refused before the data files are looked for (an empty --data-dir)
+    err = _refused(
+        capsys, "--paper", "all", "--data-dir", str(tmp_path), "--", "--bits", "32"
+    )
     assert "need exactly one --paper" in err and "--bits 32" in err
     assert suite.main(["--paper", "pfmh", "--dry-run", "--", "--bits", "32"]) == 0
     shown = capsys.readouterr().out
