@@ -28,6 +28,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from hashing.losses import pairwise_similarity
+
 #: gamma and power of beta_t = (1 + gamma * t) ** power (the authors' code).
 CONTINUATION_GAMMA = 0.005
 CONTINUATION_POWER = 0.5
@@ -47,14 +49,13 @@ def default_alpha(bits: int) -> float:
 
 def _pair_weights(labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(similarity s_ij in {0, 1}, weight w_ij) of a batch's ordered pairs."""
+    s = pairwise_similarity(labels)
     if labels.dim() == 1:
-        s = (labels[:, None] == labels[None, :]).float()
         overlap = torch.ones_like(s)
     else:
         y = labels.float()
         inter = y @ y.T
         union = y.sum(1, keepdim=True) + y.sum(1)[None, :] - inter
-        s = (inter > 0).float()
         overlap = torch.where(s > 0, inter / union.clamp_min(1.0), 1.0)
     n_all = float(s.numel())
     n_sim = float(s.sum())
