@@ -33,8 +33,12 @@ Decisions where the paper's formulas are garbled or silent:
 * Eq. 11, similarity matching: s_ij = 1 when samples i and j share a label, else 0
   (:func:`hashing.losses.pairwise_similarity`), so dissimilar codes are pushed to be
   orthogonal (cosine 0). The paper calls s_ij "similarity affinity distances between
-  different samples" without defining them; we average (cos(b_i, b_j) - s_ij)^2
-  over the ordered pairs i != j of the batch ("different samples").
+  different samples" without defining them. Like the information-preservation term,
+  it is a squared 2-norm of sample i: the sum over its partners j != i of the
+  batch of (cos(b_i, b_j) - s_ij)^2, then the mean over the samples i. An earlier
+  reading averaged over the pairs instead, which made this term (batch - 1) times
+  lighter than beta * L_ip (a sum over the bits), so L_ip won at 32 bits and more
+  and drove every code to one constant code (docs/results/pfmh-collapse/).
 * Eq. 11, information preservation: ||B_i - b_i||_2^2 with B = sign(b) (sign(0) =
   +1, no gradient through B), summed over bits as the paper's squared 2-norm and
   averaged over the samples of the batch.
@@ -246,7 +250,7 @@ def local_contrastive_loss(
 
 
 def similarity_matching_loss(b: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Eq. 11, first term without alpha: mean over i != j of (cos - s_ij)^2.
+    """Eq. 11, first term without alpha: mean over i of sum over j != i of (cos - s_ij)^2.
 
     Parameters
     ----------
@@ -266,7 +270,7 @@ def similarity_matching_loss(b: torch.Tensor, labels: torch.Tensor) -> torch.Ten
     cos = F.normalize(b, dim=1) @ F.normalize(b, dim=1).T
     s = pairwise_similarity(labels.to(b.device)).to(b.dtype)
     off = ~torch.eye(n, dtype=torch.bool, device=b.device)
-    return (cos - s)[off].pow(2).mean()
+    return ((cos - s).pow(2) * off).sum(1).mean()
 
 
 def information_preservation_loss(b: torch.Tensor) -> torch.Tensor:

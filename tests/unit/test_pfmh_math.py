@@ -299,12 +299,18 @@ def test_contrastive_loss_multi_label_and_no_negative():
 def test_similarity_matching_hand_computed():
     b = T([[1.0, 0.0], [1.0, 1.0], [0.0, 1.0]])
     y = T([0, 0, 1])
-    # pairs (0,1): cos R2, s 1; (0,2): cos 0, s 0; (1,2): cos R2, s 0; each twice
-    expected = 2 * ((R2 - 1) ** 2 + 0.0 + R2**2) / 6
+    # pairs (0,1): cos R2, s 1; (0,2): cos 0, s 0; (1,2): cos R2, s 0; each pair is
+    # in two samples' sums over partners j, and the mean is over the 3 samples i
+    expected = 2 * ((R2 - 1) ** 2 + 0.0 + R2**2) / 3
     assert float(similarity_matching_loss(b, y)) == pytest.approx(expected, abs=1e-6)
+    # per sample: i=0 sums (0,1) and (0,2); i=1 sums (1,0) and (1,2); i=2 (2,0), (2,1)
+    per_sample = [(R2 - 1) ** 2, (R2 - 1) ** 2 + R2**2, R2**2]
+    assert float(similarity_matching_loss(b, y)) == pytest.approx(
+        sum(per_sample) / 3, abs=1e-6
+    )
     # multi-label: s = 1 when sharing any label
     ym = T([[1, 0], [1, 1], [0, 1]])
-    expected_m = 2 * ((R2 - 1) ** 2 + 0.0 + (R2 - 1) ** 2) / 6
+    expected_m = 2 * ((R2 - 1) ** 2 + 0.0 + (R2 - 1) ** 2) / 3
     got_m = similarity_matching_loss(b, ym)
     assert float(got_m) == pytest.approx(expected_m, abs=1e-6)
     assert float(similarity_matching_loss(b[:1], y[:1])) == 0.0
