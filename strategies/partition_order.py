@@ -27,7 +27,11 @@ from privacy.ledger import MechanismUse
 from settings import keys as K
 from settings.privacy_records import missing_mechanisms, read_privacy
 from strategies.dphe.protocol import SecureAggregator
-from strategies.reply_checks import array_signature, train_reply_problem
+from strategies.reply_checks import (
+    array_signature,
+    restore_dtypes,
+    train_reply_problem,
+)
 
 if TYPE_CHECKING:
     from strategies.dphe.aggregation import SecureSum
@@ -346,6 +350,9 @@ class PartitionOrderedMixin:
             arrays, metrics = self.secure_aggregation.aggregate(server_round, kept)
         else:
             arrays, metrics = super().aggregate_train(server_round, kept)  # type: ignore[misc]
+        if arrays is not None:
+            # integer buffers (BatchNorm's num_batches_tracked) come back as floats
+            arrays = restore_dtypes(arrays, self._expected)
         if metrics is not None:
             self.train_history[server_round] = metrics
         return arrays, metrics

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from flwr.app import ArrayRecord, Message
+from flwr.app import Array, ArrayRecord, Message
 
 from hashing.prototypes import ClassPrototypes, prototype_problem
 from settings import keys as K
@@ -21,6 +21,36 @@ from settings.prototype_records import PrototypeFormat, read_prototype_record
 def array_signature(arrays: ArrayRecord) -> dict[str, tuple[tuple[int, ...], str]]:
     """``{name: (shape, dtype)}`` of an ArrayRecord."""
     return {name: (tuple(arr.shape), str(arr.dtype)) for name, arr in arrays.items()}
+
+
+def restore_dtypes(
+    arrays: ArrayRecord, expected: dict[str, tuple[tuple[int, ...], str]]
+) -> ArrayRecord:
+    """``arrays`` with each array cast back to the dtype the server sent.
+
+    Flower's FedAvg averages every array in floating point, so integer buffers
+    (BatchNorm's ``num_batches_tracked``, int64) come back as floats; the next
+    round's replies, int64 again, would then no longer match the global model and
+    every one of them would be dropped. Integer arrays are rounded to the nearest
+    integer (the weighted mean of counts); the others are cast. Arrays whose dtype
+    already matches are kept as they are.
+    """
+    if not expected or all(
+        str(arr.dtype) == expected.get(name, ((), str(arr.dtype)))[1]
+        for name, arr in arrays.items()
+    ):
+        return arrays
+    out = {}
+    for name, arr in arrays.items():
+        want = np.dtype(expected[name][1]) if name in expected else None
+        if want is None or str(arr.dtype) == str(want):
+            out[name] = arr
+            continue
+        values = arr.numpy()
+        if want.kind in "iub":
+            values = np.asarray(np.rint(values))  # rint of a 0-d array is a scalar
+        out[name] = Array(values.astype(want, order="C"))
+    return ArrayRecord(out)
 
 
 def take_prototype_upload(

@@ -150,3 +150,36 @@ def test_fedprox_factory_sends_mu():
     msgs = list(s.configure_train(1, arrays(0.0), ConfigRecord(), FakeGrid([5, 6])))
     assert [m.content["config"]["proximal-mu"] for m in msgs] == [0.3, 0.3]
     assert msgs[0].content["config"]["server-round"] == 1
+
+
+def test_batchnorm_counters_keep_their_dtype_so_round_two_replies_are_kept(caplog):
+    # found on the GPU with ResNet-18: FedAvg averaged BatchNorm's int64
+    # num_batches_tracked into a float, and from round 2 every reply (int64 again)
+    # "differed from the global model" and was dropped
+    import torch
+
+    def bn_state(steps: int, shift: float) -> ArrayRecord:
+        bn = torch.nn.BatchNorm1d(3)
+        bn.num_batches_tracked.fill_(steps)
+        bn.running_mean.fill_(shift)
+        return ArrayRecord(bn.state_dict())
+
+    def bn_reply(node, steps, shift, n):
+        content = {
+            "arrays": bn_state(steps, shift),
+            "metrics": MetricRecord({"num-examples": n, "train-loss": 1.0}),
+        }
+        return reply_from(node, RecordDict(content))
+
+    s = strategy()
+    s.configure_train(1, bn_state(0, 0.0), ConfigRecord(), FakeGrid([10, 20, 30]))
+    agg, _ = s.aggregate_train(1, [bn_reply(30, 8, 1.0, 10), bn_reply(20, 9, 3.0, 30)])
+    tracked = agg["num_batches_tracked"].numpy()
+    assert tracked.dtype == np.int64 and tracked.shape == ()
+    assert int(tracked) == 9  # rint of the weighted mean (8 * 10 + 9 * 30) / 40
+    assert agg["running_mean"].numpy() == pytest.approx(np.full(3, 2.5))
+    with caplog.at_level(logging.WARNING):
+        s.configure_train(2, agg, ConfigRecord(), FakeGrid([10, 20, 30]))
+        agg2, _ = s.aggregate_train(2, [bn_reply(30, 17, 1.0, 10)])
+    assert "dropping reply" not in caplog.text
+    assert agg2 is not None and int(agg2["num_batches_tracked"].numpy()) == 17
