@@ -236,9 +236,10 @@ PAPERS: dict[str, Paper] = {
         Paper(
             name="phashing",
             module="experiments.phashing_table",
-            runs="PHashing Table 1: DPSH (FedAvg) and FedHAP, 10 IID clients, 30 "
-            "rounds, 16/32/64 bits; database codes flipped at epsilon 0 (none), 1, "
-            "2, 4 (paper calibration), replayed on the final models",
+            runs="PHashing Table 1 and Fig. 2: DPSH (FedAvg) and FedHAP, 10 IID "
+            "clients, 30 rounds, 16/32/64 bits; database codes flipped at epsilon 0 "
+            "(none), 1, 2, 4 (paper calibration), replayed on the final models; "
+            "untrained floor, centralized ceiling, PR curves per epsilon",
             datasets=(
                 DIGITS,
                 Dataset(
@@ -249,10 +250,7 @@ PAPERS: dict[str, Paper] = {
                 ),
             ),
             quick=("--bits", "16", "--clients", "2", "--rounds", "1")
-            + ("--set", "local-epochs=1"),
-            takes_resume=False,
-            takes_jobs=False,
-            resume_note="the driver has no --resume: an incomplete paper reruns",
+            + ("--epsilons", "0,1", "--set", "local-epochs=1"),
         ),
         Paper(
             name="dphe",

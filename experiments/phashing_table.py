@@ -1,17 +1,33 @@
-"""PHashing on federated models (paper Table 1 shape): mAP vs epsilon of flipping.
+"""PHashing on federated models (paper Table 1 and Fig. 2 shape): mAP and PR vs epsilon.
 
-``python -m experiments.phashing_table --seeds 0,1,2`` trains DPSH (FedAvg) and FedHAP
-through Flower's simulation (10 clients, IID, defaults otherwise) at 16/32/64 bits,
-then replays the publication step of the final evaluation offline for each epsilon:
-every client's database partition is encoded with the final global model and passed
+``python -m experiments.phashing_table --seeds 0,1,2`` trains DPSH (FedAvg) and
+FedHAP through Flower (10 clients, IID, defaults otherwise) at 16/32/64 bits, then
+replays the publication step of the final evaluation offline for each epsilon: every
+client's database partition is encoded once with the final global model and passed
 through the same ``clients.publish.publish_codes`` the ClientApp uses, with the same
 per-client seeds, and ranked against the server's queries. Flipping does not change
 training, so one training run serves every epsilon; the replay with flipping off
-must reproduce the run's own final mAP exactly, and the script checks that.
+must reproduce the run's own final mAP (exactly on the CPU; to 1e-3 on CUDA, whose
+kernels may differ between the ClientApp and the replay), and the script checks it.
 Epsilon uses the paper's calibration beta = e^-eps; the table also gives the epsilon
-that actually holds per bit and per code. ``--set key=value`` (repeatable) overrides
-the run config of every run, e.g. another dataset: ``--set dataset=npz --set
-data-path=../shared/data/cifar10_jpeg.npz --set image-shape=32,32,3``.
+that actually holds per bit and per code.
+
+Beside the federated methods every table has the untrained floor (the runs' round-0
+mAP) and the centralized ceiling (``experiments.centralized``: the same network and
+loss trained on the whole database with the same epoch budget, no flipping).
+
+Backends: ``--backend simulation`` (Flower's Ray engine, the default) or
+``--backend loopback`` (a local SuperLink and one SuperNode per client,
+:mod:`experiments.loopback`: what runs on a GPU machine without Ray). ``--jobs N``
+trains N runs at once. ``--resume`` keeps the finished runs of ``rows.jsonl``.
+``--set key=value`` (repeatable) overrides the run config of every run, e.g. another
+dataset: ``--set dataset=npz --set data-path=../shared/data/cifar10_jpeg.npz --set
+image-shape=32,32,3``.
+
+Writes ``<out>/table.md`` (protocol, table, wall time), ``summary.json``,
+``rows.jsonl`` (one line per run and epsilon, with the PR curve) and
+``pr-<bits>b.png`` (precision-recall over Hamming radius per epsilon, the paper's
+Fig. 2 shape, means over seeds).
 """
 
 from __future__ import annotations
@@ -19,8 +35,11 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -28,49 +47,182 @@ import torch
 from clients.data import load_local_data
 from clients.publish import publish_codes
 from experiments.overrides import parse_overrides, resolved_settings
-from experiments.sweep import ROOT, run_federated
+from experiments.sweep import ROOT, run_centralized, run_federated
 from hashing.codes import sign_codes
 from hashing.retrieval import evaluate_retrieval
-from hashing.train import encode
+from hashing.train import encode, select_device
 from privacy.flipping import flip_guarantee
 from privacy.noise import NoiseSource
-from server.experiment import prepare_data
+from server.experiment import prepare_data, protocol_text
 from settings.run_model import build_run_model, split_global_state
 
 METHODS = {"DPSH (FedAvg)": "fedavg", "FedHAP": "fedhap"}
 EPSILONS = (0.0, 1.0, 2.0, 4.0)
+CEILING = "centralized (ceiling)"
+FLOOR = "untrained (round 0 of the DPSH runs)"
 
 
-def replay(run_dir: Path, cfg: dict, clients: int, eps: float) -> float:
-    """mAP@ALL of the final model with database codes published at ``eps``."""
-    settings = resolved_settings(
-        {**cfg, "privacy.code-flip-epsilon": eps, "privacy.flip-calibration": "paper"}
+def _curves(report: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "pr": {k: list(v) for k, v in report["pr"].items()},
+        "ks": list(report["ks"]),
+        "precision_at_k": list(report["precision_at_k"]),
+        "recall_at_k": list(report["recall_at_k"]),
+    }
+
+
+def replay(
+    run_dir: Path, cfg: dict, clients: int, epsilons: list[float]
+) -> dict[float, dict[str, Any]]:
+    """Replay the final evaluation with database codes published at each epsilon.
+
+    Returns ``{eps: report dict}`` of the run's final model; each partition is
+    encoded once.
+    """
+    base = resolved_settings(cfg)
+    data = prepare_data(base)
+    model_state, _ = split_global_state(
+        torch.load(run_dir / "model.pt", map_location="cpu")
     )
-    data = prepare_data(settings)
-    model_state, _ = split_global_state(torch.load(run_dir / "model.pt"))
-    model = build_run_model(settings, data.input_shape)
+    model = build_run_model(base, data.input_shape)
     model.load_state_dict(model_state)
-    cpu = torch.device("cpu")
-    queries = sign_codes(encode(model, data.queries.inputs, device=cpu))
-    codes, labels = [], []
+    device = select_device(base.device)
+    queries = sign_codes(encode(model, data.queries.inputs, device=device))
+    raw, labels = [], []
     for pid in range(clients):
-        local = load_local_data(settings, partition_id=pid, num_partitions=clients)
-        raw = sign_codes(encode(model, local.inputs, device=cpu))
-        # seeded flips (paper-table reproduction, see the table's note): the same
-        # seed gives the same table; not a private release against the server
-        noise = NoiseSource.seeded(settings.seed, settings.rounds, pid, "publish")
-        published, _ = publish_codes(raw, settings=settings, noise=noise)
-        codes.append(published)
+        local = load_local_data(base, partition_id=pid, num_partitions=clients)
+        raw.append(sign_codes(encode(model, local.inputs, device=device)))
         labels.append(local.labels.numpy())
-    report = evaluate_retrieval(
-        queries,
-        np.concatenate(codes),
-        data.queries.labels,
-        np.concatenate(labels),
-        top_k=settings.map_top_k,
-        ks=settings.precision_ks(),
+    out = {}
+    for eps in epsilons:
+        settings = resolved_settings(
+            {
+                **cfg,
+                "privacy.code-flip-epsilon": eps,
+                "privacy.flip-calibration": "paper",
+            }
+        )
+        codes = []
+        for pid in range(clients):
+            # seeded flips (paper-table reproduction, see the table's note): the same
+            # seed gives the same table; not a private release against the server
+            noise = NoiseSource.seeded(settings.seed, settings.rounds, pid, "publish")
+            published, _ = publish_codes(raw[pid], settings=settings, noise=noise)
+            codes.append(published)
+        report = evaluate_retrieval(
+            queries,
+            np.concatenate(codes),
+            data.queries.labels,
+            np.concatenate(labels),
+            top_k=settings.map_top_k,
+            ks=settings.precision_ks(),
+        )
+        out[eps] = report.to_dict()
+    return out
+
+
+def _run_dir(root: Path) -> Path:
+    return next(p for p in root.iterdir() if p.is_dir() and p.name != "logs")
+
+
+def _jobs(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Every training job, bits-major then seed (a cut-short table has whole seeds)."""
+    jobs = []
+    for bits in args.bits_list:
+        for seed in args.seeds_list:
+            for method, strategy in METHODS.items():
+                jobs.append(
+                    {"method": method, "strategy": strategy, "bits": bits, "seed": seed}
+                )
+            if args.ceiling:
+                jobs.append(
+                    {
+                        "method": CEILING,
+                        "strategy": "fedavg",
+                        "bits": bits,
+                        "seed": seed,
+                    }
+                )
+    return jobs
+
+
+def _job_name(job: dict[str, Any]) -> str:
+    kind = "centralized" if job["method"] == CEILING else job["strategy"]
+    return f"{kind}-{job['bits']}b-s{job['seed']}"
+
+
+def _config(job: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        **args.base,
+        "strategy": job["strategy"],
+        "code-length": job["bits"],
+        "seed": job["seed"],
+        "rounds": args.rounds,
+        "eval-every": args.rounds,
+    }
+
+
+def _train(job: dict[str, Any], args: argparse.Namespace) -> tuple[dict, float]:
+    cfg = _config(job, args)
+    runs = args.out / "runs" / _job_name(job)
+    t0 = time.perf_counter()
+    if job["method"] == CEILING:
+        runs.mkdir(parents=True, exist_ok=True)
+        return run_centralized(cfg, runs / "centralized.json"), time.perf_counter() - t0
+    if args.backend == "loopback":
+        from experiments.loopback import run_loopback
+
+        summary = run_loopback(cfg, args.clients, runs)
+    else:
+        summary = run_federated(cfg, args.clients, runs)
+    return summary, time.perf_counter() - t0
+
+
+def _finish(
+    job: dict[str, Any], summary: dict, secs: float, args: argparse.Namespace
+) -> list[dict[str, Any]]:
+    """Rows of one finished training job (replays the federated ones)."""
+    base = {k: job[k] for k in ("method", "bits", "seed")}
+    if job["method"] == CEILING:
+        final = summary["final"]
+        return [
+            {
+                **base,
+                "eps": 0.0,
+                "map_all": final["map_all"],
+                "train_seconds": secs,
+                "curves": _curves(final),
+            }
+        ]
+    cfg = _config(job, args)
+    run_dir = _run_dir(args.out / "runs" / _job_name(job))
+    t0 = time.perf_counter()
+    reports = replay(run_dir, cfg, args.clients, args.eps_list)
+    ran = summary["final"]["map_all"]
+    delta = abs(reports[0.0]["map_all"] - ran)
+    on_cpu = select_device(resolved_settings(cfg).device).type == "cpu"
+    if delta > (0.0 if on_cpu else 1e-3):
+        raise RuntimeError(
+            f"{_job_name(job)}: replay mAP {reports[0.0]['map_all']} != run's {ran}"
+        )
+    rows = [
+        {**base, "eps": eps, "map_all": rep["map_all"], "curves": _curves(rep)}
+        for eps, rep in reports.items()
+    ]
+    rows[0].update(
+        train_seconds=secs,
+        replay_seconds=time.perf_counter() - t0,
+        initial_map_all=summary.get("initial_map_all"),
+        run_map_all=ran,
+        replay_delta=delta,
     )
-    return report.map_all
+    return rows
+
+
+def _read_rows(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def main() -> None:
@@ -78,8 +230,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--bits", default="16,32,64")
+    parser.add_argument("--epsilons", default=",".join(f"{e:g}" for e in EPSILONS))
     parser.add_argument("--clients", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument(
+        "--backend", choices=("simulation", "loopback"), default="simulation"
+    )
+    parser.add_argument("--jobs", type=int, default=1, help="training runs at once")
+    parser.add_argument(
+        "--no-ceiling",
+        dest="ceiling",
+        action="store_false",
+        help="skip the centralized ceiling runs",
+    )
+    parser.add_argument("--resume", action="store_true")
     parser.add_argument(
         "--out", type=Path, default=ROOT / "docs" / "results" / "phashing"
     )
@@ -87,107 +251,234 @@ def main() -> None:
     args = parser.parse_args()
     args.base = parse_overrides(args.set)
     resolved_settings(args.base)  # fail before any run
-    seeds = [int(s) for s in args.seeds.split(",")]
-    bits_list = [int(b) for b in args.bits.split(",")]
-    rows = []
-    for seed in seeds:
-        for bits in bits_list:
-            for method, strategy in METHODS.items():
-                cfg = {
-                    **args.base,
-                    "strategy": strategy,
-                    "code-length": bits,
-                    "seed": seed,
-                    "rounds": args.rounds,
-                    "eval-every": args.rounds,
-                }
-                name = f"{strategy}-{bits}b-s{seed}"
-                t0 = time.perf_counter()
-                summary = run_federated(cfg, args.clients, args.out / "runs" / name)
-                run_dir = next(
-                    p for p in (args.out / "runs" / name).iterdir() if p.is_dir()
-                )
-                for eps in EPSILONS:
-                    m = replay(run_dir, cfg, args.clients, eps)
-                    ran = summary["final"]["map_all"]
-                    if eps == 0.0 and m != ran:
-                        raise RuntimeError(f"{name}: replay mAP {m} != run's {ran}")
-                    rows.append(
-                        {
-                            "method": method,
-                            "bits": bits,
-                            "seed": seed,
-                            "eps": eps,
-                            "map_all": m,
-                        }
-                    )
+    args.seeds_list = [int(s) for s in args.seeds.split(",")]
+    args.bits_list = [int(b) for b in args.bits.split(",")]
+    args.eps_list = [float(e) for e in args.epsilons.split(",")]
+    if 0.0 not in args.eps_list:
+        parser.error(
+            f"--epsilons {args.epsilons!r}: must include 0 (the non-private row)"
+        )
+    if args.jobs < 1:
+        parser.error(f"--jobs {args.jobs}: must be >= 1")
+    args.out.mkdir(parents=True, exist_ok=True)
+    rows_path = args.out / "rows.jsonl"
+    if not args.resume:
+        rows_path.unlink(missing_ok=True)
+    rows = _read_rows(rows_path)
+    done = {(r["method"], r["bits"], r["seed"]) for r in rows}
+    todo = [j for j in _jobs(args) if (j["method"], j["bits"], j["seed"]) not in done]
+    total = len(_jobs(args))
+    print(
+        f"phashing | {len(todo)} runs to do ({total - len(todo)} already done), "
+        f"backend {args.backend}, {args.jobs} at once",
+        flush=True,
+    )
+    lock = threading.Lock()
+    start = time.perf_counter()
+    failed: list[str] = []
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        futures = {pool.submit(_train, job, args): job for job in todo}
+        for n, fut in enumerate(as_completed(futures), 1):
+            job = futures[fut]
+            with lock:  # replays one at a time (memory), rows appended whole
+                try:
+                    summary, secs = fut.result()
+                    new = _finish(job, summary, secs, args)
+                except Exception as exc:  # noqa: BLE001 - reported, the table goes on
+                    failed.append(f"{_job_name(job)}: {exc}")
+                    print(f"  [{n}/{len(todo)}] {_job_name(job)} FAILED: {exc}")
+                    continue
+                with rows_path.open("a") as f:
+                    for r in new:
+                        f.write(json.dumps(r) + "\n")
+                rows += new
+                cells = ", ".join(f"eps {r['eps']:g}: {r['map_all']:.4f}" for r in new)
                 print(
-                    f"{name}: "
-                    + ", ".join(
-                        f"eps {r['eps']:g}: {r['map_all']:.4f}" for r in rows[-4:]
-                    )
-                    + f" ({time.perf_counter() - t0:.0f} s)",
+                    f"  [{n}/{len(todo)}, {time.perf_counter() - start:.0f} s] "
+                    f"{_job_name(job)} ({job['method']}): {cells} ({secs:.0f} s)",
                     flush=True,
                 )
-                _write(rows, bits_list, args)
-    print(_write(rows, bits_list, args))
+                _write(rows, args)
+    print(_write(rows, args))
+    if failed:
+        raise SystemExit(
+            f"{len(failed)} run(s) failed (rerun with --resume to retry them):\n"
+            + "\n".join(failed)
+        )
 
 
-def _write(rows: list[dict], bits_list: list[int], args: argparse.Namespace) -> str:
+def _cell(vals: list[float], seeds: int) -> str:
+    """Mean ± sample std in %; a cell with fewer runs than seeds says how many."""
+    if not vals:
+        return "-"
+    sd = statistics.stdev(vals) if len(vals) > 1 else 0.0
+    partial = f" (n={len(vals)})" if len(vals) < seeds else ""
+    return f"{100 * statistics.fmean(vals):.2f} ± {100 * sd:.2f}{partial}"
+
+
+def hardware() -> str:
+    """Where the runs trained: the CUDA device's name, else the CPU count."""
+    if torch.cuda.is_available():
+        return f"CUDA ({torch.cuda.get_device_name(0)})"
+    import os
+
+    return f"CPU ({os.cpu_count()} cores)"
+
+
+def _protocol(args: argparse.Namespace) -> str:
+    settings = resolved_settings({**args.base, "seed": args.seeds_list[0]})
+    data = prepare_data(settings)
+    backend = (
+        "Flower's simulation engine (Ray)"
+        if args.backend == "simulation"
+        else "a loopback Flower deployment (SuperLink + one SuperNode per client)"
+    )
+    return (
+        f"Protocol: {protocol_text(settings, data, args.clients).rstrip('.')}. "
+        f"Training: {args.clients} clients, {args.rounds} rounds of "
+        f"{settings.local_epochs} local epoch(s), model `{settings.model}`, "
+        f"batch {settings.batch_size}, lr {settings.learning_rate:g}, run through "
+        f"{backend}. Database codes are flipped at publication (paper calibration "
+        "beta = e^-eps), replayed on each final model. Ceiling: the same network and "
+        "DPSH loss trained centrally on the whole database for rounds x local "
+        "epochs epochs, no flipping. Floor: the federated runs' round-0 mAP. "
+        f"Hardware: {hardware()}."
+    )
+
+
+def _write(rows: list[dict], args: argparse.Namespace) -> str:
+    bits_list = args.bits_list
     lines: list[str] = []
     if args.base:  # e.g. another dataset (--set)
         overrides = ", ".join(f"`{k} = {v!r}`" for k, v in args.base.items())
         lines += [f"Run config overrides: {overrides}.", ""]
     lines += [
+        _protocol(args),
+        "",
         "Flips use SEEDED privacy noise (a reproduction of the paper's table: the "
         "same seed gives the same table; not a release private against anyone who "
         "knows the seed).",
         "",
+        "mAP@ALL %, mean ± sample std over seeds "
+        + ",".join(str(s) for s in args.seeds_list)
+        + ".",
+        "",
         "| method | eps (paper calibration) | "
         + " | ".join(f"{b} bits" for b in bits_list)
-        + " | eps that holds at 32 bits (per bit / per code) |",
+        + " | eps that holds (per bit / per code) at "
+        + f"{bits_list[-1]} bits |",
         "|---|---|" + "---|" * (len(bits_list) + 1),
     ]
+    n = len(args.seeds_list)
+    fed = [r for r in rows if r["method"] == "DPSH (FedAvg)" and r["eps"] == 0.0]
+    floor = [
+        _cell(
+            [
+                r["initial_map_all"]
+                for r in fed
+                if r["bits"] == b and r.get("initial_map_all") is not None
+            ],
+            n,
+        )
+        for b in bits_list
+    ]
+    lines.append(f"| {FLOOR} | - | " + " | ".join(floor) + " | - |")
     for method in METHODS:
-        for eps in EPSILONS:
-            cells = []
-            for b in bits_list:
-                vals = [
-                    r["map_all"]
-                    for r in rows
-                    if (r["method"], r["bits"], r["eps"]) == (method, b, eps)
-                ]
-                if not vals:
-                    cells.append("-")
-                    continue
-                sd = statistics.stdev(vals) if len(vals) > 1 else 0.0
-                cells.append(f"{100 * statistics.fmean(vals):.2f} ± {100 * sd:.2f}")
+        for eps in args.eps_list:
+            cells = [
+                _cell(
+                    [
+                        r["map_all"]
+                        for r in rows
+                        if (r["method"], r["bits"], r["eps"]) == (method, b, eps)
+                    ],
+                    n,
+                )
+                for b in bits_list
+            ]
             if eps == 0:
                 label, holds = "non-private", "-"
             else:
-                g = flip_guarantee(eps, 32, "paper")
+                g = flip_guarantee(eps, bits_list[-1], "paper")
                 label, holds = f"{eps:g}", f"{g.eps_per_bit:.3f} / {g.eps_per_code:.1f}"
             lines.append(
                 f"| {method} | {label} | " + " | ".join(cells) + f" | {holds} |"
             )
+    ceiling = [
+        _cell(
+            [r["map_all"] for r in rows if (r["method"], r["bits"]) == (CEILING, b)], n
+        )
+        for b in bits_list
+    ]
+    lines.append(f"| {CEILING} | non-private | " + " | ".join(ceiling) + " | - |")
+    train = sum(r.get("train_seconds", 0.0) for r in rows)
+    replay_s = sum(r.get("replay_seconds", 0.0) for r in rows)
+    lines += [
+        "",
+        f"Wall time: {train / 60:.1f} min of training summed over the "
+        f"{sum(1 for r in rows if 'train_seconds' in r)} runs (runs may overlap "
+        f"with --jobs), {replay_s / 60:.1f} min of replays.",
+    ]
     text = "\n".join(lines)
-    args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "summary.json").write_text(
         json.dumps(
             {
                 "metric": "mAP@ALL",
                 "clients": args.clients,
                 "rounds": args.rounds,
+                "backend": args.backend,
+                "hardware": hardware(),
                 "calibration": "paper (beta = e^-eps)",
                 **({"base_overrides": args.base} if args.base else {}),
-                "rows": rows,
+                "rows": [{k: v for k, v in r.items() if k != "curves"} for r in rows],
             },
             indent=2,
         )
         + "\n"
     )
     (args.out / "table.md").write_text(text + "\n")
+    for b in bits_list:
+        _plot_pr(rows, b, args.out / f"pr-{b}b.png")
     return text
+
+
+def _plot_pr(rows: list[dict], bits: int, path: Path) -> None:
+    """PR over Hamming radius, one panel per method, one line per epsilon (Fig. 2)."""
+    mine = [r for r in rows if r["bits"] == bits and r.get("curves")]
+    methods = [m for m in (*METHODS, CEILING) if any(r["method"] == m for r in mine)]
+    if not mine or not methods:
+        return
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(
+        1, len(methods), figsize=(5 * len(methods), 4), squeeze=False
+    )
+    for ax, method in zip(axes[0], methods, strict=True):
+        for i, eps in enumerate(
+            sorted({r["eps"] for r in mine if r["method"] == method})
+        ):
+            sel = [r for r in mine if (r["method"], r["eps"]) == (method, eps)]
+            precision = np.mean([r["curves"]["pr"]["precision"] for r in sel], axis=0)
+            recall = np.mean([r["curves"]["pr"]["recall"] for r in sel], axis=0)
+            keep = recall > 0  # radius 0 may retrieve nothing
+            label = "non-private" if eps == 0 else f"eps {eps:g}"
+            ax.plot(
+                recall[keep],
+                precision[keep],
+                marker=".",
+                color=plt.get_cmap("tab10")(i),
+                label=f"{label} ({len(sel)} seeds)",
+            )
+        ax.set(xlabel="recall", ylabel="precision", title=method)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(f"PR over Hamming radius, {bits} bits")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 if __name__ == "__main__":

@@ -94,8 +94,8 @@ def test_plan_passes_the_dataset_seeds_and_resume(tmp_path) -> None:
     assert argv[:4] == ["--seeds", "3,4", "--out", str(run.out)]
     assert "dataset=npz" in argv and "image-shape=32,32,3" in argv
     assert f'data-path="{tmp_path / "cifar10_jpeg.npz"}"' in argv
-    assert "--resume" not in argv  # the PHashing driver has no --resume
-    assert plan.notes and "phashing" in plan.notes[0]
+    assert "--resume" in argv  # the driver resumes from its rows.jsonl
+    assert not plan.notes
 
 
 def test_quick_plan_takes_one_seed_and_default_folders(tmp_path) -> None:
@@ -114,7 +114,7 @@ def test_quick_plan_takes_one_seed_and_default_folders(tmp_path) -> None:
     folders = [r.out.name for r in plan.runs]
     assert folders == ["fedhap", "pfmh", "phashing", "dphe", "dpcode-digits"]
     resumed = {r.paper.name for r in plan.runs if "--resume" in r.argv}
-    assert resumed == {"fedhap", "pfmh", "dpcode"}
+    assert resumed == {"fedhap", "pfmh", "phashing", "dpcode"}
     assert all(r.key() == [a for a in r.argv if a != "--resume"] for r in plan.runs)
 
 
