@@ -171,6 +171,7 @@ def _build(key: _AppKey) -> ClientApp:
         # missing node-local inputs fail discovery, before any training
         check_node_inputs(settings, node_config=context.node_config, partition_id=pid)
         data = load_local_data(settings, partition_id=pid, num_partitions=num)
+        data.training_view()  # a partition with no train-size row fails here
         reply = RecordDict(
             {
                 K.CONFIG: ConfigRecord(

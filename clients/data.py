@@ -73,6 +73,13 @@ class LocalData:
         """
         if self.train_positions is None:
             return self
+        if len(self.train_positions) == 0:
+            raise ValueError(
+                f"train-size: none of this partition's {self.num_samples} database "
+                "rows is among the run's training rows, so this client has nothing "
+                "to train on; use a larger train-size (several times the number of "
+                "clients) or fewer clients"
+            )
         inputs, labels = self.take(self.train_positions)
         return LocalData(
             inputs=inputs,

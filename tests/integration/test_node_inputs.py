@@ -190,3 +190,16 @@ def test_discovery_leaves_bad_nodes_out_and_goes_on(keys, tmp_path, caplog):
             describe_nodes(grid, min_nodes=3, wait_s=0)
     finally:
         flwr_logger.removeHandler(caplog.handler)
+
+
+def test_partition_without_train_size_rows_fails_describe_naming_the_key(tmp_path):
+    # 60 samples, 30 partitions of 2 database rows, 3 training rows in all: most
+    # partitions hold none of them and must say so before any training
+    path = write_feature_npz(tmp_path / "f.npz", n=60, num_classes=3)
+    run = {"dataset": "npz", "data-path": str(path), "train-size": 3}
+    failed = [
+        describe({"partition-id": p, "num-partitions": 30}, run) for p in range(30)
+    ]
+    errors = [r.error.reason for r in failed if r.has_error()]
+    assert errors and len(errors) < 30
+    assert all("train-size" in e and "nothing to train on" in e for e in errors)
