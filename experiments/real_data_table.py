@@ -156,15 +156,14 @@ def main() -> None:
     def best_lr(method: str) -> float:
         if method not in BASELINES:
             return DEFAULT_LR
-        mine = {r["learning_rate"]: r for r in _tuning(known) if r["method"] == method}
-        missing = [lr for lr in lr_grid if lr not in mine]
+        tuning = [r for r in _tuning(known) if r["learning_rate"] in lr_grid]
+        have = {r["learning_rate"] for r in tuning if r["method"] == method}
+        missing = [lr for lr in lr_grid if lr not in have]
         if missing:
             raise RuntimeError(
                 f"{method}: tuning runs missing for learning rates {missing}"
             )
-        return max((mine[lr] for lr in lr_grid), key=lambda r: r["map_all"])[
-            "learning_rate"
-        ]
+        return best_tuned_lr(tuning, method)  # type: ignore[return-value]
 
     def job_name(job: tuple[Any, ...]) -> str:
         if job[0] == "tune":
@@ -228,11 +227,8 @@ def main() -> None:
 
     def tables(rows: list[dict[str, Any]]) -> None:
         tuning = _tuning(rows)
-        tuned = {}
-        for m in BASELINES:
-            have = [r for r in tuning if r["method"] == m]
-            if have:
-                tuned[m] = max(have, key=lambda r: r["map_all"])["learning_rate"]
+        tuned = {m: best_tuned_lr(tuning, m) for m in BASELINES}
+        tuned = {m: lr for m, lr in tuned.items() if lr is not None}
         table_rows = [r for r in rows if r.get("kind", "table") == "table"]
         _write(table_rows, tuning, tuned, args, methods, partitions, started)
 
@@ -257,6 +253,19 @@ def main() -> None:
 
 def _tuning(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r for r in rows if r.get("kind") == "tune"]
+
+
+def best_tuned_lr(tuning: list[dict[str, Any]], method: str) -> float | None:
+    """Learning rate of ``method``'s best tuning run (final mAP@ALL), or ``None``.
+
+    Among equal scores the smallest learning rate wins, whatever the rows' order.
+    """
+    mine = sorted(
+        (r for r in tuning if r["method"] == method), key=lambda r: r["learning_rate"]
+    )
+    if not mine:
+        return None
+    return max(mine, key=lambda r: r["map_all"])["learning_rate"]
 
 
 def _merge_legacy_tuning(out: Path) -> None:

@@ -89,3 +89,18 @@ def test_curve_figure_is_written_with_means_over_seeds(tmp_path) -> None:
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert plot_curves(rows, "non-iid-only", tmp_path / "x.png", bits=48) is not None
     assert plot_curves([], "iid", tmp_path / "none.png", bits=48) is None
+
+
+def test_best_tuned_lr_is_the_best_final_map_smallest_lr_on_ties() -> None:
+    from experiments.real_data_table import best_tuned_lr
+
+    rows = [
+        {"method": "CSQ (FedAvg)", "learning_rate": 2e-3, "map_all": 0.6},
+        {"method": "CSQ (FedAvg)", "learning_rate": 5e-4, "map_all": 0.6},
+        {"method": "CSQ (FedAvg)", "learning_rate": 2e-4, "map_all": 0.5},
+        {"method": "DPSH (FedAvg)", "learning_rate": 2e-4, "map_all": 0.9},
+    ]
+    assert best_tuned_lr(rows, "CSQ (FedAvg)") == 5e-4
+    assert best_tuned_lr(list(reversed(rows)), "CSQ (FedAvg)") == 5e-4
+    assert best_tuned_lr(rows, "DPSH (FedAvg)") == 2e-4
+    assert best_tuned_lr(rows, "HashNet (FedAvg)") is None
