@@ -19,6 +19,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -117,22 +118,40 @@ class LocalData:
         return self.inputs[positions], self.labels[positions]
 
 
-def data_key(settings: RunSettings) -> tuple:
+class DataKey(NamedTuple):
+    """The settings that determine a client's data (hashable, for caching)."""
+
+    multimodal: bool
+    dataset: str
+    data_path: str
+    download: bool
+    feature_scaling: str
+    image_shape: tuple[int, int, int] | None
+    modalities: tuple[str, ...] | None
+    train_size: int
+    query_fraction: float
+    seed: int
+    partitioning: str
+    dirichlet_alpha: float
+    classes_per_client: int
+
+
+def data_key(settings: RunSettings) -> DataKey:
     """Return the settings that determine the data (hashable, for caching)."""
-    return (
-        settings.strategy == "pfmh",
-        settings.dataset,
-        settings.data_path,
-        settings.download,
-        settings.feature_scaling,
-        settings.image_hwc(),
-        settings.modality_names(),
-        settings.train_size,
-        settings.query_fraction,
-        settings.seed,
-        settings.partitioning,
-        settings.dirichlet_alpha,
-        settings.classes_per_client,
+    return DataKey(
+        multimodal=settings.strategy == "pfmh",
+        dataset=settings.dataset,
+        data_path=settings.data_path,
+        download=settings.download,
+        feature_scaling=settings.feature_scaling,
+        image_shape=settings.image_hwc(),
+        modalities=settings.modality_names(),
+        train_size=settings.train_size,
+        query_fraction=settings.query_fraction,
+        seed=settings.seed,
+        partitioning=settings.partitioning,
+        dirichlet_alpha=settings.dirichlet_alpha,
+        classes_per_client=settings.classes_per_client,
     )
 
 
@@ -222,66 +241,36 @@ def clear_cache() -> None:
         _CACHE.clear()
 
 
-def _load_split(key: tuple) -> ProtocolSplit:
-    (
-        _multi,
-        dataset,
-        data_path,
-        download,
-        scaling,
-        image_shape,
-        modalities,
-        train_size,
-        query_fraction,
-        seed,
-        _scheme,
-        _alpha,
-        _cpc,
-    ) = key
+def _load_split(key: DataKey) -> ProtocolSplit:
     return load_split(
-        dataset,
-        data_path=data_path,
-        download=download,
-        query_fraction=query_fraction,
-        seed=seed,
-        feature_scaling=scaling,
-        image_shape=image_shape,
-        modalities=modalities,
-        train_size=train_size,
+        key.dataset,
+        data_path=key.data_path,
+        download=key.download,
+        query_fraction=key.query_fraction,
+        seed=key.seed,
+        feature_scaling=key.feature_scaling,
+        image_shape=key.image_shape,
+        modalities=key.modalities,
+        train_size=key.train_size,
     )
 
 
 def _cut_partition(
-    split: ProtocolSplit, key: tuple, partition_id: int, num_partitions: int
+    split: ProtocolSplit, key: DataKey, partition_id: int, num_partitions: int
 ) -> LocalData:
-    (
-        multi,
-        _dataset,
-        _path,
-        _download,
-        _scaling,
-        _image_shape,
-        _modalities,
-        _train_size,
-        query_fraction,
-        seed,
-        scheme,
-        alpha,
-        cpc,
-    ) = key
     labels, db_idx = split.dataset.labels, split.database_index
     local = db_idx[
         partition_indices(
             labels[db_idx],
-            scheme=scheme,
+            scheme=key.partitioning,
             num_partitions=num_partitions,
             partition_id=partition_id,
-            seed=seed,
-            alpha=alpha,
-            classes_per_client=cpc,
+            seed=key.seed,
+            alpha=key.dirichlet_alpha,
+            classes_per_client=key.classes_per_client,
         )
     ]
-    if not multi:
+    if not key.multimodal:
         train = None
         if split.train_mask is not None:
             in_database = np.searchsorted(db_idx, local)
@@ -297,8 +286,8 @@ def _cut_partition(
     require_multimodal(data)
     queries, _ = local_query_split(
         labels[local],
-        query_fraction=query_fraction,
-        seed=seed,
+        query_fraction=key.query_fraction,
+        seed=key.seed,
         partition_id=partition_id,
     )
     return LocalData(
