@@ -4,6 +4,7 @@
 # That machine has PyTorch but no network, no Flower and no Ray, and a call carries
 # at most 64 MiB. So, prepared here (docs/benchmarks.md, "GPU runs"):
 #   .whl/  Flower 1.42 and the packages its image lacks, for CPython 3.12
+#          (benchmarks/device-wheels.txt: the list and the download command)
 #   .gpu/  python -m experiments.cifar_subset --out .gpu/cifar10_q1000_db10000.npz
 # and on the machine, from the repository root, with OUT set:
 #   bash benchmarks/device_phashing_cifar.sh [SECONDS]
