@@ -1,0 +1,65 @@
+"""The PHashing driver's table, figure and loopback run config (no training)."""
+
+import argparse
+
+from flwr.common.config import parse_config_args
+
+from experiments import phashing_table as pt
+from experiments.loopback import run_config_arg
+
+
+def test_loopback_run_config_is_what_flwr_parses() -> None:
+    cfg = {
+        "data-path": "/data/cifar 10.npz",
+        "image-shape": "32,32,3",
+        "learning-rate": 0.001,
+        "rounds": 10,
+        "privacy.code-flip-epsilon": 2.0,
+        "download": False,
+    }
+    assert parse_config_args([run_config_arg(cfg)]) == cfg
+
+
+def _curves(bits: int, p: float) -> dict:
+    return {
+        "pr": {
+            "radius": list(range(bits + 1)),
+            "precision": [p] * (bits + 1),
+            "recall": [i / bits for i in range(bits + 1)],
+        },
+        "ks": [10],
+        "precision_at_k": [p],
+        "recall_at_k": [0.1],
+    }
+
+
+def test_table_has_floor_ceiling_partial_counts_and_pr_figure(tmp_path) -> None:
+    rows = []
+    for seed in (0, 1):
+        for method in pt.METHODS:
+            for eps in (0.0, 1.0):
+                if method == "FedHAP" and seed == 1:
+                    continue  # one seed only: its cells must say n=1
+                row = {"method": method, "bits": 16, "seed": seed, "eps": eps,
+                       "map_all": 0.5 - 0.2 * eps, "curves": _curves(16, 0.5)}
+                if eps == 0.0:
+                    row.update(train_seconds=60.0, initial_map_all=0.1)
+                rows.append(row)
+        rows.append({"method": pt.CEILING, "bits": 16, "seed": seed, "eps": 0.0,
+                     "map_all": 0.8, "train_seconds": 6.0, "curves": _curves(16, 0.8)})
+    args = argparse.Namespace(
+        bits_list=[16], seeds_list=[0, 1], eps_list=[0.0, 1.0], clients=2,
+        rounds=1, backend="loopback", base={}, out=tmp_path,
+    )
+    text = pt._write(rows, args)
+    lines = {line.split(" | ")[0] + " | " + line.split(" | ")[1]: line
+             for line in text.splitlines() if line.startswith("| ")}
+    assert "10.00 ± 0.00 |" in lines[f"| {pt.FLOOR} | -"]
+    assert "50.00 ± 0.00 |" in lines["| DPSH (FedAvg) | non-private"]
+    assert "30.00 ± 0.00 |" in lines["| DPSH (FedAvg) | 1"]
+    assert "(n=1)" in lines["| FedHAP | non-private"]
+    assert "(n=1)" not in lines["| DPSH (FedAvg) | 1"]
+    assert "80.00 ± 0.00 |" in lines[f"| {pt.CEILING} | non-private"]
+    assert "loopback Flower deployment" in text and "Hardware:" in text
+    assert (tmp_path / "pr-16b.png").stat().st_size > 0
+    assert (tmp_path / "table.md").read_text().strip() == text.strip()
