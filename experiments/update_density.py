@@ -58,6 +58,7 @@ def run_fedavg(settings: RunSettings, num_clients: int) -> dict[str, Any]:
     device = select_device(settings.device)
     torch.manual_seed(settings.seed)
     model = build_run_model(settings, parts[0].input_shape)
+    initial = _retrieval(model, split, settings, device)
     state = {k: v.detach().cpu().numpy() for k, v in model.state_dict().items()}
     densities: list[float] = []
     for server_round in range(1, settings.rounds + 1):
@@ -99,17 +100,10 @@ def run_fedavg(settings: RunSettings, num_clients: int) -> dict[str, Any]:
             weight += n
         state = unflatten_arrays(total / weight, layout)
     model.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
-    x = torch.from_numpy(split.inputs)
-    q, db = split.query_index, split.database_index
-    report = evaluate_retrieval(
-        sign_codes(encode(model, x[q], device=device)),
-        sign_codes(encode(model, x[db], device=device)),
-        split.dataset.labels[q],
-        split.dataset.labels[db],
-        top_k=settings.map_top_k,
-        ks=settings.precision_ks(),
-    )
+    report = _retrieval(model, split, settings, device)
     return {
+        "initial_map_all": initial.map_all,
+        "initial_map_at_k": initial.map_at_k,
         "density": float(np.mean(densities)),
         "density_min": float(np.min(densities)),
         "density_max": float(np.max(densities)),
@@ -117,6 +111,22 @@ def run_fedavg(settings: RunSettings, num_clients: int) -> dict[str, Any]:
         "map_at_k": report.map_at_k,
         "dimension": int(reference.size),
     }
+
+
+def _retrieval(
+    model: torch.nn.Module, split: Any, settings: RunSettings, device: torch.device
+) -> Any:
+    """Return the report of the server's queries against the whole database."""
+    x = torch.from_numpy(split.inputs)
+    q, db = split.query_index, split.database_index
+    return evaluate_retrieval(
+        sign_codes(encode(model, x[q], device=device)),
+        sign_codes(encode(model, x[db], device=device)),
+        split.dataset.labels[q],
+        split.dataset.labels[db],
+        top_k=settings.map_top_k,
+        ks=settings.precision_ks(),
+    )
 
 
 def main() -> None:
@@ -149,10 +159,27 @@ def main() -> None:
         rows.append(elastic)
         sparsity = round(1.0 - elastic["density"], 4)
         rows.append(run(f"top-k sparsity={sparsity:g}", {"updates.sparsity": sparsity}))
+    # beside them: the untrained network (round 0, the same for every run) and the
+    # same network trained centrally on the whole database for rounds x local epochs
+    from experiments.centralized import train_centralized
+
+    ceiling = train_centralized(resolved_settings(base))["final"]
+    rows.append(
+        {"run": "untrained (round 0)", "map_all": rows[0]["initial_map_all"],
+         "map_at_k": rows[0]["initial_map_at_k"]}
+    )
+    rows.append(
+        {"run": "centralized (ceiling)", "map_all": ceiling["map_all"],
+         "map_at_k": ceiling["map_at_k"]}
+    )
     print()
     print("| run | update density % (min-max) | mAP@ALL % | mAP@K % |")
     print("|---|---|---|---|")
     for r in rows:
+        if "density" not in r:
+            print(f"| {r['run']} | - | {100 * r['map_all']:.1f} | "
+                  f"{100 * r['map_at_k']:.1f} |")
+            continue
         print(
             f"| {r['run']} | {100 * r['density']:.1f} ({100 * r['density_min']:.1f}-"
             f"{100 * r['density_max']:.1f}) | {100 * r['map_all']:.1f} | "
