@@ -250,7 +250,7 @@ def local_contrastive_loss(
 
 
 def similarity_matching_loss(b: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Eq. 11, first term without alpha: mean over i of sum over j != i of (cos - s_ij)^2.
+    """Eq. 11, first term without alpha: mean_i of sum_{j != i} (cos - s_ij)^2.
 
     Parameters
     ----------

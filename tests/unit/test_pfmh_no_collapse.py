@@ -36,7 +36,10 @@ def test_hash_loss_alone_keeps_64_bit_codes_apart():
     )
     split = load_split(s.dataset, **s.split_options())
     ds, db = split.dataset, split.database_index
-    x = {m: torch.from_numpy(np.asarray(v)).float().flatten(1)[db] for m, v in ds.inputs.items()}
+    x = {
+        m: torch.from_numpy(np.asarray(v)).float().flatten(1)[db]
+        for m, v in ds.inputs.items()
+    }
     y = torch.from_numpy(ds.labels)[db]
     model = build_run_model(s, {m: t.shape[1] for m, t in x.items()})
     train_pfmh(
