@@ -58,6 +58,7 @@ def test_tables_state_protocol_tuning_ceiling_and_floor(tmp_path) -> None:
         tune_seed=99,
         seeds="0,1",
         out=tmp_path,
+        train_size=0,
     )
     methods = ["DPSH (FedAvg)", "FedHAP", rdt.CENTRALIZED]
     rdt._write(
@@ -76,6 +77,14 @@ def test_tables_state_protocol_tuning_ceiling_and_floor(tmp_path) -> None:
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["tuned_learning_rates"] == {"DPSH (FedAvg)": 2e-3}
     assert summary["cells"]["FedHAP | iid"]["map_all"] == pytest.approx([0.7, 0.71])
+    # FedHAP's MIRFlickr protocol: the paper's 10,000 training rows, named as such
+    args.train_size = 10000
+    rdt._write(
+        rows, tuning, {"DPSH (FedAvg)": 2e-3}, args, methods, ["iid", "non-iid"], 0.0
+    )
+    text = (tmp_path / "table.md").read_text()
+    assert text.startswith("Protocol (FedHAP Table 1's split: the file's queries;")
+    assert "a seeded random 10000 of the database rows" in text
 
 
 def test_curve_figure_is_written_with_means_over_seeds(tmp_path) -> None:
