@@ -269,7 +269,7 @@ def main() -> None:
     todo = [j for j in _jobs(args) if (j["method"], j["bits"], j["seed"]) not in done]
     total = len(_jobs(args))
     print(
-        f"phashing | {len(todo)} runs to do ({total - len(todo)} already done), "
+        f"{len(todo)} runs to do ({total - len(todo)} already done), "
         f"backend {args.backend}, {args.jobs} at once",
         flush=True,
     )
@@ -293,9 +293,11 @@ def main() -> None:
                         f.write(json.dumps(r) + "\n")
                 rows += new
                 cells = ", ".join(f"eps {r['eps']:g}: {r['map_all']:.4f}" for r in new)
+                elapsed = time.perf_counter() - start
+                eta = elapsed / n * (len(todo) - n)
                 print(
-                    f"  [{n}/{len(todo)}, {time.perf_counter() - start:.0f} s] "
-                    f"{_job_name(job)} ({job['method']}): {cells} ({secs:.0f} s)",
+                    f"  [{n}/{len(todo)}, {elapsed / 60:.1f} min, ETA {eta / 60:.0f} "
+                    f"min] {_job_name(job)} ({job['method']}): {cells} ({secs:.0f} s)",
                     flush=True,
                 )
                 _write(rows, args)
