@@ -47,6 +47,7 @@ import torch
 from clients.data import load_local_data
 from clients.publish import publish_codes
 from experiments.overrides import parse_overrides, resolved_settings
+from experiments.real_data_figures import report_curves
 from experiments.sweep import ROOT, run_centralized, run_federated
 from hashing.codes import sign_codes
 from hashing.retrieval import evaluate_retrieval
@@ -60,15 +61,6 @@ METHODS = {"DPSH (FedAvg)": "fedavg", "FedHAP": "fedhap"}
 EPSILONS = (0.0, 1.0, 2.0, 4.0)
 CEILING = "centralized (ceiling)"
 FLOOR = "untrained (round 0 of the DPSH runs)"
-
-
-def _curves(report: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "pr": {k: list(v) for k, v in report["pr"].items()},
-        "ks": list(report["ks"]),
-        "precision_at_k": list(report["precision_at_k"]),
-        "recall_at_k": list(report["recall_at_k"]),
-    }
 
 
 def replay(
@@ -191,7 +183,7 @@ def _finish(
                 "eps": 0.0,
                 "map_all": final["map_all"],
                 "train_seconds": secs,
-                "curves": _curves(final),
+                "curves": report_curves(final),
             }
         ]
     cfg = _config(job, args)
@@ -206,7 +198,7 @@ def _finish(
             f"{_job_name(job)}: replay mAP {reports[0.0]['map_all']} != run's {ran}"
         )
     rows = [
-        {**base, "eps": eps, "map_all": rep["map_all"], "curves": _curves(rep)}
+        {**base, "eps": eps, "map_all": rep["map_all"], "curves": report_curves(rep)}
         for eps, rep in reports.items()
     ]
     rows[0].update(

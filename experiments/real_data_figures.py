@@ -14,6 +14,20 @@ from typing import Any
 import numpy as np
 
 
+def report_curves(report: dict[str, Any]) -> dict[str, Any]:
+    """Return the curves of a retrieval report dict (``RetrievalReport.to_dict()``).
+
+    What a row keeps under ``curves`` for :func:`plot_curves`: ``pr`` (radius,
+    precision, recall), ``ks``, ``precision_at_k`` and ``recall_at_k``.
+    """
+    return {
+        "pr": {k: list(v) for k, v in report["pr"].items()},
+        "ks": list(report["ks"]),
+        "precision_at_k": list(report["precision_at_k"]),
+        "recall_at_k": list(report["recall_at_k"]),
+    }
+
+
 def mean_curves(rows: list[dict[str, Any]]) -> dict[str, np.ndarray]:
     """Mean over rows of each curve (rows of one method, equal code lengths)."""
     keys = ("precision", "recall")

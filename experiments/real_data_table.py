@@ -40,6 +40,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from experiments.real_data_figures import plot_curves, report_curves
 from experiments.sweep import ROOT, run_centralized, run_federated
 from experiments.sweep_runner import exit_if_failed, load_rows, run_sweep, write_tables
 
@@ -61,15 +62,6 @@ DEFAULT_LR = 5e-4
 
 def _safe(name: str) -> str:
     return name.replace(" ", "_").replace("(", "").replace(")", "")
-
-
-def _curves(final: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "pr": {k: list(v) for k, v in final["pr"].items()},
-        "ks": list(final["ks"]),
-        "precision_at_k": list(final["precision_at_k"]),
-        "recall_at_k": list(final["recall_at_k"]),
-    }
 
 
 def _cell(vals: list[float]) -> str:
@@ -230,7 +222,7 @@ def main() -> None:
             "map_all": out["final"]["map_all"],
             "map_at_k": out["final"]["map_at_k"],
             "floor_map_all": floor,
-            "curves": _curves(out["final"]),
+            "curves": report_curves(out["final"]),
             "protocol": out.get("protocol", ""),
             "seconds": secs,
         }
@@ -252,7 +244,6 @@ def main() -> None:
         after_row=tables,
     )
     tables(rows)
-    from experiments.real_data_figures import plot_curves
 
     table_rows = [r for r in rows if r.get("kind", "table") == "table"]
     for part in partitions:
