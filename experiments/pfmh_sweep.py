@@ -215,11 +215,32 @@ def _cell(a: dict[str, Any] | None, key: str) -> str:
     return f"{100 * mean:.2f} ± {100 * std:.2f}" + ("" if n >= 3 else f" (n={n})")
 
 
+def protocol(args: argparse.Namespace) -> str:
+    """Return the protocol paragraph above the tables (data, federation, floor)."""
+    from experiments.overrides import resolved_settings
+    from server.experiment import prepare_data, protocol_text
+
+    settings = resolved_settings({**args.base, "seed": args.seeds[0]})
+    data = prepare_data(settings)
+    text = protocol_text(settings, data, args.clients).rstrip(".")
+    return (
+        f"Protocol: {text}. For the methods that are one model (fedavg mode, FedAvg, "
+        "centralized) also the union protocol: the server's queries against all "
+        f"partitions. Federation: {args.clients} clients, Dirichlet "
+        f"{settings.dirichlet_alpha} (the seed also draws the partition), "
+        f"{settings.rounds} rounds of {settings.local_epochs} local epochs, lr "
+        f"{settings.learning_rate:g}, batch {settings.batch_size}. Floor: the "
+        "untrained network (round 0). Ceiling: 'centralized', the same network "
+        "trained on the union of the clients' local databases for the same number "
+        "of epochs."
+    )
+
+
 def tables(agg: list[dict[str, Any]], args: argparse.Namespace) -> str:
     """Markdown tables: one per metric, methods x bits; completion; cost."""
     main = {(a["method"], a["bits"]): a for a in agg if a["table"] == "main"}
     alpha = args.base["dirichlet-alpha"]
-    lines: list[str] = []
+    lines: list[str] = [protocol(args), ""]
     titles = (
         (LOCAL, "Ours (per-client, local queries): local queries vs local database"),
         (SQ_CDB, "Server queries vs each client's own database, averaged over clients"),

@@ -37,3 +37,16 @@ def test_figure_skips_unfinished_runs_and_other_tables(tmp_path) -> None:
     assert path == tmp_path / "map_per_round-32b.png"
     assert path.read_bytes()[:4] == b"\x89PNG"
     assert plot_map_per_round(rows, tmp_path, bits=64) is None
+
+
+def test_pfmh_tables_open_with_their_protocol() -> None:
+    import argparse
+
+    from experiments.pfmh_sweep import preset, tables
+
+    args = argparse.Namespace(seeds=[0], clients=10, bits=[32], base=preset())
+    text = tables([], args)
+    first = text.splitlines()[0]
+    assert first.startswith("Protocol: PFMH global protocol")
+    assert "Federation: 10 clients, Dirichlet 0.1" in first
+    assert "Floor: the untrained network" in first and "Ceiling:" in first
