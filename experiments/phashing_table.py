@@ -335,7 +335,7 @@ def _protocol(args: argparse.Namespace) -> str:
         f"{backend}. Database codes are flipped at publication (paper calibration "
         "beta = e^-eps), replayed on each final model. Ceiling: the same network and "
         "DPSH loss trained centrally on the whole database for rounds x local "
-        "epochs epochs, no flipping. Floor: the federated runs' round-0 mAP. "
+        "epochs epochs, no flipping. Floor: the round-0 mAP of the DPSH (FedAvg) runs. "
         f"Hardware: {hardware()}."
     )
 
@@ -466,7 +466,8 @@ def _plot_pr(rows: list[dict], bits: int, path: Path) -> None:
                 color=plt.get_cmap("tab10")(i),
                 label=f"{label} ({len(sel)} seeds)",
             )
-        ax.set(xlabel="recall", ylabel="precision", title=method)
+        ax.set(xlabel="recall", ylabel="precision", title=method, xlim=(0, 1.02))
+        ax.set_ylim(0, 1.05)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.suptitle(f"PR over Hamming radius, {bits} bits")
