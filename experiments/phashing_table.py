@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import threading
 import time
@@ -157,6 +158,8 @@ def _config(job: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
 def _train(job: dict[str, Any], args: argparse.Namespace) -> tuple[dict, float]:
     cfg = _config(job, args)
     runs = args.out / "runs" / _job_name(job)
+    if runs.exists():  # left by an interrupted run: the job is not in rows.jsonl
+        shutil.rmtree(runs)
     t0 = time.perf_counter()
     if job["method"] == CEILING:
         runs.mkdir(parents=True, exist_ok=True)
