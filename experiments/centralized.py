@@ -37,10 +37,26 @@ from settings.run_model import build_hash_loss, build_run_model, pfmh_loss_confi
 from settings.run_settings import RunSettings
 
 
+def split_retrieval(
+    model: torch.nn.Module, split: Any, settings: RunSettings, device: torch.device
+) -> Any:
+    """Return the report of the split's queries against its whole database."""
+    x = torch.from_numpy(split.inputs)
+    q, db = split.query_index, split.database_index
+    return evaluate_retrieval(
+        sign_codes(encode(model, x[q], device=device)),
+        sign_codes(encode(model, x[db], device=device)),
+        split.dataset.labels[q],
+        split.dataset.labels[db],
+        top_k=settings.map_top_k,
+        ks=settings.precision_ks(),
+    )
+
+
 def train_centralized(settings: RunSettings) -> dict[str, Any]:
     """Train on the whole database and evaluate retrieval; returns a JSON-able dict."""
     split = load_split(settings.dataset, **settings.split_options())
-    data, q_idx, db_idx = split.dataset, split.query_index, split.database_index
+    data, db_idx = split.dataset, split.database_index
     x = torch.from_numpy(split.inputs)
     y = torch.from_numpy(data.labels)
     torch.manual_seed(settings.seed)
@@ -65,14 +81,7 @@ def train_centralized(settings: RunSettings) -> dict[str, Any]:
         generator=torch.Generator().manual_seed(settings.seed),
     )
     seconds = time.perf_counter() - start
-    report = evaluate_retrieval(
-        sign_codes(encode(model, x[q_idx], device=device)),
-        sign_codes(encode(model, x[db_idx], device=device)),
-        data.labels[q_idx],
-        data.labels[db_idx],
-        top_k=settings.map_top_k,
-        ks=settings.precision_ks(),
-    )
+    report = split_retrieval(model, split, settings, device)
     return {
         "method": "centralized",
         "training": split.train_text,

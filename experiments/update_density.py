@@ -36,11 +36,10 @@ from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 from clients.data import load_local_data
 from clients.trainers import TrainContext
 from clients.update_transport import finish_train_reply
+from experiments.centralized import split_retrieval, train_centralized
 from experiments.overrides import parse_overrides, resolved_settings
 from hashdata import load_split
-from hashing.codes import sign_codes
-from hashing.retrieval import evaluate_retrieval
-from hashing.train import encode, select_device
+from hashing.train import select_device
 from hashing.update_sparsity import flatten_arrays, unflatten_arrays
 from settings import keys as K
 from settings.run_model import build_run_model
@@ -58,7 +57,7 @@ def run_fedavg(settings: RunSettings, num_clients: int) -> dict[str, Any]:
     device = select_device(settings.device)
     torch.manual_seed(settings.seed)
     model = build_run_model(settings, parts[0].input_shape)
-    initial = _retrieval(model, split, settings, device)
+    initial = split_retrieval(model, split, settings, device)
     state = {k: v.detach().cpu().numpy() for k, v in model.state_dict().items()}
     densities: list[float] = []
     for server_round in range(1, settings.rounds + 1):
@@ -100,7 +99,7 @@ def run_fedavg(settings: RunSettings, num_clients: int) -> dict[str, Any]:
             weight += n
         state = unflatten_arrays(total / weight, layout)
     model.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
-    report = _retrieval(model, split, settings, device)
+    report = split_retrieval(model, split, settings, device)
     return {
         "initial_map_all": initial.map_all,
         "initial_map_at_k": initial.map_at_k,
@@ -111,22 +110,6 @@ def run_fedavg(settings: RunSettings, num_clients: int) -> dict[str, Any]:
         "map_at_k": report.map_at_k,
         "dimension": int(reference.size),
     }
-
-
-def _retrieval(
-    model: torch.nn.Module, split: Any, settings: RunSettings, device: torch.device
-) -> Any:
-    """Return the report of the server's queries against the whole database."""
-    x = torch.from_numpy(split.inputs)
-    q, db = split.query_index, split.database_index
-    return evaluate_retrieval(
-        sign_codes(encode(model, x[q], device=device)),
-        sign_codes(encode(model, x[db], device=device)),
-        split.dataset.labels[q],
-        split.dataset.labels[db],
-        top_k=settings.map_top_k,
-        ks=settings.precision_ks(),
-    )
 
 
 def main() -> None:
@@ -161,8 +144,6 @@ def main() -> None:
         rows.append(run(f"top-k sparsity={sparsity:g}", {"updates.sparsity": sparsity}))
     # beside them: the untrained network (round 0, the same for every run) and the
     # same network trained centrally on the whole database for rounds x local epochs
-    from experiments.centralized import train_centralized
-
     ceiling = train_centralized(resolved_settings(base))["final"]
     rows.append(
         {"run": "untrained (round 0)", "map_all": rows[0]["initial_map_all"],
