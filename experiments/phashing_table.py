@@ -256,6 +256,7 @@ def main() -> None:
     if args.jobs < 1:
         parser.error(f"--jobs {args.jobs}: must be >= 1")
     args.out.mkdir(parents=True, exist_ok=True)
+    args.protocol = _protocol(args)  # loads the data: once, not after every run
     rows_path = args.out / "rows.jsonl"
     if not args.resume:
         rows_path.unlink(missing_ok=True)
@@ -350,7 +351,7 @@ def _write(rows: list[dict], args: argparse.Namespace) -> str:
         overrides = ", ".join(f"`{k} = {v!r}`" for k, v in args.base.items())
         lines += [f"Run config overrides: {overrides}.", ""]
     lines += [
-        _protocol(args),
+        args.protocol,
         "",
         "Flips use SEEDED privacy noise (a reproduction of the paper's table: the "
         "same seed gives the same table; not a release private against anyone who "

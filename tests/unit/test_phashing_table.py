@@ -51,6 +51,7 @@ def test_table_has_floor_ceiling_partial_counts_and_pr_figure(tmp_path) -> None:
         bits_list=[16], seeds_list=[0, 1], eps_list=[0.0, 1.0], clients=2,
         rounds=1, backend="loopback", base={}, out=tmp_path,
     )
+    args.protocol = pt._protocol(args)
     text = pt._write(rows, args)
     lines = {line.split(" | ")[0] + " | " + line.split(" | ")[1]: line
              for line in text.splitlines() if line.startswith("| ")}
