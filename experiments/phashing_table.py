@@ -49,6 +49,7 @@ from clients.data import load_local_data
 from clients.publish import publish_codes
 from experiments.overrides import parse_overrides, resolved_settings
 from experiments.real_data_figures import report_curves
+from experiments.real_data_table import best_tuned_lr
 from experiments.sweep import ROOT, run_centralized, run_federated
 from hashing.codes import sign_codes
 from hashing.retrieval import evaluate_retrieval
@@ -141,7 +142,47 @@ def _jobs(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 def _job_name(job: dict[str, Any]) -> str:
     kind = "centralized" if job["method"] == CEILING else job["strategy"]
+    if job.get("kind") == "tune":
+        return f"tune-{kind}-{job['bits']}b-lr{job['lr']:g}-s{job['seed']}"
     return f"{kind}-{job['bits']}b-s{job['seed']}"
+
+
+def _tune_jobs(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Learning-rate tuning: each federated method at each ``--lr-grid`` value."""
+    return [
+        {
+            "kind": "tune",
+            "method": method,
+            "strategy": strategy,
+            "bits": args.bits_list[0],
+            "seed": args.tune_seed,
+            "lr": lr,
+        }
+        for method, strategy in METHODS.items()
+        for lr in args.lr_grid
+    ]
+
+
+def tuned_lrs(rows: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, Any]:
+    """Return ``{method: lr}`` chosen by the tuning rows (the ceiling takes DPSH's).
+
+    Without ``--lr-grid`` every method keeps the run config's learning rate
+    (``None`` here). Raises ``RuntimeError`` when a grid value has no tuning row.
+    """
+    if not args.lr_grid:
+        return {m: None for m in (*METHODS, CEILING)}
+    tuning = [r for r in rows if r.get("kind") == "tune" and r["lr"] in args.lr_grid]
+    chosen: dict[str, Any] = {}
+    for method in METHODS:
+        mine = [r for r in tuning if r["method"] == method]
+        missing = sorted(set(args.lr_grid) - {r["lr"] for r in mine})
+        if missing:
+            raise RuntimeError(f"{method}: no tuning run at lr {missing}")
+        chosen[method] = best_tuned_lr(
+            [{**r, "learning_rate": r["lr"]} for r in mine], method
+        )
+    chosen[CEILING] = chosen["DPSH (FedAvg)"]
+    return chosen
 
 
 def _config(job: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
@@ -152,6 +193,7 @@ def _config(job: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
         "seed": job["seed"],
         "rounds": args.rounds,
         "eval-every": args.rounds,
+        **({"learning-rate": job["lr"]} if job.get("lr") is not None else {}),
     }
 
 
@@ -178,6 +220,17 @@ def _finish(
 ) -> list[dict[str, Any]]:
     """Rows of one finished training job (replays the federated ones)."""
     base = {k: job[k] for k in ("method", "bits", "seed")}
+    if job.get("kind") == "tune":
+        return [
+            {
+                **base,
+                "kind": "tune",
+                "lr": job["lr"],
+                "eps": 0.0,
+                "map_all": summary["final"]["map_all"],
+                "train_seconds": secs,
+            }
+        ]
     if job["method"] == CEILING:
         final = summary["final"]
         return [
@@ -238,6 +291,14 @@ def main() -> None:
         action="store_false",
         help="skip the centralized ceiling runs",
     )
+    parser.add_argument(
+        "--lr-grid",
+        default="",
+        help="comma-separated learning rates: each federated method is tuned over "
+        "them on --tune-seed (IID, the first --bits, final mAP@ALL) before the table "
+        "runs; the ceiling takes DPSH's. Empty: the run config's learning rate",
+    )
+    parser.add_argument("--tune-seed", type=int, default=99)
     parser.add_argument("--resume", action="store_true")
     parser.add_argument(
         "--out", type=Path, default=ROOT / "docs" / "results" / "phashing"
@@ -255,23 +316,65 @@ def main() -> None:
         )
     if args.jobs < 1:
         parser.error(f"--jobs {args.jobs}: must be >= 1")
+    try:
+        args.lr_grid = [float(x) for x in args.lr_grid.split(",") if x.strip()]
+    except ValueError:
+        parser.error(f"--lr-grid {args.lr_grid!r}: expected numbers, e.g. 1e-4,3e-4")
+    if any(lr <= 0 for lr in args.lr_grid):
+        parser.error(f"--lr-grid {args.lr_grid}: learning rates must be > 0")
+    if args.lr_grid and args.tune_seed in args.seeds_list:
+        parser.error(f"--tune-seed {args.tune_seed} is one of --seeds {args.seeds}")
     args.out.mkdir(parents=True, exist_ok=True)
     args.protocol = _protocol(args)  # loads the data: once, not after every run
     rows_path = args.out / "rows.jsonl"
     if not args.resume:
         rows_path.unlink(missing_ok=True)
     rows = _read_rows(rows_path)
-    done = {(r["method"], r["bits"], r["seed"]) for r in rows}
-    todo = [j for j in _jobs(args) if (j["method"], j["bits"], j["seed"]) not in done]
-    total = len(_jobs(args))
-    print(
-        f"{len(todo)} runs to do ({total - len(todo)} already done), "
-        f"backend {args.backend}, {args.jobs} at once",
-        flush=True,
-    )
     lock = threading.Lock()
     start = time.perf_counter()
     failed: list[str] = []
+    if args.lr_grid:  # phase 1: tuning, before any table run needs its result
+        _execute(_tune_jobs(args), rows, rows_path, failed, args, lock, start)
+        if failed:
+            raise SystemExit(
+                "tuning failed (rerun with --resume to retry):\n" + "\n".join(failed)
+            )
+    args.tuned = tuned_lrs(rows, args)
+    jobs = [{**j, "lr": args.tuned[j["method"]]} for j in _jobs(args)]
+    _execute(jobs, rows, rows_path, failed, args, lock, start)
+    print(_write(rows, args))
+    if failed:
+        raise SystemExit(
+            f"{len(failed)} run(s) failed (rerun with --resume to retry them):\n"
+            + "\n".join(failed)
+        )
+
+
+def _key(row: dict[str, Any]) -> tuple[Any, ...]:
+    kind = row.get("kind", "table")
+    return (kind, row["method"], row["bits"], row["seed"]) + (
+        (row["lr"],) if kind == "tune" else ()
+    )
+
+
+def _execute(
+    jobs: list[dict[str, Any]],
+    rows: list[dict[str, Any]],
+    rows_path: Path,
+    failed: list[str],
+    args: argparse.Namespace,
+    lock: threading.Lock,
+    start: float,
+) -> None:
+    """Run the jobs not yet in ``rows`` (``--jobs`` at once); append their rows."""
+    done = {_key(r) for r in rows}
+    todo = [j for j in jobs if _key(j) not in done]
+    print(
+        f"{len(todo)} runs to do ({len(jobs) - len(todo)} already done), "
+        f"backend {args.backend}, {args.jobs} at once",
+        flush=True,
+    )
+    begun = time.perf_counter()
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         futures = {pool.submit(_train, job, args): job for job in todo}
         for n, fut in enumerate(as_completed(futures), 1):
@@ -289,15 +392,16 @@ def main() -> None:
                         f.write(json.dumps(r) + "\n")
                 rows += new
                 cells = ", ".join(f"eps {r['eps']:g}: {r['map_all']:.4f}" for r in new)
-                elapsed = time.perf_counter() - start
+                elapsed = time.perf_counter() - begun
                 eta = elapsed / n * (len(todo) - n)
                 print(
-                    f"  [{n}/{len(todo)}, {elapsed / 60:.1f} min, ETA {eta / 60:.0f} "
-                    f"min] {_job_name(job)} ({job['method']}): {cells} ({secs:.0f} s)",
+                    f"  [{n}/{len(todo)}, {(time.perf_counter() - start) / 60:.1f} min,"
+                    f" ETA {eta / 60:.0f} min] {_job_name(job)} ({job['method']}): "
+                    f"{cells} ({secs:.0f} s)",
                     flush=True,
                 )
-                _write(rows, args)
-    print(_write(rows, args))
+                if job.get("kind") != "tune":
+                    _write(rows, args)
     if failed:
         raise SystemExit(
             f"{len(failed)} run(s) failed (rerun with --resume to retry them):\n"
@@ -335,7 +439,13 @@ def _protocol(args: argparse.Namespace) -> str:
         f"Protocol: {protocol_text(settings, data, args.clients).rstrip('.')}. "
         f"Training: {args.clients} clients, {args.rounds} rounds of "
         f"{settings.local_epochs} local epoch(s), model `{settings.model}`, "
-        f"batch {settings.batch_size}, lr {settings.learning_rate:g}, run through "
+        f"batch {settings.batch_size}, "
+        + (
+            "learning rate tuned per method (below), "
+            if args.lr_grid
+            else f"lr {settings.learning_rate:g}, "
+        )
+        + "run through "
         f"{backend}. Database codes are flipped at publication (paper calibration "
         "beta = e^-eps), replayed on each final model. Ceiling: the same network and "
         "DPSH loss trained centrally on the whole database for rounds x local "
@@ -344,8 +454,9 @@ def _protocol(args: argparse.Namespace) -> str:
     )
 
 
-def _write(rows: list[dict], args: argparse.Namespace) -> str:
+def _write(all_rows: list[dict], args: argparse.Namespace) -> str:
     bits_list = args.bits_list
+    rows = [r for r in all_rows if r.get("kind") != "tune"]
     lines: list[str] = []
     if args.base:  # e.g. another dataset (--set)
         overrides = ", ".join(f"`{k} = {v!r}`" for k, v in args.base.items())
@@ -417,6 +528,9 @@ def _write(rows: list[dict], args: argparse.Namespace) -> str:
         f"{sum(1 for r in rows if 'train_seconds' in r)} runs (runs may overlap "
         f"with --jobs), {replay_s / 60:.1f} min of replays.",
     ]
+    tuning = [r for r in all_rows if r.get("kind") == "tune"]
+    if args.lr_grid:
+        lines += ["", *_tuning_lines(tuning, args)]
     text = "\n".join(lines)
     (args.out / "summary.json").write_text(
         json.dumps(
@@ -428,7 +542,10 @@ def _write(rows: list[dict], args: argparse.Namespace) -> str:
                 "hardware": hardware(),
                 "calibration": "paper (beta = e^-eps)",
                 **({"base_overrides": args.base} if args.base else {}),
-                "rows": [{k: v for k, v in r.items() if k != "curves"} for r in rows],
+                **({"tuned_learning_rates": args.tuned} if args.lr_grid else {}),
+                "rows": [
+                    {k: v for k, v in r.items() if k != "curves"} for r in all_rows
+                ],
             },
             indent=2,
         )
@@ -438,6 +555,30 @@ def _write(rows: list[dict], args: argparse.Namespace) -> str:
     for b in bits_list:
         _plot_pr(rows, b, args.out / f"pr-{b}b.png")
     return text
+
+
+def _tuning_lines(tuning: list[dict], args: argparse.Namespace) -> list[str]:
+    """Render the tuning table (final mAP@ALL % per method and lr), best in bold."""
+    lines = [
+        f"**Learning-rate tuning** (seed {args.tune_seed}, {args.bits_list[0]} bits, "
+        f"the same clients and rounds, final mAP@ALL %; the best is bold and used for "
+        f"every table run; the ceiling takes DPSH's):",
+        "",
+        "| method | " + " | ".join(f"lr {lr:g}" for lr in args.lr_grid) + " |",
+        "|---|" + "---|" * len(args.lr_grid),
+    ]
+    for method in METHODS:
+        cells = []
+        for lr in args.lr_grid:
+            got = [
+                r["map_all"] for r in tuning if (r["method"], r["lr"]) == (method, lr)
+            ]
+            cell = f"{100 * got[0]:.2f}" if got else "-"
+            cells.append(f"**{cell}**" if lr == args.tuned.get(method) else cell)
+        lines.append(f"| {method} | " + " | ".join(cells) + " |")
+    secs = sum(r.get("train_seconds", 0.0) for r in tuning)
+    lines += ["", f"Tuning wall time: {secs / 60:.1f} min over {len(tuning)} runs."]
+    return lines
 
 
 def _plot_pr(rows: list[dict], bits: int, path: Path) -> None:

@@ -2,6 +2,7 @@
 
 import argparse
 
+import pytest
 from flwr.common.config import parse_config_args
 
 from experiments import phashing_table as pt
@@ -40,21 +41,46 @@ def test_table_has_floor_ceiling_partial_counts_and_pr_figure(tmp_path) -> None:
             for eps in (0.0, 1.0):
                 if method == "FedHAP" and seed == 1:
                     continue  # one seed only: its cells must say n=1
-                row = {"method": method, "bits": 16, "seed": seed, "eps": eps,
-                       "map_all": 0.5 - 0.2 * eps, "curves": _curves(16, 0.5)}
+                row = {
+                    "method": method,
+                    "bits": 16,
+                    "seed": seed,
+                    "eps": eps,
+                    "map_all": 0.5 - 0.2 * eps,
+                    "curves": _curves(16, 0.5),
+                }
                 if eps == 0.0:
                     row.update(train_seconds=60.0, initial_map_all=0.1)
                 rows.append(row)
-        rows.append({"method": pt.CEILING, "bits": 16, "seed": seed, "eps": 0.0,
-                     "map_all": 0.8, "train_seconds": 6.0, "curves": _curves(16, 0.8)})
+        rows.append(
+            {
+                "method": pt.CEILING,
+                "bits": 16,
+                "seed": seed,
+                "eps": 0.0,
+                "map_all": 0.8,
+                "train_seconds": 6.0,
+                "curves": _curves(16, 0.8),
+            }
+        )
     args = argparse.Namespace(
-        bits_list=[16], seeds_list=[0, 1], eps_list=[0.0, 1.0], clients=2,
-        rounds=1, backend="loopback", base={}, out=tmp_path,
+        bits_list=[16],
+        seeds_list=[0, 1],
+        eps_list=[0.0, 1.0],
+        clients=2,
+        rounds=1,
+        backend="loopback",
+        base={},
+        out=tmp_path,
+        lr_grid=[],
     )
     args.protocol = pt._protocol(args)
     text = pt._write(rows, args)
-    lines = {line.split(" | ")[0] + " | " + line.split(" | ")[1]: line
-             for line in text.splitlines() if line.startswith("| ")}
+    lines = {
+        line.split(" | ")[0] + " | " + line.split(" | ")[1]: line
+        for line in text.splitlines()
+        if line.startswith("| ")
+    }
     assert "10.00 ± 0.00 |" in lines[f"| {pt.FLOOR} | -"]
     assert "50.00 ± 0.00 |" in lines["| DPSH (FedAvg) | non-private"]
     assert "30.00 ± 0.00 |" in lines["| DPSH (FedAvg) | 1"]
@@ -64,3 +90,40 @@ def test_table_has_floor_ceiling_partial_counts_and_pr_figure(tmp_path) -> None:
     assert "loopback Flower deployment" in text and "Hardware:" in text
     assert (tmp_path / "pr-16b.png").stat().st_size > 0
     assert (tmp_path / "table.md").read_text().strip() == text.strip()
+
+
+def test_tuning_picks_each_methods_best_lr_and_the_table_says_so(tmp_path) -> None:
+    args = argparse.Namespace(
+        bits_list=[32],
+        seeds_list=[0],
+        eps_list=[0.0],
+        clients=2,
+        rounds=1,
+        backend="simulation",
+        base={},
+        out=tmp_path,
+        lr_grid=[1e-4, 1e-3],
+        tune_seed=99,
+    )
+    tune = [
+        {"kind": "tune", "method": "DPSH (FedAvg)", "lr": 1e-4, "map_all": 0.3},
+        {"kind": "tune", "method": "DPSH (FedAvg)", "lr": 1e-3, "map_all": 0.1},
+        {"kind": "tune", "method": "FedHAP", "lr": 1e-4, "map_all": 0.2},
+        {"kind": "tune", "method": "FedHAP", "lr": 1e-3, "map_all": 0.4},
+    ]
+    for r in tune:
+        r.update(bits=32, seed=99, eps=0.0, train_seconds=1.0)
+    args.tuned = pt.tuned_lrs(tune, args)
+    assert args.tuned == {"DPSH (FedAvg)": 1e-4, "FedHAP": 1e-3, pt.CEILING: 1e-4}
+    # table jobs carry the chosen rate into the run config
+    job = {"method": "FedHAP", "strategy": "fedhap", "bits": 32, "seed": 0, "lr": 1e-3}
+    assert pt._config(job, args)["learning-rate"] == 1e-3
+    args.protocol = "Protocol."
+    text = pt._write(tune, args)
+    assert "| DPSH (FedAvg) | **30.00** | 10.00 |" in text
+    assert "| FedHAP | 20.00 | **40.00** |" in text
+    # a grid value without its tuning run is an error, not a silent default
+    with pytest.raises(RuntimeError, match="no tuning run at lr"):
+        pt.tuned_lrs(tune[:3], args)
+    args.lr_grid = []
+    assert set(pt.tuned_lrs([], args).values()) == {None}
