@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from experiments import dphe_map, fedhap_sweep
+from experiments import dphe_map, dphe_users, fedhap_sweep
 from experiments.sweep_runner import exit_if_failed, load_rows, run_sweep
 
 
@@ -106,3 +106,35 @@ def test_dphe_map_always_resumes_by_seed_and_sparsity(tmp_path, monkeypatch):
     rows = [json.loads(x) for x in (tmp_path / "rows.jsonl").read_text().splitlines()]
     assert [(r["seed"], r["sparsity"]) for r in rows] == done
     assert "| 90% |" in (tmp_path / "table.md").read_text()
+
+
+def test_dphe_users_runs_each_n_in_its_own_folder_and_plots(tmp_path, monkeypatch):
+    seen = []
+
+    def fake_run_pair(seed, sparsity, args):
+        seen.append((args.clients, seed, sparsity, args.out))
+        return {
+            "seed": seed,
+            "sparsity": sparsity,
+            "plain_map_all": 0.5,
+            "dphe_map_all": 0.5 - 0.001 * args.clients,
+            "diff_points": -0.1 * args.clients,
+            "plain_train_round_s": 1.0,
+            "dphe_train_round_s": 2.0,
+        }
+
+    monkeypatch.setattr(dphe_users, "run_pair", fake_run_pair)
+    argv = ["dphe_users", "--users", "5,10", "--seeds", "0", "--out", str(tmp_path)]
+    monkeypatch.setattr(sys, "argv", argv)
+    dphe_users.main()
+    # one DPHE key and run folder per N (run_pair names its runs by seed only)
+    assert [(n, s, out.name) for n, s, _, out in seen] == [(5, 0, "n5"), (10, 0, "n10")]
+    text = (tmp_path / "table.md").read_text()
+    assert "| 5 | 0 | ~323 | 50.00 ± 0.00 | 49.50 ± 0.00 | -0.500 |" in text
+    assert "right panel" in text and "2048-bit keys, djn obfuscators" in text
+    assert (tmp_path / "users.png").stat().st_size > 0
+    dphe_users.main()  # resumes: nothing runs again
+    assert len(seen) == 2
+    monkeypatch.setattr(sys, "argv", [*argv[:2], "2,5", *argv[3:]])
+    with pytest.raises(SystemExit):  # DPHE needs 3 users
+        dphe_users.main()
