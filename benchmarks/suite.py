@@ -258,7 +258,17 @@ PAPERS: dict[str, Paper] = {
             runs="DPHE: FedAvg (DPSH, mlp, 32 bits, 5 IID clients, 10 rounds) with "
             "plaintext vs DPHE-summed sparse updates (2048-bit keys) at sparsity "
             "90% and 0%",
-            datasets=(DIGITS,),
+            datasets=(
+                DIGITS,
+                Dataset(
+                    "digits-users",
+                    "digits split over 5, 10, 25 and 50 users (Fig. 4 shape, its "
+                    "right panel): the plaintext / DPHE pair per number of users, "
+                    "90% sparsity, DJN obfuscators; mAP and round time against N",
+                    module="experiments.dphe_users",
+                    quick=("--users", "3", "--rounds", "1"),
+                ),
+            ),
             quick=("--sparsity", "0.9", "--rounds", "1", "--clients", "3"),
             takes_resume=False,
             takes_jobs=False,

@@ -90,6 +90,15 @@ def pair_name(seed: int, sparsity: float) -> str:
     return f"s{seed}-sp{sparsity:g}"
 
 
+def mean_std(rows: list[dict[str, Any]], key: str, scale: float) -> str:
+    """``mean ± sample std`` of ``scale * row[key]`` over the rows that have it."""
+    vals = [scale * r[key] for r in rows if r.get(key) is not None]
+    if not vals:
+        return "-"
+    sd = statistics.stdev(vals) if len(vals) > 1 else 0.0
+    return f"{statistics.fmean(vals):.2f} ± {sd:.2f}"
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     """Markdown: per sparsity, mAP plain vs DPHE, the difference, costs."""
     lines = [
@@ -104,11 +113,7 @@ def table(rows: list[dict[str, Any]]) -> str:
         )
 
         def stat(key: str, rs: list = rs, scale: float = 100.0) -> str:
-            vals = [scale * r[key] for r in rs if r.get(key) is not None]
-            if not vals:
-                return "-"
-            sd = statistics.stdev(vals) if len(vals) > 1 else 0.0
-            return f"{statistics.fmean(vals):.2f} ± {sd:.2f}"
+            return mean_std(rs, key, scale)
 
         diffs = ", ".join(f"{r['diff_points']:+.3f}" for r in rs)
         lines.append(
@@ -136,9 +141,7 @@ def main() -> None:
         help="DPHE run with dphe.block-sparsity (plaintext stays element-wise)",
     )
     parser.add_argument("--obfuscators", default="full", choices=("full", "djn"))
-    parser.add_argument(
-        "--out", type=Path, default=ROOT / "docs" / "results" / "dphe"
-    )
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results" / "dphe")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     pairs = [

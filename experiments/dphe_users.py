@@ -22,11 +22,10 @@ Writes ``<out>/rows.jsonl`` (resumable), ``<out>/table.md`` and ``<out>/users.pn
 from __future__ import annotations
 
 import argparse
-import statistics
 from pathlib import Path
 from typing import Any
 
-from experiments.dphe_map import COMMON, run_pair
+from experiments.dphe_map import COMMON, mean_std, run_pair
 from experiments.overrides import resolved_settings
 from experiments.sweep import ROOT
 from experiments.sweep_runner import exit_if_failed, run_sweep
@@ -48,14 +47,6 @@ def run_users(users: int, seed: int, args: argparse.Namespace) -> dict[str, Any]
         out=args.out / f"n{users}",
     )
     return {"users": users, **run_pair(seed, args.sparsity, pair_args)}
-
-
-def _stat(rows: list[dict[str, Any]], key: str, scale: float) -> str:
-    vals = [scale * r[key] for r in rows if r.get(key) is not None]
-    if not vals:
-        return "-"
-    sd = statistics.stdev(vals) if len(vals) > 1 else 0.0
-    return f"{statistics.fmean(vals):.2f} ± {sd:.2f}"
 
 
 def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
@@ -80,11 +71,12 @@ def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
         lines.append(
             f"| {users} | {','.join(str(r['seed']) for r in rs)} | "
             f"~{round(args.num_database / users)} | "
-            f"{_stat(rs, 'plain_map_all', 100)} | {_stat(rs, 'dphe_map_all', 100)} | "
-            f"{diffs} | {_stat(rs, 'plain_train_round_s', 1)} -> "
-            f"{_stat(rs, 'dphe_train_round_s', 1)} | "
-            f"{_stat(rs, 'plain_up_bytes_per_client', 1e-3)} -> "
-            f"{_stat(rs, 'dphe_up_bytes_per_client', 1e-3)} |"
+            f"{mean_std(rs, 'plain_map_all', 100)} | "
+            f"{mean_std(rs, 'dphe_map_all', 100)} | "
+            f"{diffs} | {mean_std(rs, 'plain_train_round_s', 1)} -> "
+            f"{mean_std(rs, 'dphe_train_round_s', 1)} | "
+            f"{mean_std(rs, 'plain_up_bytes_per_client', 1e-3)} -> "
+            f"{mean_std(rs, 'dphe_up_bytes_per_client', 1e-3)} |"
         )
     return "\n".join(lines)
 
