@@ -130,7 +130,7 @@ def main() -> None:
     parser.add_argument("--key-bits", type=int, default=2048)
     parser.add_argument("--obfuscators", default="djn", choices=("full", "djn"))
     parser.add_argument(
-        "--out", type=Path, default=ROOT / "docs" / "results" / "dphe-users"
+        "--out", type=Path, default=ROOT / "docs" / "results" / "dphe-digits-users"
     )
     args = parser.parse_args()
     users = [int(n) for n in args.users.split(",")]

@@ -1,0 +1,76 @@
+"""The loopback backend (experiments/loopback.py): a real SuperLink and SuperNodes.
+
+What the PHashing driver's ``--backend loopback`` and the GPU machine run: one
+insecure ``flower-superlink``, one ``flower-supernode`` per client, ``flwr run``
+against them. The run must complete and learn, and every process the backend
+started (each in its own session) must be gone afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+
+import pytest
+
+from experiments import loopback
+
+pytestmark = pytest.mark.e2e
+
+
+def _group_alive(pgid: int, wait_s: float) -> bool:
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return False
+        time.sleep(0.2)
+    return True
+
+
+def test_loopback_run_learns_and_stops_every_process_it_started(tmp_path, monkeypatch):
+    started: list[subprocess.Popen] = []
+
+    class Recorded(subprocess.Popen):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            started.append(self)
+
+    monkeypatch.setattr(loopback.subprocess, "Popen", Recorded)
+    cfg = {
+        "rounds": 1,
+        "eval-every": 1,
+        "local-epochs": 2,
+        "code-length": 16,
+        "model": "mlp",
+        "min-train-nodes": 2,
+        "map-top-k": 50,
+        "precision-k": "10,50",
+        "seed": 0,
+    }
+    summary = loopback.run_loopback(cfg, 2, tmp_path / "run", timeout_s=300)
+    assert summary["final_round"] == 1
+    assert summary["final"]["map_all"] > summary["initial_map_all"]
+    # the SuperLink, both SuperNodes, then `flwr run` (subprocess.run's Popen)
+    names = [os.path.basename(p.args[0]) for p in started]
+    assert names == ["flower-superlink", *["flower-supernode"] * 2, "flwr"]
+    for proc in started:
+        assert proc.returncode is not None
+    # nothing left in the groups of the SuperLink and SuperNodes (killed with
+    # SIGKILL: their children may take a moment to be gone)
+    alive = [p.args[0] for p in started[:3] if _group_alive(p.pid, wait_s=20)]
+    assert alive == []
+    logs = tmp_path / "run" / "logs"
+    assert {p.name for p in logs.iterdir()} >= {
+        "superlink.log",
+        "supernode-0.log",
+        "supernode-1.log",
+        "flwr-run.log",
+    }
+
+
+def test_loopback_refuses_zero_clients(tmp_path):
+    with pytest.raises(ValueError, match="clients=0"):
+        loopback.run_loopback({}, 0, tmp_path)
