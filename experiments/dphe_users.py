@@ -44,7 +44,7 @@ def run_users(users: int, seed: int, args: argparse.Namespace) -> dict[str, Any]
         key_bits=args.key_bits,
         block=False,
         obfuscators=args.obfuscators,
-        out=args.out / f"n{users}",
+        out=args.out / "runs" / f"n{users}",  # git-ignored, as every runs/ folder
     )
     return {"users": users, **run_pair(seed, args.sparsity, pair_args)}
 
@@ -112,6 +112,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     cost.set(xlabel="users N", ylabel="round wall time (s)", title="cost")
     for ax in (acc, cost):
         ax.set_xscale("log")
+        ax.minorticks_off()
         ax.set_xticks(users, [str(n) for n in users])
         ax.legend()
         ax.grid(alpha=0.3)

@@ -129,6 +129,7 @@ def test_dphe_users_runs_each_n_in_its_own_folder_and_plots(tmp_path, monkeypatc
     dphe_users.main()
     # one DPHE key and run folder per N (run_pair names its runs by seed only)
     assert [(n, s, out.name) for n, s, _, out in seen] == [(5, 0, "n5"), (10, 0, "n10")]
+    assert all(out.parent == tmp_path / "runs" for *_, out in seen)
     text = (tmp_path / "table.md").read_text()
     assert "| 5 | 0 | ~323 | 50.00 ± 0.00 | 49.50 ± 0.00 | -0.500 |" in text
     assert "right panel" in text and "2048-bit keys, djn obfuscators" in text
