@@ -448,8 +448,15 @@ def _protocol(args: argparse.Namespace) -> str:
         + "run through "
         f"{backend}. Database codes are flipped at publication (paper calibration "
         "beta = e^-eps), replayed on each final model. Ceiling: the same network and "
-        "DPSH loss trained centrally on the whole database for rounds x local "
-        "epochs epochs, no flipping. Floor: the round-0 mAP of the DPSH (FedAvg) runs. "
+        "DPSH loss trained centrally on "
+        + (
+            f"the same {settings.train_size} training rows"
+            if settings.train_size
+            else "the whole database"
+        )
+        + " for rounds x local epochs epochs"
+        + (" at DPSH's tuned learning rate" if args.lr_grid else "")
+        + ", no flipping. Floor: the round-0 mAP of the DPSH (FedAvg) runs. "
         f"Hardware: {hardware()}."
     )
 

@@ -88,6 +88,7 @@ def test_table_has_floor_ceiling_partial_counts_and_pr_figure(tmp_path) -> None:
     assert "(n=1)" not in lines["| DPSH (FedAvg) | 1"]
     assert "80.00 ± 0.00 |" in lines[f"| {pt.CEILING} | non-private"]
     assert "loopback Flower deployment" in text and "Hardware:" in text
+    assert "trained centrally on the whole database for" in text
     assert (tmp_path / "pr-16b.png").stat().st_size > 0
     assert (tmp_path / "table.md").read_text().strip() == text.strip()
 
