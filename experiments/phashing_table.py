@@ -20,6 +20,10 @@ Backends: ``--backend simulation`` (Flower's Ray engine, the default) or
 ``--backend loopback`` (a local SuperLink and one SuperNode per client,
 :mod:`experiments.loopback`: what runs on a GPU machine without Ray). ``--jobs N``
 trains N runs at once. ``--resume`` keeps the finished runs of ``rows.jsonl``.
+``--lr-grid 1e-4,3e-4,1e-3`` first tunes each federated method's learning rate on
+``--tune-seed`` (99, not a table seed) at the first ``--bits``, by final mAP@ALL,
+and trains the table with the chosen rates (the ceiling with DPSH's); the tuning
+table is written below the main one.
 ``--set key=value`` (repeatable) overrides the run config of every run, e.g. another
 dataset: ``--set dataset=npz --set data-path=../shared/data/cifar10_jpeg.npz --set
 image-shape=32,32,3``.
@@ -295,8 +299,9 @@ def main() -> None:
         "--lr-grid",
         default="",
         help="comma-separated learning rates: each federated method is tuned over "
-        "them on --tune-seed (IID, the first --bits, final mAP@ALL) before the table "
-        "runs; the ceiling takes DPSH's. Empty: the run config's learning rate",
+        "them on --tune-seed (the table's config, the first --bits, final mAP@ALL) "
+        "before the table runs; the ceiling takes DPSH's. Empty: the run config's "
+        "learning rate",
     )
     parser.add_argument("--tune-seed", type=int, default=99)
     parser.add_argument("--resume", action="store_true")
