@@ -62,13 +62,8 @@ clean-superlink:
 # Everything: tests/unit (library), tests/integration (apps, strategies, deployment
 # files, docs build, mypy), tests/e2e (real Flower runs, the loopback deployment).
 # Not the opt-in scale tests (marker scale): make test-scale.
-# Two pytest-xdist workers (TEST_WORKERS=0: one process): the e2e tests spend most of
-# their time starting processes (Ray, SuperLink, SuperNodes, ClientApps), so two at a
-# time fit two cores. Tests that start Flower's local SuperLink (fixed ports) share an
-# xdist group and never overlap.
-TEST_WORKERS ?= 2
 test: install
-	$(PY) -m pytest -q -m "not scale" $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup)
+	$(PY) -m pytest -q -m "not scale"
 
 # The fast subset: unit + integration, no real Flower run (pytest marker e2e).
 test-fast: install

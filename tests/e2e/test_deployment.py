@@ -58,9 +58,7 @@ from tests.e2e.deployment_kit import (
 from tests.e2e.deployment_kit import signal_group as _signal_group
 from tests.e2e.deployment_kit import wait_for as _wait_for
 
-# one deployment (module fixture) serves every test here, in file order (later tests
-# use the FAB the first one signed): one pytest-xdist group keeps them on one worker
-pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("deployment")]
+pytestmark = pytest.mark.e2e
 
 GOOD_NODES = 3  # docker-compose.yml's SuperNodes
 BAD_NODE = 3  # a fourth, registered, whose DPHE bundle is missing

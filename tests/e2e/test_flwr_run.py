@@ -10,9 +10,7 @@ import pytest
 
 from server.local_superlink import local_superlink_pids, stop_pids
 
-# `flwr run` starts Flower's local SuperLink on fixed ports (39091/39093): the tests
-# that start one share a pytest-xdist group, so they never run at the same time
-pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("local-superlink")]
+pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
 
 

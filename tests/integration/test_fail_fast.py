@@ -143,11 +143,6 @@ def test_status_without_a_started_run_is_a_failure(tmp_path, capsys):
     assert "did not start" in capsys.readouterr().err
 
 
-# `make run` starts Flower's local SuperLink on fixed ports: one xdist group with
-# tests/e2e/test_flwr_run.py (never two at once)
-LOCAL_SUPERLINK = pytest.mark.xdist_group("local-superlink")
-
-
 def _make_run(tmp_path: Path, run_config: str, clients: int = 3):
     env = {**os.environ, "NUM_CLIENTS": str(clients)}
     env.pop("MAKEFLAGS", None)
@@ -162,7 +157,6 @@ def _make_run(tmp_path: Path, run_config: str, clients: int = 3):
     )
 
 
-@LOCAL_SUPERLINK
 def test_make_run_refuses_a_bad_value_before_anything_starts(tmp_path):
     done = _make_run(tmp_path, "'code-length=7'")
     assert done.returncode == 2
@@ -176,7 +170,6 @@ def test_make_run_refuses_a_bad_value_before_anything_starts(tmp_path):
 
 
 @pytest.mark.e2e
-@LOCAL_SUPERLINK
 def test_make_run_fails_when_the_serverapp_refuses_the_data(tmp_path):
     # passes the local check (the file exists and is readable) but is no .npz:
     # the ServerApp refuses it in one ERROR line, the run ends failed, make fails
