@@ -134,7 +134,10 @@ def main() -> None:
         "--out", type=Path, default=ROOT / "docs" / "results" / "dphe-digits-users"
     )
     args = parser.parse_args()
-    users = [int(n) for n in args.users.split(",")]
+    try:
+        users = [int(n) for n in args.users.split(",")]
+    except ValueError:
+        parser.error(f"--users {args.users!r}: expected integers, e.g. 5,10,25,50")
     if min(users) < 3:
         parser.error(f"--users {args.users}: DPHE needs at least 3 users per round")
     if not 0.0 <= args.sparsity < 1.0:

@@ -108,7 +108,9 @@ def test_dphe_map_always_resumes_by_seed_and_sparsity(tmp_path, monkeypatch):
     assert "| 90% |" in (tmp_path / "table.md").read_text()
 
 
-def test_dphe_users_runs_each_n_in_its_own_folder_and_plots(tmp_path, monkeypatch):
+def test_dphe_users_runs_each_n_in_its_own_folder_and_plots(
+    tmp_path, monkeypatch, capsys
+):
     seen = []
 
     def fake_run_pair(seed, sparsity, args):
@@ -139,3 +141,7 @@ def test_dphe_users_runs_each_n_in_its_own_folder_and_plots(tmp_path, monkeypatc
     monkeypatch.setattr(sys, "argv", [*argv[:2], "2,5", *argv[3:]])
     with pytest.raises(SystemExit):  # DPHE needs 3 users
         dphe_users.main()
+    monkeypatch.setattr(sys, "argv", [*argv[:2], "five", *argv[3:]])
+    with pytest.raises(SystemExit):  # a parser error, not a traceback
+        dphe_users.main()
+    assert "--users 'five': expected integers" in capsys.readouterr().err
