@@ -63,6 +63,9 @@ def train_centralized(settings: RunSettings) -> dict[str, Any]:
     model = build_run_model(settings, tuple(x.shape[1:]))
     device = select_device(settings.device)
     epochs = settings.rounds * settings.local_epochs
+    # the same network before training: the untrained floor (at the same seed the
+    # federated runs start from this model, so it equals their round-0 mAP)
+    initial = split_retrieval(model, split, settings, device)
     start = time.perf_counter()
     train_idx = db_idx if split.train_mask is None else db_idx[split.train_mask]
     stats = train_local(
@@ -89,6 +92,7 @@ def train_centralized(settings: RunSettings) -> dict[str, Any]:
         "epochs": epochs,
         "train_loss": stats["loss"],
         "train_seconds": seconds,
+        "initial": initial.to_dict(),
         "final": report.to_dict(),
     }
 

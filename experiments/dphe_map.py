@@ -8,8 +8,12 @@ with a fresh 2048-bit key (packed, ``num-examples`` weights encrypted). The only
 difference between the two is DPHE's fixed-point quantization (2^-20 per value),
 so the final mAP@ALL should agree; the target is within 0.5 points. Each row also
 keeps the mean training wall time per round and the upload bytes per client.
+Beside the pairs, per seed, one centralized run of the same ``mlp`` gives the
+untrained floor (the model before training: the runs' round 0) and the centralized
+ceiling (DPSH on the whole database for ``rounds * local-epochs`` epochs, dense, no
+DPHE).
 Results: ``<out>/rows.jsonl`` (appended after every pair; reruns skip done pairs),
-``<out>/table.md``.
+``<out>/reference.jsonl`` (floor and ceiling per seed), ``<out>/table.md``.
 
 ``--block`` (issue 16) makes the DPHE run sparsify by *blocks* of the phi-permuted
 space (``dphe.block-sparsity = true``: the same ``updates.sparsity``, applied to
@@ -30,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from crypto import generate_keys
-from experiments.sweep import ROOT, run_federated
+from experiments.sweep import ROOT, run_centralized, run_federated
 from experiments.sweep_runner import exit_if_failed, run_sweep
 
 # the mlp (24,864 values): the default cnn (289,632) costs ~90 s of 2048-bit
@@ -79,10 +83,64 @@ def run_pair(seed: int, sparsity: float, args: argparse.Namespace) -> dict[str, 
     }
     for name, summary in (("plain", plain), ("dphe", secure)):
         row[f"{name}_map_all"] = summary["final"]["map_all"]
+        row[f"{name}_initial_map_all"] = summary.get("initial_map_all")
         row[f"{name}_train_round_s"] = summary.get("train_round_s_mean")
         row[f"{name}_up_bytes_per_client"] = summary.get("up_bytes_per_client_mean")
     row["diff_points"] = 100 * (row["dphe_map_all"] - row["plain_map_all"])
     return row
+
+
+def run_reference(seed: int, rounds: int, out: Path) -> dict[str, Any]:
+    """Return the untrained floor and the centralized ceiling of one seed's runs.
+
+    One centralized run of :data:`COMMON`'s network at ``seed`` (the federated runs
+    start from the same model): its mAP before training is the floor, after
+    ``rounds * local-epochs`` epochs over the whole database (the federated runs'
+    budget) the ceiling. Neither depends on the number of clients.
+    """
+    cfg = {**COMMON, "seed": seed, "rounds": rounds}
+    result = run_centralized(cfg, out / "runs" / f"centralized-s{seed}.json")
+    return {
+        "seed": seed,
+        "epochs": result["epochs"],
+        "floor_map_all": result["initial"]["map_all"],
+        "ceiling_map_all": result["final"]["map_all"],
+    }
+
+
+def run_references(seeds: list[int], rounds: int, out: Path) -> list[dict[str, Any]]:
+    """:func:`run_reference` for each seed, resumable in ``<out>/reference.jsonl``."""
+    rows, failed = run_sweep(
+        seeds,
+        lambda seed: run_reference(seed, rounds, out),
+        rows_path=out / "reference.jsonl",
+        resume=True,
+        name=lambda seed: f"reference-s{seed}",
+        row_name=lambda row: f"reference-s{row['seed']}",
+        describe=lambda row: (
+            f"floor {100 * row['floor_map_all']:.2f}, "
+            f"ceiling {100 * row['ceiling_map_all']:.2f}"
+        ),
+    )
+    exit_if_failed(failed)
+    return sorted(rows, key=lambda row: row["seed"])
+
+
+def reference_table(refs: list[dict[str, Any]]) -> list[str]:
+    """Markdown lines: the floor and the ceiling beside a DPHE table (none: [])."""
+    if not refs:
+        return []
+    seeds = ",".join(str(r["seed"]) for r in refs)
+    epochs = "/".join(sorted({str(r["epochs"]) for r in refs}))
+    return [
+        "",
+        f"| reference (same `mlp`, 32 bits; seeds {seeds}) | mAP@ALL % |",
+        "|---|---|",
+        "| untrained (floor: the runs' round 0) | "
+        f"{mean_std(refs, 'floor_map_all', 100)} |",
+        f"| centralized DPSH, {epochs} epochs over the whole database, dense, no "
+        f"DPHE (ceiling) | {mean_std(refs, 'ceiling_map_all', 100)} |",
+    ]
 
 
 def pair_name(seed: int, sparsity: float) -> str:
@@ -99,8 +157,8 @@ def mean_std(rows: list[dict[str, Any]], key: str, scale: float) -> str:
     return f"{statistics.fmean(vals):.2f} ± {sd:.2f}"
 
 
-def table(rows: list[dict[str, Any]]) -> str:
-    """Markdown: per sparsity, mAP plain vs DPHE, the difference, costs."""
+def table(rows: list[dict[str, Any]], refs: list[dict[str, Any]] = ()) -> str:
+    """Markdown: per sparsity, mAP plain vs DPHE, the difference, costs; the refs."""
     lines = [
         "| sparsity | seeds | plaintext mAP@ALL % | DPHE mAP@ALL % | DPHE - plain "
         "(points), per seed | train s/round plain -> DPHE | upload KB/client plain "
@@ -124,7 +182,7 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"{stat('plain_up_bytes_per_client', scale=1e-3)} -> "
             f"{stat('dphe_up_bytes_per_client', scale=1e-3)} |"
         )
-    return "\n".join(lines)
+    return "\n".join(lines + reference_table(list(refs)))
 
 
 def main() -> None:
@@ -144,6 +202,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results" / "dphe")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    refs = run_references(
+        sorted({int(seed) for seed in args.seeds.split(",")}), args.rounds, args.out
+    )
     pairs = [
         (int(seed), float(sparsity))
         for sparsity in args.sparsity.split(",")
@@ -157,9 +218,11 @@ def main() -> None:
         name=lambda pair: pair_name(*pair),
         row_name=lambda row: pair_name(row["seed"], row["sparsity"]),
         describe=lambda row: f"DPHE - plain {row['diff_points']:+.3f} points",
-        after_row=lambda rows: (args.out / "table.md").write_text(table(rows) + "\n"),
+        after_row=lambda rows: (args.out / "table.md").write_text(
+            table(rows, refs) + "\n"
+        ),
     )
-    text = table(rows)
+    text = table(rows, refs)
     (args.out / "table.md").write_text(text + "\n")
     print(text)
     exit_if_failed(failed)

@@ -15,8 +15,12 @@ The paper trains a linear SVM on ResNet-152 features of Caltech101 (not availabl
 here; nothing is downloaded); this is its experiment's shape on this project's
 task, not its numbers.
 
-Writes ``<out>/rows.jsonl`` (resumable), ``<out>/table.md`` and ``<out>/users.png``
-(mAP@ALL and the mean round wall time against N, plaintext and DPHE).
+Beside them, per seed, the untrained floor and the centralized ceiling
+(:func:`experiments.dphe_map.run_reference`; neither depends on N).
+
+Writes ``<out>/rows.jsonl`` (resumable), ``<out>/reference.jsonl``, ``<out>/table.md``
+and ``<out>/users.png`` (mAP@ALL and the mean round wall time against N, plaintext
+and DPHE, the floor and the ceiling as lines).
 """
 
 from __future__ import annotations
@@ -25,7 +29,13 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from experiments.dphe_map import COMMON, mean_std, run_pair
+from experiments.dphe_map import (
+    COMMON,
+    mean_std,
+    reference_table,
+    run_pair,
+    run_references,
+)
 from experiments.overrides import resolved_settings
 from experiments.sweep import ROOT
 from experiments.sweep_runner import exit_if_failed, run_sweep
@@ -49,8 +59,12 @@ def run_users(users: int, seed: int, args: argparse.Namespace) -> dict[str, Any]
     return {"users": users, **run_pair(seed, args.sparsity, pair_args)}
 
 
-def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
-    """Markdown: the protocol, then per N mAP plain vs DPHE, difference, costs."""
+def table(
+    rows: list[dict[str, Any]],
+    args: argparse.Namespace,
+    refs: list[dict[str, Any]] = (),
+) -> str:
+    """Markdown: the protocol, per N mAP plain vs DPHE, difference, costs; the refs."""
     lines = [
         f"Protocol: digits (scikit-learn), 10% of it the server's queries, the rest "
         f"split IID into N disjoint client partitions (each holds ~1/N of the "
@@ -78,11 +92,16 @@ def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
             f"{mean_std(rs, 'plain_up_bytes_per_client', 1e-3)} -> "
             f"{mean_std(rs, 'dphe_up_bytes_per_client', 1e-3)} |"
         )
-    return "\n".join(lines)
+    return "\n".join(lines + reference_table(list(refs)))
 
 
-def plot(rows: list[dict[str, Any]], path: Path) -> None:
-    """mAP@ALL and round time against N, plaintext and DPHE (mean ± std)."""
+def plot(
+    rows: list[dict[str, Any]], path: Path, refs: list[dict[str, Any]] = ()
+) -> None:
+    """mAP@ALL and round time against N, plaintext and DPHE (mean ± std).
+
+    The floor and the ceiling (``refs``), which do not depend on N, are lines.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -107,6 +126,17 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
                 fmt=style,
                 capsize=3,
                 label="plaintext" if name == "plain" else "DPHE",
+            )
+    for key, style, label in (
+        ("ceiling_map_all", ":", "centralized (ceiling)"),
+        ("floor_map_all", "-.", "untrained (floor)"),
+    ):
+        if refs:
+            acc.axhline(
+                100 * np.mean([r[key] for r in refs]),
+                linestyle=style,
+                color="grey",
+                label=label,
             )
     acc.set(xlabel="users N", ylabel="mAP@ALL %", title="retrieval quality")
     cost.set(xlabel="users N", ylabel="round wall time (s)", title="cost")
@@ -146,11 +176,13 @@ def main() -> None:
     from server.experiment import prepare_data
 
     args.num_database = prepare_data(resolved_settings(COMMON)).num_database
-    jobs = [(n, int(s)) for s in args.seeds.split(",") for n in users]
+    seeds = [int(s) for s in args.seeds.split(",")]
+    refs = run_references(sorted(set(seeds)), args.rounds, args.out)
+    jobs = [(n, s) for s in seeds for n in users]
 
     def write(rows: list[dict[str, Any]]) -> None:
-        (args.out / "table.md").write_text(table(rows, args) + "\n")
-        plot(rows, args.out / "users.png")
+        (args.out / "table.md").write_text(table(rows, args, refs) + "\n")
+        plot(rows, args.out / "users.png", refs)
 
     rows, failed = run_sweep(
         jobs,
@@ -166,7 +198,7 @@ def main() -> None:
         after_row=write,
     )
     write(rows)
-    print(table(rows, args))
+    print(table(rows, args, refs))
     exit_if_failed(failed)
 
 

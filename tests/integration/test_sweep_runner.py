@@ -97,6 +97,7 @@ def test_dphe_map_always_resumes_by_seed_and_sparsity(tmp_path, monkeypatch):
         }
 
     monkeypatch.setattr(dphe_map, "run_pair", fake_run_pair)
+    refs = _fake_references(monkeypatch)
     argv = ["dphe_map", "--seeds", "0,1", "--sparsity", "0.9", "--out", str(tmp_path)]
     monkeypatch.setattr(sys, "argv", argv)
     dphe_map.main()
@@ -105,7 +106,30 @@ def test_dphe_map_always_resumes_by_seed_and_sparsity(tmp_path, monkeypatch):
     assert done == [(0, 0.9), (1, 0.9), (0, 0.0), (1, 0.0)]
     rows = [json.loads(x) for x in (tmp_path / "rows.jsonl").read_text().splitlines()]
     assert [(r["seed"], r["sparsity"]) for r in rows] == done
-    assert "| 90% |" in (tmp_path / "table.md").read_text()
+    text = (tmp_path / "table.md").read_text()
+    assert "| 90% |" in text
+    # floor and ceiling once per seed (resumed on the second call), below the table
+    assert refs == [(0, 10), (1, 10)]
+    assert "| untrained (floor: the runs' round 0) | 15.50 ± 0.71 |" in text
+    assert "10 epochs over the whole database, dense, no DPHE (ceiling) | " in text
+    assert "| 90.50 ± 0.71 |" in text
+
+
+def _fake_references(monkeypatch) -> list[tuple[int, int]]:
+    """Replace the centralized floor/ceiling run; the (seed, rounds) it was asked."""
+    asked = []
+
+    def fake(seed, rounds, out):
+        asked.append((seed, rounds))
+        return {
+            "seed": seed,
+            "epochs": rounds,
+            "floor_map_all": 0.15 + 0.01 * seed,
+            "ceiling_map_all": 0.9 + 0.01 * seed,
+        }
+
+    monkeypatch.setattr(dphe_map, "run_reference", fake)
+    return asked
 
 
 def test_dphe_users_runs_each_n_in_its_own_folder_and_plots(
@@ -126,6 +150,7 @@ def test_dphe_users_runs_each_n_in_its_own_folder_and_plots(
         }
 
     monkeypatch.setattr(dphe_users, "run_pair", fake_run_pair)
+    refs = _fake_references(monkeypatch)
     argv = ["dphe_users", "--users", "5,10", "--seeds", "0", "--out", str(tmp_path)]
     monkeypatch.setattr(sys, "argv", argv)
     dphe_users.main()
@@ -135,9 +160,10 @@ def test_dphe_users_runs_each_n_in_its_own_folder_and_plots(
     text = (tmp_path / "table.md").read_text()
     assert "| 5 | 0 | ~323 | 50.00 ± 0.00 | 49.50 ± 0.00 | -0.500 |" in text
     assert "right panel" in text and "2048-bit keys, djn obfuscators" in text
+    assert "| untrained (floor: the runs' round 0) | 15.00 ± 0.00 |" in text
     assert (tmp_path / "users.png").stat().st_size > 0
     dphe_users.main()  # resumes: nothing runs again
-    assert len(seen) == 2
+    assert len(seen) == 2 and refs == [(0, 10)]
     monkeypatch.setattr(sys, "argv", [*argv[:2], "2,5", *argv[3:]])
     with pytest.raises(SystemExit):  # DPHE needs 3 users
         dphe_users.main()
