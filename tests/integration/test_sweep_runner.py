@@ -110,7 +110,8 @@ def test_dphe_map_always_resumes_by_seed_and_sparsity(tmp_path, monkeypatch):
     assert "| 90% |" in text
     # floor and ceiling once per seed (resumed on the second call), below the table
     assert refs == [(0, 10), (1, 10)]
-    assert "| untrained (floor: the runs' round 0) | 15.50 ± 0.71 |" in text
+    floor = "| untrained, the model every run starts from (floor) |"
+    assert f"{floor} 15.50 ± 0.71 |" in text
     assert "10 epochs over the whole database, dense, no DPHE (ceiling) | " in text
     assert "| 90.50 ± 0.71 |" in text
 
@@ -160,7 +161,8 @@ def test_dphe_users_runs_each_n_in_its_own_folder_and_plots(
     text = (tmp_path / "table.md").read_text()
     assert "| 5 | 0 | ~323 | 50.00 ± 0.00 | 49.50 ± 0.00 | -0.500 |" in text
     assert "right panel" in text and "2048-bit keys, djn obfuscators" in text
-    assert "| untrained (floor: the runs' round 0) | 15.00 ± 0.00 |" in text
+    floor = "| untrained, the model every run starts from (floor) |"
+    assert f"{floor} 15.00 ± 0.00 |" in text
     assert (tmp_path / "users.png").stat().st_size > 0
     dphe_users.main()  # resumes: nothing runs again
     assert len(seen) == 2 and refs == [(0, 10)]
