@@ -1,4 +1,10 @@
-"""`flwr run .` exactly as a user types it: managed local SuperLink, Ray simulation."""
+"""`flwr run .` and `make run` as a user types them: managed local SuperLink, Ray.
+
+Every test that starts Flower's managed local SuperLink is in this file, so that
+``make test``'s workers (``--dist loadfile``: one file, one worker) never start two
+at once (``make run`` shares the repository's ``.flwr`` home); each takes a free port
+(``tests/local_flower.py``).
+"""
 
 import json
 import os
@@ -9,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from server.local_superlink import local_superlink_pids, stop_pids
+from tests.local_flower import local_superlink_env, make_run
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
@@ -19,7 +26,7 @@ def test_flwr_run_cli_writes_a_complete_results_directory(tmp_path):
     results = tmp_path / "results"
     bin_dir = Path(sys.executable).parent
     env = {
-        **os.environ,
+        **local_superlink_env(),
         "FLWR_HOME": str(flwr_home),
         "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}",
         "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
@@ -52,3 +59,22 @@ def test_flwr_run_cli_writes_a_complete_results_directory(tmp_path):
     assert len(config["nodes"]) == 3
     assert config["config"]["code-length"] == 16
     assert "round   1/1" in proc.stdout + proc.stderr
+
+
+def test_make_run_fails_when_the_serverapp_refuses_the_data(tmp_path):
+    # passes the local check (the file exists and is readable) but is no .npz:
+    # the ServerApp refuses it in one ERROR line, the run ends failed, make fails
+    bad = tmp_path / "features.npz"
+    bad.write_text("not an archive")
+    config = (
+        f"'dataset=\"npz\" data-path=\"{bad}\" rounds=1 "
+        f"results-dir=\"{tmp_path / 'results'}\"'"
+    )
+    done = make_run(config)
+    text = done.stdout + done.stderr
+    assert done.returncode != 0, text[-3000:]
+    config_lines = [line for line in text.splitlines() if "run config:" in line]
+    assert len(config_lines) == 1, config_lines
+    assert "could not be read as a .npz archive" in config_lines[0]
+    assert "Traceback" not in text
+    assert "ended finished:failed" in text

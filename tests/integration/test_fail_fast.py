@@ -4,7 +4,6 @@ fail ``make run``; ServerApp config errors are one log line; progress and ETA.""
 from __future__ import annotations
 
 import logging
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +15,7 @@ from server.experiment import eta_text
 from server.local_superlink import status_main
 from server.log_filters import ConfigErrorOneLine
 from settings.run_settings import STRATEGIES, ConfigError
+from tests.local_flower import make_run
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -143,22 +143,8 @@ def test_status_without_a_started_run_is_a_failure(tmp_path, capsys):
     assert "did not start" in capsys.readouterr().err
 
 
-def _make_run(tmp_path: Path, run_config: str, clients: int = 3):
-    env = {**os.environ, "NUM_CLIENTS": str(clients)}
-    env.pop("MAKEFLAGS", None)
-    return subprocess.run(
-        ["make", "--no-print-directory", "run", f"RUN_CONFIG={run_config}"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-
-
 def test_make_run_refuses_a_bad_value_before_anything_starts(tmp_path):
-    done = _make_run(tmp_path, "'code-length=7'")
+    done = make_run("'code-length=7'")
     assert done.returncode == 2
     out = (done.stdout + done.stderr).strip().splitlines()
     errors = [line for line in out if "code-length=7" in line]
@@ -167,23 +153,3 @@ def test_make_run_refuses_a_bad_value_before_anything_starts(tmp_path):
     ]
     assert "SuperLink" not in done.stdout + done.stderr
     assert "Traceback" not in done.stdout + done.stderr
-
-
-@pytest.mark.e2e
-def test_make_run_fails_when_the_serverapp_refuses_the_data(tmp_path):
-    # passes the local check (the file exists and is readable) but is no .npz:
-    # the ServerApp refuses it in one ERROR line, the run ends failed, make fails
-    bad = tmp_path / "features.npz"
-    bad.write_text("not an archive")
-    config = (
-        f"'dataset=\"npz\" data-path=\"{bad}\" rounds=1 "
-        f"results-dir=\"{tmp_path / 'results'}\"'"
-    )
-    done = _make_run(tmp_path, config)
-    text = done.stdout + done.stderr
-    assert done.returncode != 0, text[-3000:]
-    config_lines = [line for line in text.splitlines() if "run config:" in line]
-    assert len(config_lines) == 1, config_lines
-    assert "could not be read as a .npz archive" in config_lines[0]
-    assert "Traceback" not in text
-    assert "ended finished:failed" in text

@@ -1,0 +1,41 @@
+"""``flwr run .`` and ``make run`` against Flower's managed local SuperLink.
+
+Flower starts that SuperLink on port 39091 unless ``FLWR_LOCAL_SUPERLINK_HTTP_API_PORT``
+says otherwise. 39091 is inside Linux's ephemeral range (32768-60999), so any process
+that asks the kernel for a free port (Ray, a test deployment on the other pytest
+worker) can hold it, and the SuperLink then exits at once ("exited with code 1").
+Each test here gets a port the kernel has just handed out instead.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PORT_ENV = "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT"
+
+
+def local_superlink_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """A copy of ``env`` (default: ours) whose local SuperLink takes a free port."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return {**(os.environ if env is None else env), PORT_ENV: str(port)}
+
+
+def make_run(run_config: str, clients: int = 3) -> subprocess.CompletedProcess:
+    """Run ``make run RUN_CONFIG=<run_config>`` in the repository; its result."""
+    env = local_superlink_env({**os.environ, "NUM_CLIENTS": str(clients)})
+    env.pop("MAKEFLAGS", None)
+    return subprocess.run(
+        ["make", "--no-print-directory", "run", f"RUN_CONFIG={run_config}"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
