@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -128,7 +129,7 @@ def run_references(seeds: list[int], rounds: int, out: Path) -> list[dict[str, A
     return sorted(rows, key=lambda row: row["seed"])
 
 
-def reference_table(refs: list[dict[str, Any]]) -> list[str]:
+def reference_table(refs: Sequence[dict[str, Any]]) -> list[str]:
     """Markdown lines: the floor and the ceiling beside a DPHE table (none: [])."""
     if not refs:
         return []
@@ -159,7 +160,7 @@ def mean_std(rows: list[dict[str, Any]], key: str, scale: float) -> str:
     return f"{statistics.fmean(vals):.2f} ± {sd:.2f}"
 
 
-def table(rows: list[dict[str, Any]], refs: list[dict[str, Any]] = ()) -> str:
+def table(rows: list[dict[str, Any]], refs: Sequence[dict[str, Any]] = ()) -> str:
     """Markdown: per sparsity, mAP plain vs DPHE, the difference, costs; the refs."""
     lines = [
         "| sparsity | seeds | plaintext mAP@ALL % | DPHE mAP@ALL % | DPHE - plain "
@@ -184,7 +185,7 @@ def table(rows: list[dict[str, Any]], refs: list[dict[str, Any]] = ()) -> str:
             f"{stat('plain_up_bytes_per_client', scale=1e-3)} -> "
             f"{stat('dphe_up_bytes_per_client', scale=1e-3)} |"
         )
-    return "\n".join(lines + reference_table(list(refs)))
+    return "\n".join(lines + reference_table(refs))
 
 
 def main() -> None:

@@ -26,6 +26,7 @@ and DPHE, the floor and the ceiling as lines).
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +63,7 @@ def run_users(users: int, seed: int, args: argparse.Namespace) -> dict[str, Any]
 def table(
     rows: list[dict[str, Any]],
     args: argparse.Namespace,
-    refs: list[dict[str, Any]] = (),
+    refs: Sequence[dict[str, Any]] = (),
 ) -> str:
     """Markdown: the protocol, per N mAP plain vs DPHE, difference, costs; the refs."""
     lines = [
@@ -92,11 +93,11 @@ def table(
             f"{mean_std(rs, 'plain_up_bytes_per_client', 1e-3)} -> "
             f"{mean_std(rs, 'dphe_up_bytes_per_client', 1e-3)} |"
         )
-    return "\n".join(lines + reference_table(list(refs)))
+    return "\n".join(lines + reference_table(refs))
 
 
 def plot(
-    rows: list[dict[str, Any]], path: Path, refs: list[dict[str, Any]] = ()
+    rows: list[dict[str, Any]], path: Path, refs: Sequence[dict[str, Any]] = ()
 ) -> None:
     """mAP@ALL and round time against N, plaintext and DPHE (mean ± std).
 
