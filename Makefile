@@ -62,20 +62,12 @@ clean-superlink:
 # Everything: tests/unit (library), tests/integration (apps, strategies, deployment
 # files, docs build, mypy), tests/e2e (real Flower runs, the loopback deployment).
 # Not the opt-in scale tests (marker scale): make test-scale.
-# Two pytest-xdist workers (TEST_WORKERS=0: one process). The e2e tests spend most
-# of their time starting processes and waiting on Flower's polls, so two at a time
-# fit two cores. --dist loadfile: each file runs whole, in order, on one worker (the
-# loopback deployment's tests share one deployment; every test that starts Flower's
-# local SuperLink, on fixed ports, is in tests/e2e/test_flwr_run.py). Not loadgroup:
-# with pytest 9.2, xdist 3.8's groups are never formed (docs/tests.md).
-TEST_WORKERS ?= 2
-XDIST = $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
 test: install
-	$(PY) -m pytest -q -m "not scale" $(XDIST)
+	$(PY) -m pytest -q -m "not scale"
 
 # The fast subset: unit + integration, no real Flower run (pytest marker e2e).
 test-fast: install
-	$(PY) -m pytest -q -m "not e2e" $(XDIST)
+	$(PY) -m pytest -q -m "not e2e"
 
 lint: install
 	$(VENV)/bin/ruff check .
@@ -124,11 +116,13 @@ test-containers: install
 	  echo "make test-containers: $$(( $$(date +%s) - start )) s wall, exit $$rc"; exit $$rc
 
 # Opt-in, not part of `make test` (marker scale, FEDHASH_SCALE_TESTS=1): the simulation
-# on a two-node loopback Ray cluster (tests/e2e/test_ray_cluster.py), and the loopback
+# on a two-node loopback Ray cluster (tests/e2e/test_ray_cluster.py), the benchmark
+# drivers' loopback backend (tests/e2e/test_loopback.py), and the loopback
 # deployment with 8 SuperNodes, the SuperLink SIGKILLed mid-run and restarted on its
 # database, the run resumed from its checkpoint (tests/e2e/test_deployment_restart.py,
 # docs/deploy.md "Restart and resume"). About 10-15 min on 2 shared cores.
 test-scale: install
 	@start=$$(date +%s); FEDHASH_SCALE_TESTS=1 $(PY) -m pytest -q -s -rs \
-	  -p no:cacheprovider -m scale tests/e2e/test_ray_cluster.py tests/e2e/test_deployment_restart.py; rc=$$?; \
+	  -p no:cacheprovider -m scale tests/e2e/test_ray_cluster.py tests/e2e/test_loopback.py \
+	  tests/e2e/test_deployment_restart.py; rc=$$?; \
 	  echo "make test-scale: $$(( $$(date +%s) - start )) s wall, exit $$rc"; exit $$rc

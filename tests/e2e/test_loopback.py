@@ -30,6 +30,14 @@ def _group_alive(pgid: int, wait_s: float) -> bool:
     return True
 
 
+# opt-in (about 85 s on a quiet 2-core machine, mostly Flower starting a ClientApp
+# process per message): make test-scale. make test runs the same Flower processes
+# (SuperLink, SuperNodes, `flwr run`) in tests/e2e/test_deployment.py.
+@pytest.mark.scale
+@pytest.mark.skipif(
+    os.environ.get("FEDHASH_SCALE_TESTS") != "1",
+    reason="opt-in: make test-scale (FEDHASH_SCALE_TESTS=1)",
+)
 def test_loopback_run_learns_and_stops_every_process_it_started(tmp_path, monkeypatch):
     started: list[subprocess.Popen] = []
 
