@@ -62,12 +62,11 @@ clean-superlink:
 # Everything: tests/unit (library), tests/integration (apps, strategies, deployment
 # files, docs build, mypy), tests/e2e (real Flower runs, the loopback deployment).
 # Not the opt-in scale tests (marker scale): make test-scale.
-# Two pytest-xdist workers (TEST_WORKERS=0: one process). The e2e tests spend most
-# of their time starting processes and waiting on Flower's polls, so two at a time
-# fit two cores. --dist loadfile: each file runs whole, in order, on one worker (the
-# loopback deployment's tests share one deployment; every test that starts Flower's
-# local SuperLink, on fixed ports, is in tests/e2e/test_flwr_run.py). Not loadgroup:
-# with pytest 9.2, xdist 3.8's groups are never formed (docs/tests.md).
+# Two pytest-xdist workers (TEST_WORKERS=0: one process): measured faster than one
+# process on the same day (docs/tests.md). --dist loadfile: each file runs whole, in
+# order, on one worker (the loopback deployment's tests share one deployment; every
+# test that starts Flower's local SuperLink is in tests/e2e/test_flwr_run.py). Not
+# loadgroup: with pytest 9.2, xdist 3.8's groups are never formed (docs/tests.md).
 TEST_WORKERS ?= 2
 XDIST = $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
 test: install

@@ -9,7 +9,7 @@ difference between the two is DPHE's fixed-point quantization (2^-20 per value),
 so the final mAP@ALL should agree; the target is within 0.5 points. Each row also
 keeps the mean training wall time per round and the upload bytes per client.
 Beside the pairs, per seed, one centralized run of the same ``mlp`` gives the
-untrained floor (the model before training: the runs' round 0) and the centralized
+untrained floor (the model every run starts from, before training) and the centralized
 ceiling (DPSH on the whole database for ``rounds * local-epochs`` epochs, dense, no
 DPHE).
 Results: ``<out>/rows.jsonl`` (appended after every pair; reruns skip done pairs),
@@ -97,9 +97,8 @@ def run_reference(seed: int, rounds: int, out: Path) -> dict[str, Any]:
     One centralized run of :data:`COMMON`'s network at ``seed`` (the federated runs
     start from the same model): its mAP before training is the floor (their round 0
     agrees within 0.1 points: encoding in other batches flips a few near-zero code
-    bits), after
-    ``rounds * local-epochs`` epochs over the whole database (the federated runs'
-    budget) the ceiling. Neither depends on the number of clients.
+    bits), after ``rounds * local-epochs`` epochs over the whole database (the
+    federated runs' budget) the ceiling. Neither depends on the number of clients.
     """
     cfg = {**COMMON, "seed": seed, "rounds": rounds}
     result = run_centralized(cfg, out / "runs" / f"centralized-s{seed}.json")

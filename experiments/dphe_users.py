@@ -131,14 +131,13 @@ def plot(
     for key, style, label in (
         ("ceiling_map_all", ":", "centralized (ceiling)"),
         ("floor_map_all", "-.", "untrained (floor)"),
-    ):
-        if refs:
-            acc.axhline(
-                100 * np.mean([r[key] for r in refs]),
-                linestyle=style,
-                color="grey",
-                label=label,
-            )
+    ) if refs else ():
+        acc.axhline(
+            100 * np.mean([r[key] for r in refs]),
+            linestyle=style,
+            color="grey",
+            label=label,
+        )
     acc.set(xlabel="users N", ylabel="mAP@ALL %", title="retrieval quality")
     cost.set(xlabel="users N", ylabel="round wall time (s)", title="cost")
     for ax in (acc, cost):

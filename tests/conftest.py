@@ -18,9 +18,10 @@ def pytest_configure(config):
     """Under ``make test``'s pytest-xdist workers, one torch thread each.
 
     Two workers on two cores with torch's default (one thread per core) each would
-    oversubscribe the cores, and torch's thread pools spin while they wait: a unit
-    test took 161 s instead of under 20 s that way. Child processes (Ray workers,
-    ClientApps) inherit ``OMP_NUM_THREADS``. A single process keeps the defaults.
+    oversubscribe the cores, and torch's thread pools spin while they wait (with
+    another torch process on the cores, a unit test took 161 s instead of under
+    20 s). Child processes (Ray workers, ClientApps) inherit ``OMP_NUM_THREADS``. A
+    single process keeps the defaults.
     """
     if os.environ.get("PYTEST_XDIST_WORKER"):
         os.environ["OMP_NUM_THREADS"] = "1"

@@ -10,9 +10,10 @@ Each test here gets a port the kernel has just handed out instead.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 from pathlib import Path
+
+from tests.compose_local import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 PORT_ENV = "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT"
@@ -20,10 +21,7 @@ PORT_ENV = "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT"
 
 def local_superlink_env(env: dict[str, str] | None = None) -> dict[str, str]:
     """A copy of ``env`` (default: ours) whose local SuperLink takes a free port."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    return {**(os.environ if env is None else env), PORT_ENV: str(port)}
+    return {**(os.environ if env is None else env), PORT_ENV: str(free_port())}
 
 
 def make_run(run_config: str, clients: int = 3) -> subprocess.CompletedProcess:
