@@ -1,10 +1,11 @@
 """Kill a simulation mid-run with SIGKILL, then resume it (``resume = <run dir>``).
 
 The ServerApp of an in-process simulation (``experiments/simulate.py``) lives in the
-process this starts, its Ray workers in the same process group: the group is killed
-with SIGKILL once the checkpoint of round ``kill_after`` is on disk, then the run is
-started again with ``resume``. Used by ``test_end_to_end.py``, which compares the
-resumed run with an uninterrupted one.
+process this starts, its own Ray instance (if it starts one) in the same process group;
+on a joined cluster Ray ends a dead driver's actors. The group is killed with SIGKILL
+once the checkpoint of round ``kill_after`` is on disk, then the run is started again
+with ``resume``. Used by ``test_privacy_end_to_end.py``, which compares the resumed
+run with an uninterrupted one.
 """
 
 from __future__ import annotations
@@ -22,8 +23,12 @@ ROOT = Path(__file__).resolve().parents[2]
 TIMING = {"train_round_s", "elapsed_s", "eval_seconds"}
 
 
-def _cmd(overrides: dict[str, Any], clients: int) -> list[str]:
+def _cmd(
+    overrides: dict[str, Any], clients: int, ray_address: str | None
+) -> list[str]:
     cmd = [sys.executable, "-m", "experiments.simulate", "--clients", str(clients)]
+    if ray_address:
+        cmd += ["--ray-address", ray_address]
     for k, v in overrides.items():
         cmd += ["--set", f"{k}={v}"]
     return cmd
@@ -36,12 +41,21 @@ def rows_without_timing(run: Path) -> list[dict]:
 
 
 def kill_and_resume(
-    overrides: dict[str, Any], *, clients: int, results: Path, kill_after: int = 1
+    overrides: dict[str, Any],
+    *,
+    clients: int,
+    results: Path,
+    kill_after: int = 1,
+    ray_address: str | None = None,
 ) -> Path:
-    """Run, SIGKILL after the ``kill_after`` checkpoint, resume; the final dir."""
+    """Run, SIGKILL after the ``kill_after`` checkpoint, resume; the final dir.
+
+    ``ray_address``: both runs join that Ray cluster (``--ray-address``) instead of
+    starting their own instance; Ray ends the killed driver's actors itself.
+    """
     config = {**overrides, "results-dir": str(results)}
     proc = subprocess.Popen(
-        _cmd(config, clients), cwd=ROOT, start_new_session=True,
+        _cmd(config, clients, ray_address), cwd=ROOT, start_new_session=True,
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     found: list[Path] = []
@@ -58,12 +72,14 @@ def kill_and_resume(
         assert proc.poll() is None, "the run ended before it could be killed"
         assert at is not None and at >= kill_after, "no checkpoint in time"
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)  # the ServerApp and its Ray workers
+        # the ServerApp, and its Ray instance unless it joined ``ray_address``
+        os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     run_dir = found[0].parent
     assert not (run_dir / "summary.json").exists()
     done = subprocess.run(
-        _cmd({**config, "resume": str(run_dir)}, clients), cwd=ROOT,
+        _cmd({**config, "resume": str(run_dir)}, clients, ray_address),
+        cwd=ROOT,
         capture_output=True, text=True, timeout=900,
     )
     assert done.returncode == 0, done.stderr[-3000:]

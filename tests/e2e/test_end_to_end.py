@@ -1,5 +1,8 @@
 """Real runs through Flower's simulation engine (Ray): 3 clients, 2 rounds.
 
+They join one Ray head per pytest process (``simulation``, ``tests/e2e/conftest.py``);
+the FedAvg run also runs on its own local instance, as a user's does.
+
 The privacy mechanisms' runs are in ``test_privacy_end_to_end.py``.
 """
 
@@ -24,11 +27,16 @@ BASE = {
 }
 
 
-def test_fedavg_learns_and_is_reproducible(tmp_path):
+def test_fedavg_learns_and_is_reproducible(tmp_path, ray_head):
+    # the same seed twice: once on a fresh local Ray instance (what a user's
+    # `python -m experiments.simulate` starts), once on the Ray head the other
+    # simulation tests join (tests/e2e/conftest.py): the same metrics
     runs = []
-    for name in ("a", "b"):
+    for name, address in (("a", None), ("b", ray_head)):
         out = tmp_path / name
-        run_dir = simulate({**BASE, "results-dir": str(out)}, num_clients=3)
+        run_dir = simulate(
+            {**BASE, "results-dir": str(out)}, num_clients=3, ray_address=address
+        )
         assert not run_dir.name.endswith(".incomplete")
         runs.append(load_run(run_dir))
     (config, rows, summary), (_, rows_b, summary_b) = runs
@@ -48,12 +56,12 @@ def test_fedavg_learns_and_is_reproducible(tmp_path):
         assert (run_dir_png := (tmp_path / "a").glob(f"*/{plot}")) and next(run_dir_png)
 
 
-def test_fedprox_on_multi_label_features_end_to_end(tmp_path):
+def test_fedprox_on_multi_label_features_end_to_end(tmp_path, simulation):
     # FedProx + MLP over a multi-label .npz feature file (the MIRFlickr/NUS-WIDE path)
     path = write_feature_npz(
         tmp_path / "feat.npz", n=300, num_classes=5, multi_label=True
     )
-    run_dir = simulate(
+    run_dir = simulation(
         {
             **BASE,
             "strategy": "fedprox",
@@ -73,8 +81,8 @@ def test_fedprox_on_multi_label_features_end_to_end(tmp_path):
     assert summary["final"]["map_all"] > summary["initial_map_all"]
 
 
-def test_fedhap_exchanges_prototypes_and_learns(tmp_path):
-    run_dir = simulate(
+def test_fedhap_exchanges_prototypes_and_learns(tmp_path, simulation):
+    run_dir = simulation(
         {
             **BASE,
             "strategy": "fedhap",
@@ -104,9 +112,9 @@ def test_fedhap_exchanges_prototypes_and_learns(tmp_path):
     assert summary["final"]["map_all"] > summary["initial_map_all"] + 0.1
 
 
-def test_pfmh_personalized_exchanges_prototypes_and_learns(tmp_path):
+def test_pfmh_personalized_exchanges_prototypes_and_learns(tmp_path, simulation):
     # PFMH on the two-view digits: only prototypes travel, models stay on clients
-    run_dir = simulate(
+    run_dir = simulation(
         {
             **BASE,
             "strategy": "pfmh",
@@ -141,13 +149,13 @@ def test_pfmh_personalized_exchanges_prototypes_and_learns(tmp_path):
     )
 
 
-def test_dpcode_federated_analytics_end_to_end(tmp_path):
+def test_dpcode_federated_analytics_end_to_end(tmp_path, simulation):
     # DPcode: every client publishes its private top-k patterns once; the server
     # merges them, charges each client once (per frame) and evaluates the merged
     # list against the exact pooled top-k
     import json
 
-    run_dir = simulate(
+    run_dir = simulation(
         {
             "strategy": "dpcode",
             "dpcode.k": 10,

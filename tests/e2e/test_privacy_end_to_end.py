@@ -1,13 +1,14 @@
 """Privacy mechanisms through Flower's simulation engine (Ray): 3 clients, 2 rounds.
 
 Random Flipping with its ledger and a kill-and-resume, DP-SGD with FedAvg and FedHAP,
-FedAvg under DPHE. Split from ``test_end_to_end.py`` (same settings, ``BASE``) so that
-``make test``'s two workers (``--dist loadfile``) can share the end-to-end runs.
+FedAvg under DPHE, all on the Ray head of ``tests/e2e/conftest.py``. Split from
+``test_end_to_end.py`` (same settings, ``BASE``) so that ``make test``'s two workers
+(``--dist loadfile``) can share the end-to-end runs.
 """
 
 import pytest
 
-from experiments.simulate import load_run, simulate
+from experiments.simulate import load_run
 from privacy.ledger import PrivacyLedger
 from tests.e2e.resume_kit import kill_and_resume, rows_without_timing
 from tests.e2e.test_end_to_end import BASE
@@ -25,9 +26,11 @@ FLIPPING = {
 }
 
 
-def test_random_flipping_end_to_end_with_ledger_and_resume(tmp_path):
+def test_random_flipping_end_to_end_with_ledger_and_resume(
+    tmp_path, simulation, ray_head
+):
     # PHashing (flipped database codes) + FedHAP's private prototype mode
-    run_dir = simulate(
+    run_dir = simulation(
         {**FLIPPING, "results-dir": str(tmp_path / "results")}, num_clients=3
     )
     _, rows, summary = load_run(run_dir)
@@ -54,7 +57,9 @@ def test_random_flipping_end_to_end_with_ledger_and_resume(tmp_path):
     # the same run, SIGKILLed after its round-1 checkpoint and resumed: the same
     # rounds, final metrics and ledger (FedHAP's global prototypes, the flips'
     # seeded noise and the ledger all come back from the checkpoint)
-    resumed = kill_and_resume(FLIPPING, clients=3, results=tmp_path / "killed")
+    resumed = kill_and_resume(
+        FLIPPING, clients=3, results=tmp_path / "killed", ray_address=ray_head
+    )
     assert rows_without_timing(resumed) == rows_without_timing(run_dir)
     again = load_run(resumed)[2]
     for key in ("final", "initial_map_all", "best_round", "best_map_all", "privacy"):
@@ -64,7 +69,7 @@ def test_random_flipping_end_to_end_with_ledger_and_resume(tmp_path):
 
 
 @pytest.mark.parametrize("strategy", ["fedavg", "fedhap"])
-def test_dp_sgd_end_to_end_with_ledger(tmp_path, strategy):
+def test_dp_sgd_end_to_end_with_ledger(tmp_path, strategy, simulation):
     dp = {
         "dp-sgd.enabled": True,
         "dp-sgd.noise-multiplier": 0.7,
@@ -81,7 +86,7 @@ def test_dp_sgd_end_to_end_with_ledger(tmp_path, strategy):
             "fedhap.initial-prototypes": "centers",
             "privacy.prototype-flip-epsilon": 3.0,
         }
-    run_dir = simulate(
+    run_dir = simulation(
         {**BASE, **dp, "results-dir": str(tmp_path / "results")}, num_clients=3
     )
     _, rows, summary = load_run(run_dir)
@@ -114,12 +119,12 @@ def _dphe_keys(tmp_path, clients=3):
     return keys
 
 
-def test_fedavg_with_dphe_end_to_end(tmp_path):
+def test_fedavg_with_dphe_end_to_end(tmp_path, simulation):
     # sparse updates summed under DPHE (small test keys), sharded: the server gets
     # only the weighted average; equality with plaintext FedAvg within the
     # fixed-point bound is tested in test_dphe_strategy.py, and at 2048 bits over 3
     # seeds by experiments/dphe_map.py
-    run_dir = simulate(
+    run_dir = simulation(
         {
             **BASE,
             "model": "mlp",  # 24,864 values to encrypt instead of the cnn's 289,632
