@@ -5,6 +5,8 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 FLWR_HOME_DIR := $(CURDIR)/.flwr
 NUM_CLIENTS ?= 10
+# CPUs Ray reserves per simulated client: Ray runs (its CPUs / CLIENT_CPUS) clients at once
+CLIENT_CPUS ?= 1
 RUN_CONFIG ?=
 VERBOSE ?=
 export FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION := 1
@@ -45,7 +47,7 @@ run: install
 	@$(PY) -m settings check --quiet $(if $(RUN_CONFIG),--run-config $(RUN_CONFIG))
 	@mkdir -p $(FLWR_HOME_DIR); \
 	  PATH="$(CURDIR)/$(VENV)/bin:$$PATH" FLWR_HOME=$(FLWR_HOME_DIR) flwr run . --stream \
-	  --federation-config "num-supernodes=$(NUM_CLIENTS) client-resources-num-cpus=1" \
+	  --federation-config "num-supernodes=$(NUM_CLIENTS) client-resources-num-cpus=$(CLIENT_CPUS)" \
 	  $(if $(RUN_CONFIG),--run-config $(RUN_CONFIG)) 2>&1 | tee $(FLWR_HOME_DIR)/last-run.log $(QUIET); \
 	  rc=$${PIPESTATUS[0]}; \
 	  if [ $$rc -eq 0 ]; then $(PY) -m server.local_superlink status $(FLWR_HOME_DIR) \

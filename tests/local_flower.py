@@ -24,9 +24,17 @@ def local_superlink_env(env: dict[str, str] | None = None) -> dict[str, str]:
     return {**(os.environ if env is None else env), PORT_ENV: str(free_port())}
 
 
-def make_run(run_config: str, clients: int = 3) -> subprocess.CompletedProcess:
-    """Run ``make run RUN_CONFIG=<run_config>`` in the repository; its result."""
-    env = local_superlink_env({**os.environ, "NUM_CLIENTS": str(clients)})
+def make_run(
+    run_config: str, clients: int = 3, client_cpus: int = 2
+) -> subprocess.CompletedProcess:
+    """Run ``make run RUN_CONFIG=<run_config>`` in the repository; its result.
+
+    ``client_cpus`` 2 (``make run``'s default is 1): on two cores Ray then starts one
+    ClientApp actor instead of two.
+    """
+    env = local_superlink_env(
+        {**os.environ, "NUM_CLIENTS": str(clients), "CLIENT_CPUS": str(client_cpus)}
+    )
     env.pop("MAKEFLAGS", None)
     return subprocess.run(
         ["make", "--no-print-directory", "run", f"RUN_CONFIG={run_config}"],

@@ -9,10 +9,11 @@ the pytest process ends (``tests/ray_kit.py``). With one CPU each run has one ac
 the 3-client, 2-round FedAvg run took 22 s of wall time on a 1-CPU head and on a
 2-CPU head alike, and 59 s on its own instance while another job ran (2026-11-27).
 
-The path a user takes by default, a fresh local instance with two actors, still runs
-in ``make test``: ``test_fedavg_learns_and_is_reproducible`` runs once that way and
+The path a user takes by default, a fresh local instance, still runs in ``make
+test``: ``test_fedavg_learns_and_is_reproducible`` runs once that way (one CPU) and
 once on the head and compares the metrics, and ``flwr run`` / ``make run`` start
-Flower's own (``test_flwr_run.py``).
+Flower's own (``test_flwr_run.py``). Two actors at once run in the opt-in
+``test_ray_cluster.py`` (a single-node run with 2 CPUs against a two-node cluster).
 """
 
 from __future__ import annotations

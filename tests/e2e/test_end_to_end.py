@@ -29,13 +29,17 @@ BASE = {
 
 def test_fedavg_learns_and_is_reproducible(tmp_path, ray_head):
     # the same seed twice: once on a fresh local Ray instance (what a user's
-    # `python -m experiments.simulate` starts), once on the Ray head the other
-    # simulation tests join (tests/e2e/conftest.py): the same metrics
+    # `python -m experiments.simulate` starts; one CPU, one actor, to keep make
+    # test short), once on the Ray head the other simulation tests join
+    # (tests/e2e/conftest.py): the same metrics
     runs = []
     for name, address in (("a", None), ("b", ray_head)):
         out = tmp_path / name
         run_dir = simulate(
-            {**BASE, "results-dir": str(out)}, num_clients=3, ray_address=address
+            {**BASE, "results-dir": str(out)},
+            num_clients=3,
+            cpus=1,
+            ray_address=address,
         )
         assert not run_dir.name.endswith(".incomplete")
         runs.append(load_run(run_dir))

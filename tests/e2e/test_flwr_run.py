@@ -37,7 +37,8 @@ def test_flwr_run_cli_writes_a_complete_results_directory(tmp_path):
         str(ROOT),
         "--stream",
         "--federation-config",
-        "num-supernodes=3 client-resources-num-cpus=1",
+        # 2 CPUs per client: on 2 cores one Ray actor, one ClientApp start-up
+        "num-supernodes=3 client-resources-num-cpus=2",
         "--run-config",
         f"rounds=1 eval-every=1 code-length=16 results-dir='{results}'",
     ]
