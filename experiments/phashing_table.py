@@ -40,7 +40,6 @@ import argparse
 import json
 import shutil
 import statistics
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
@@ -335,18 +334,17 @@ def main() -> None:
     if not args.resume:
         rows_path.unlink(missing_ok=True)
     rows = _read_rows(rows_path)
-    lock = threading.Lock()
     start = time.perf_counter()
     failed: list[str] = []
     if args.lr_grid:  # phase 1: tuning, before any table run needs its result
-        _execute(_tune_jobs(args), rows, rows_path, failed, args, lock, start)
+        _execute(_tune_jobs(args), rows, rows_path, failed, args, start)
         if failed:
             raise SystemExit(
                 "tuning failed (rerun with --resume to retry):\n" + "\n".join(failed)
             )
     args.tuned = tuned_lrs(rows, args)
     jobs = [{**j, "lr": args.tuned[j["method"]]} for j in _jobs(args)]
-    _execute(jobs, rows, rows_path, failed, args, lock, start)
+    _execute(jobs, rows, rows_path, failed, args, start)
     print(_write(rows, args))
     if failed:
         raise SystemExit(
@@ -368,10 +366,13 @@ def _execute(
     rows_path: Path,
     failed: list[str],
     args: argparse.Namespace,
-    lock: threading.Lock,
     start: float,
 ) -> None:
-    """Run the jobs not yet in ``rows`` (``--jobs`` at once); append their rows."""
+    """Run the jobs not yet in ``rows`` (``--jobs`` at once); append their rows.
+
+    Training runs in the pool's threads; each finished job is replayed, written and
+    printed here, in this thread, one at a time (a replay holds its run's codes).
+    """
     done = {_key(r) for r in rows}
     todo = [j for j in jobs if _key(j) not in done]
     print(
@@ -384,29 +385,28 @@ def _execute(
         futures = {pool.submit(_train, job, args): job for job in todo}
         for n, fut in enumerate(as_completed(futures), 1):
             job = futures[fut]
-            with lock:  # replays one at a time (memory), rows appended whole
-                try:
-                    summary, secs = fut.result()
-                    new = _finish(job, summary, secs, args)
-                except Exception as exc:  # noqa: BLE001 - reported, the table goes on
-                    failed.append(f"{_job_name(job)}: {exc}")
-                    print(f"  [{n}/{len(todo)}] {_job_name(job)} FAILED: {exc}")
-                    continue
-                with rows_path.open("a") as f:
-                    for r in new:
-                        f.write(json.dumps(r) + "\n")
-                rows += new
-                cells = ", ".join(f"eps {r['eps']:g}: {r['map_all']:.4f}" for r in new)
-                elapsed = time.perf_counter() - begun
-                eta = elapsed / n * (len(todo) - n)
-                print(
-                    f"  [{n}/{len(todo)}, {(time.perf_counter() - start) / 60:.1f} min,"
-                    f" ETA {eta / 60:.0f} min] {_job_name(job)} ({job['method']}): "
-                    f"{cells} ({secs:.0f} s)",
-                    flush=True,
-                )
-                if job.get("kind") != "tune":
-                    _write(rows, args)
+            try:
+                summary, secs = fut.result()
+                new = _finish(job, summary, secs, args)
+            except Exception as exc:  # noqa: BLE001 - reported, the table goes on
+                failed.append(f"{_job_name(job)}: {exc}")
+                print(f"  [{n}/{len(todo)}] {_job_name(job)} FAILED: {exc}")
+                continue
+            with rows_path.open("a") as f:
+                for r in new:
+                    f.write(json.dumps(r) + "\n")
+            rows += new
+            cells = ", ".join(f"eps {r['eps']:g}: {r['map_all']:.4f}" for r in new)
+            elapsed = time.perf_counter() - begun
+            eta = elapsed / n * (len(todo) - n)
+            print(
+                f"  [{n}/{len(todo)}, {(time.perf_counter() - start) / 60:.1f} min,"
+                f" ETA {eta / 60:.0f} min] {_job_name(job)} ({job['method']}): "
+                f"{cells} ({secs:.0f} s)",
+                flush=True,
+            )
+            if job.get("kind") != "tune":
+                _write(rows, args)
     if failed:
         raise SystemExit(
             f"{len(failed)} run(s) failed (rerun with --resume to retry them):\n"

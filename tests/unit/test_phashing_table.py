@@ -1,6 +1,7 @@
 """The PHashing driver's table, figure and loopback run config (no training)."""
 
 import argparse
+import time
 
 import pytest
 from flwr.common.config import parse_config_args
@@ -128,3 +129,37 @@ def test_tuning_picks_each_methods_best_lr_and_the_table_says_so(tmp_path) -> No
         pt.tuned_lrs(tune[:3], args)
     args.lr_grid = []
     assert set(pt.tuned_lrs([], args).values()) == {None}
+
+
+def test_execute_skips_done_jobs_records_failures_and_appends_rows(
+    tmp_path, monkeypatch
+) -> None:
+    # training faked: job seed 2 fails, the others each give one row per epsilon
+    def fake_train(job, args):
+        if job["seed"] == 2:
+            raise RuntimeError("out of memory")
+        return {"final": {"map_all": 0.5}}, 1.0
+
+    def fake_finish(job, summary, secs, args):
+        base = {k: job[k] for k in ("method", "bits", "seed")}
+        return [{**base, "eps": eps, "map_all": 0.5} for eps in (0.0, 1.0)]
+
+    written = []
+    monkeypatch.setattr(pt, "_train", fake_train)
+    monkeypatch.setattr(pt, "_finish", fake_finish)
+    monkeypatch.setattr(pt, "_write", lambda rows, args: written.append(len(rows)))
+    jobs = [
+        {"method": "dpsh", "strategy": "fedavg", "bits": 16, "seed": s}
+        for s in (0, 1, 2)
+    ]
+    rows = [{"method": "dpsh", "bits": 16, "seed": 0, "eps": 0.0, "map_all": 0.4}]
+    rows_path = tmp_path / "rows.jsonl"
+    failed: list[str] = []
+    args = argparse.Namespace(backend="simulation", jobs=2)
+    with pytest.raises(SystemExit, match="1 run\\(s\\) failed"):  # after the rest
+        pt._execute(jobs, rows, rows_path, failed, args, time.perf_counter())
+    # seed 0 was done; seed 1 appended whole (2 rows); seed 2 failed and named
+    assert [r["seed"] for r in rows] == [0, 1, 1]
+    assert len(rows_path.read_text().splitlines()) == 2
+    assert failed == ["fedavg-16b-s2: out of memory"]
+    assert written == [3]  # the table is rewritten after each finished table job
