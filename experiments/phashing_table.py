@@ -52,7 +52,7 @@ from clients.data import load_local_data
 from clients.publish import publish_codes
 from experiments.overrides import parse_overrides, resolved_settings
 from experiments.real_data_figures import report_curves
-from experiments.real_data_table import best_tuned_lr
+from experiments.real_data_table import best_tuned_lr, lr_grid_lines
 from experiments.sweep import ROOT, run_centralized, run_federated
 from hashing.codes import sign_codes
 from hashing.retrieval import evaluate_retrieval
@@ -576,18 +576,8 @@ def _tuning_lines(tuning: list[dict], args: argparse.Namespace) -> list[str]:
         f"the same clients and rounds, final mAP@ALL %; the best is bold and used for "
         f"every table run; the ceiling takes DPSH's):",
         "",
-        "| method | " + " | ".join(f"lr {lr:g}" for lr in args.lr_grid) + " |",
-        "|---|" + "---|" * len(args.lr_grid),
+        *lr_grid_lines(tuning, METHODS, args.lr_grid, args.tuned, lr_key="lr"),
     ]
-    for method in METHODS:
-        cells = []
-        for lr in args.lr_grid:
-            got = [
-                r["map_all"] for r in tuning if (r["method"], r["lr"]) == (method, lr)
-            ]
-            cell = f"{100 * got[0]:.2f}" if got else "-"
-            cells.append(f"**{cell}**" if lr == args.tuned.get(method) else cell)
-        lines.append(f"| {method} | " + " | ".join(cells) + " |")
     secs = sum(r.get("train_seconds", 0.0) for r in tuning)
     lines += ["", f"Tuning wall time: {secs / 60:.1f} min over {len(tuning)} runs."]
     return lines

@@ -37,6 +37,7 @@ import json
 import shutil
 import statistics
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -269,6 +270,38 @@ def best_tuned_lr(tuning: list[dict[str, Any]], method: str) -> float | None:
     return max(mine, key=lambda r: r["map_all"])["learning_rate"]
 
 
+def lr_grid_lines(
+    tuning: list[dict[str, Any]],
+    methods: Sequence[str],
+    lrs: Sequence[float],
+    chosen: Mapping[str, Any],
+    *,
+    lr_key: str = "learning_rate",
+) -> list[str]:
+    """Markdown table: final mAP@ALL % per method (rows) and learning rate (columns).
+
+    The chosen rate (``chosen[method]``) is bold; a missing run is ``-``; a method
+    without any tuning run is left out. Used by this driver and PHashing's.
+    """
+    lines = [
+        "| method | " + " | ".join(f"lr {lr:g}" for lr in lrs) + " |",
+        "|---|" + "---|" * len(lrs),
+    ]
+    for method in methods:
+        cells = []
+        for lr in lrs:
+            got = [
+                r["map_all"]
+                for r in tuning
+                if r["method"] == method and r[lr_key] == lr
+            ]
+            txt = f"{100 * got[0]:.2f}" if got else "-"
+            cells.append(f"**{txt}**" if chosen.get(method) == lr else txt)
+        if any(c != "-" for c in cells):
+            lines.append(f"| {method} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def _merge_legacy_tuning(out: Path) -> None:
     """Move rows of an older ``tuning.jsonl`` into ``rows.jsonl`` (kind "tune")."""
     legacy = out / "tuning.jsonl"
@@ -364,24 +397,8 @@ def _write(
             f"**Baseline tuning** (IID, seed {args.tune_seed}, final mAP@ALL %; the "
             "chosen learning rate in bold)",
             "",
-            "| method | " + " | ".join(f"lr {lr:g}" for lr in _lrs(tuned_rows)) + " |",
-            "|---|" + "---|" * len(_lrs(tuned_rows)),
+            *lr_grid_lines(tuned_rows, BASELINES, _lrs(tuned_rows), tuned),
         ]
-        for m in BASELINES:
-            cells = []
-            for lr in _lrs(tuned_rows):
-                r = next(
-                    (
-                        x
-                        for x in tuned_rows
-                        if x["method"] == m and x["learning_rate"] == lr
-                    ),
-                    None,
-                )
-                txt = "-" if r is None else f"{100 * r['map_all']:.2f}"
-                cells.append(f"**{txt}**" if tuned.get(m) == lr else txt)
-            if any(c != "-" for c in cells):
-                lines.append(f"| {m} | " + " | ".join(cells) + " |")
         lines.append("")
     total = sum(r["seconds"] for r in rows) + sum(r["seconds"] for r in tuned_rows)
     lines.append(f"Wall time of all runs: {total / 60:.0f} min (sum over runs).")
