@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import statistics
 import time
 from collections.abc import Mapping, Sequence
@@ -131,10 +130,8 @@ def main() -> None:
 
     def federated(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], float]:
         t0 = time.perf_counter()
-        run_dir = args.runs / _safe(name)
-        if run_dir.exists():  # left by an interrupted run: the job is not in rows
-            shutil.rmtree(run_dir)
-        out = run_federated(cfg, args.clients, run_dir)
+        # run_federated clears what an interrupted attempt left in run_dir
+        out = run_federated(cfg, args.clients, args.runs / _safe(name))
         return out, time.perf_counter() - t0
 
     # Jobs in priority order, one rows file: partition-major, then seed-major, so a

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -37,8 +38,16 @@ def _sets(cfg: dict[str, Any]) -> list[str]:
 
 
 def run_federated(cfg: dict[str, Any], clients: int, run_dir: Path) -> dict[str, Any]:
-    """One simulation in a subprocess; returns its summary.json."""
-    run_dir.mkdir(parents=True, exist_ok=True)
+    """One simulation in a subprocess; returns its summary.json.
+
+    ``run_dir`` belongs to this one run, and a sweep runs it only for a job not in
+    its rows, so anything already in it was left by an interrupted attempt (an
+    ``.incomplete`` directory, or a run killed before its row was written): it is
+    removed first, else the new run would find two run directories and fail.
+    """
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True)
     cmd = [sys.executable, "-m", "experiments.simulate", "--clients", str(clients)]
     cmd += _sets({**cfg, "results-dir": str(run_dir)})
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)

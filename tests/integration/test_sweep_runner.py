@@ -1,7 +1,9 @@
 """The one sweep runner (experiments/sweep_runner.py) and the drivers that use it."""
 
 import json
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -176,3 +178,28 @@ def test_dphe_users_runs_each_n_in_its_own_folder_and_plots(
     with pytest.raises(SystemExit):  # a parser error, not a traceback
         dphe_users.main()
     assert "--users 'five': expected integers" in capsys.readouterr().err
+
+
+def test_run_federated_clears_what_an_interrupted_attempt_left(tmp_path, monkeypatch):
+    # a sweep killed mid-run leaves <run>.incomplete; the retried run must not then
+    # fail on "expected one finished run directory" (found on 2026-11-27)
+    from experiments import sweep
+
+    run_dir = tmp_path / "runs" / "pfmh-32b-s0"
+    stale = run_dir / "pfmh-digits-32b-s0-20261127-031140.incomplete"
+    stale.mkdir(parents=True)
+    (stale / "checkpoint.json").write_text("{}")
+
+    def fake_run(cmd, **kwargs):
+        sets = [s.split("=", 1) for s in cmd if s.startswith("results-dir=")]
+        results = json.loads(sets[0][1])  # passed as a JSON string
+        assert list(Path(results).iterdir()) == []  # cleared before the run starts
+        final = Path(results) / "pfmh-digits-32b-s0-20261127-033143"
+        final.mkdir()
+        (final / "summary.json").write_text(json.dumps({"final": {"map_all": 0.5}}))
+        return subprocess.CompletedProcess(cmd, 0, stdout=f"{final}\n", stderr="")
+
+    monkeypatch.setattr(sweep.subprocess, "run", fake_run)
+    summary = sweep.run_federated({"strategy": "pfmh"}, 10, run_dir)
+    assert summary == {"final": {"map_all": 0.5}}
+    assert not stale.exists()
