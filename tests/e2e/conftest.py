@@ -5,9 +5,11 @@ raylet, agents) and two ClientApp actors, each importing torch, scikit-learn and
 flwr-datasets (about 7 CPU-seconds); on two cores shared by two pytest workers that
 start-up was most of a run. The head is started on the first test that asks for it
 (``ray start --head --block``, one CPU, no GPU) and stopped by its process group when
-the pytest process ends (``tests/ray_kit.py``). With one CPU each run has one actor:
-the 3-client, 2-round FedAvg run took 22 s of wall time on a 1-CPU head and on a
-2-CPU head alike, and 59 s on its own instance while another job ran (2026-11-27).
+the pytest process ends (``tests/ray_kit.py``). With one CPU each run has one actor.
+Measured on 2026-11-27: the 3-client, 2-round FedAvg run of this file took 25-28 s
+on a 1-CPU head against 59 s on its own instance, in one script while another job
+ran niced on the cores; on a quiet machine 22 s on a 1-CPU head and on a 2-CPU head
+alike, and the two DP-SGD runs 23-24 s on the head against 27-28 s each on its own.
 
 The path a user takes by default, a fresh local instance, still runs in ``make
 test``: ``test_fedavg_learns_and_is_reproducible`` runs once that way (one CPU) and
