@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from experiments.sweep import ROOT, _sets
+from experiments.sweep import ROOT, _sets, run_federated
 from experiments.sweep_runner import exit_if_failed, run_sweep, write_tables
 from settings.check import parse_run_config
 
@@ -119,9 +119,9 @@ def run_job(job: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
         "min-train-nodes": min(args.clients, 2),
     }
     run_dir = args.out / "runs" / job_name(job)
-    run_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     if job["method"] == CENTRALIZED:
+        run_dir.mkdir(parents=True, exist_ok=True)  # its JSON is overwritten
         out = run_dir / "centralized.json"
         cmd = [sys.executable, "-m", "experiments.centralized", "--out", str(out)]
         cmd += ["--clients", str(args.clients), "--threads", str(args.cpus)]
@@ -130,11 +130,8 @@ def run_job(job: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
         per_client, final, initial = result["final_per_client"], result["final"], {}
         costs: dict[str, Any] = {}
     else:
-        cmd = [sys.executable, "-m", "experiments.simulate"]
-        cmd += ["--clients", str(args.clients), "--cpus", str(args.cpus)]
-        proc = _run(cmd + _sets({**cfg, "results-dir": str(run_dir)}))
-        final_dir = Path(proc.stdout.strip().splitlines()[-1])
-        summary = json.loads((final_dir / "summary.json").read_text())
+        # clears what an interrupted attempt left in run_dir
+        summary = run_federated(cfg, args.clients, run_dir, cpus=args.cpus)
         per_client = summary["final_per_client"]
         initial = summary["initial_per_client"] or {}
         final = summary["final"] or {}

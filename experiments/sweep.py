@@ -37,8 +37,13 @@ def _sets(cfg: dict[str, Any]) -> list[str]:
     return out
 
 
-def run_federated(cfg: dict[str, Any], clients: int, run_dir: Path) -> dict[str, Any]:
+def run_federated(
+    cfg: dict[str, Any], clients: int, run_dir: Path, *, cpus: int | None = None
+) -> dict[str, Any]:
     """One simulation in a subprocess; returns its summary.json.
+
+    ``cpus``: the CPUs its Ray instance may use (``experiments.simulate --cpus``;
+    ``None``: that command's default).
 
     ``run_dir`` belongs to this one run, and a sweep runs it only for a job not in
     its rows, so anything already in it was left by an interrupted attempt (an
@@ -49,6 +54,8 @@ def run_federated(cfg: dict[str, Any], clients: int, run_dir: Path) -> dict[str,
         shutil.rmtree(run_dir)
     run_dir.mkdir(parents=True)
     cmd = [sys.executable, "-m", "experiments.simulate", "--clients", str(clients)]
+    if cpus is not None:
+        cmd += ["--cpus", str(cpus)]
     cmd += _sets({**cfg, "results-dir": str(run_dir)})
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
