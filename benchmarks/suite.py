@@ -262,7 +262,7 @@ PAPERS: dict[str, Paper] = {
                 DIGITS,
                 Dataset(
                     "digits-users",
-                    "digits split over 5, 10, 25 and 50 users (Fig. 4 shape, its "
+                    "digits split over 5, 10, 25, 50 and 100 users (Fig. 4 shape, its "
                     "right panel): the plaintext / DPHE pair per number of users, "
                     "90% sparsity, DJN obfuscators; mAP and round time against N",
                     module="experiments.dphe_users",

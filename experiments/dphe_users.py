@@ -1,6 +1,6 @@
 """DPHE against the number of users (the shape of the paper's Fig. 4): mAP and cost.
 
-``python -m experiments.dphe_users --users 5,10,25,50 --seeds 0,1,2`` runs, for each
+``python -m experiments.dphe_users --users 5,10,25,50,100 --seeds 0,1,2`` runs, for each
 number of users N, the plaintext / DPHE pair of :mod:`experiments.dphe_map` with N
 IID clients: FedAvg of DPSH on digits (the ``mlp``, 32 bits), 90% element-wise top-k
 sparsity, the same updates once in plaintext and once summed under DPHE with a fresh
@@ -154,7 +154,7 @@ def plot(
 def main() -> None:
     """CLI entry point."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--users", default="5,10,25,50")
+    parser.add_argument("--users", default="5,10,25,50,100")
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--sparsity", type=float, default=0.9)
     parser.add_argument("--rounds", type=int, default=10)
