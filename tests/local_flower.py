@@ -24,13 +24,18 @@ def local_superlink_env(env: dict[str, str] | None = None) -> dict[str, str]:
     return {**(os.environ if env is None else env), PORT_ENV: str(free_port())}
 
 
+#: CPUs per simulated client in the tests that start Flower's own Ray: 2 (on two
+#: cores one ClientApp actor instead of two), never more than the machine has (Ray
+#: would then fit no client at all).
+TEST_CLIENT_CPUS = min(2, os.cpu_count() or 1)
+
+
 def make_run(
-    run_config: str, clients: int = 3, client_cpus: int = 2
+    run_config: str, clients: int = 3, client_cpus: int = TEST_CLIENT_CPUS
 ) -> subprocess.CompletedProcess:
     """Run ``make run RUN_CONFIG=<run_config>`` in the repository; its result.
 
-    ``client_cpus`` 2 (``make run``'s default is 1): on two cores Ray then starts one
-    ClientApp actor instead of two.
+    ``client_cpus``: ``make run``'s ``CLIENT_CPUS`` (its default is 1).
     """
     env = local_superlink_env(
         {**os.environ, "NUM_CLIENTS": str(clients), "CLIENT_CPUS": str(client_cpus)}

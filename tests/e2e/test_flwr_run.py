@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from server.local_superlink import local_superlink_pids, stop_pids
-from tests.local_flower import local_superlink_env, make_run
+from tests.local_flower import TEST_CLIENT_CPUS, local_superlink_env, make_run
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,8 +37,8 @@ def test_flwr_run_cli_writes_a_complete_results_directory(tmp_path):
         str(ROOT),
         "--stream",
         "--federation-config",
-        # 2 CPUs per client: on 2 cores one Ray actor, one ClientApp start-up
-        "num-supernodes=3 client-resources-num-cpus=2",
+        # one Ray actor on 2 cores: one ClientApp start-up (tests/local_flower.py)
+        f"num-supernodes=3 client-resources-num-cpus={TEST_CLIENT_CPUS}",
         "--run-config",
         f"rounds=1 eval-every=1 code-length=16 results-dir='{results}'",
     ]
