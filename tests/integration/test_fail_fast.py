@@ -153,3 +153,17 @@ def test_make_run_refuses_a_bad_value_before_anything_starts(tmp_path):
     ]
     assert "SuperLink" not in done.stdout + done.stderr
     assert "Traceback" not in done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("cpus", ["0", "abc", "-1", ""])
+def test_make_run_refuses_a_bad_client_cpus_before_anything_starts(cpus):
+    # Flower would start a SuperLink and Ray, then fail with a traceback (CLIENT_CPUS=0
+    # tried on 2026-11-27: "Simulation failed", exit code 700)
+    done = make_run("'rounds=1'", client_cpus=cpus)
+    assert done.returncode == 2
+    text = done.stdout + done.stderr
+    assert (
+        f"error: CLIENT_CPUS={cpus}: accepted is a number > 0 (CPUs per simulated "
+        "client)" in text
+    )
+    assert "SuperLink" not in text and "Traceback" not in text
