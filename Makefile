@@ -46,6 +46,8 @@ $(STAMP): pyproject.toml
 run: install
 	@awk -v v="$(CLIENT_CPUS)" 'BEGIN { exit !(v ~ /^[0-9]*[.]?[0-9]+$$/ && v + 0 > 0) }' || \
 	  { echo "error: CLIENT_CPUS=$(CLIENT_CPUS): accepted is a number > 0 (CPUs per simulated client)" >&2; exit 2; }
+	@awk -v v="$(NUM_CLIENTS)" 'BEGIN { exit !(v ~ /^[0-9]+$$/ && v + 0 >= 1) }' || \
+	  { echo "error: NUM_CLIENTS=$(NUM_CLIENTS): accepted is a whole number >= 1 (simulated SuperNodes)" >&2; exit 2; }
 	@$(PY) -m settings check --quiet $(if $(RUN_CONFIG),--run-config $(RUN_CONFIG))
 	@mkdir -p $(FLWR_HOME_DIR); \
 	  PATH="$(CURDIR)/$(VENV)/bin:$$PATH" FLWR_HOME=$(FLWR_HOME_DIR) flwr run . --stream \

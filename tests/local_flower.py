@@ -31,7 +31,7 @@ TEST_CLIENT_CPUS = min(2, os.cpu_count() or 1)
 
 
 def make_run(
-    run_config: str, clients: int = 3, client_cpus: int | str = TEST_CLIENT_CPUS
+    run_config: str, clients: int | str = 3, client_cpus: int | str = TEST_CLIENT_CPUS
 ) -> subprocess.CompletedProcess:
     """Run ``make run RUN_CONFIG=<run_config>`` in the repository; its result.
 

@@ -167,3 +167,15 @@ def test_make_run_refuses_a_bad_client_cpus_before_anything_starts(cpus):
         "client)" in text
     )
     assert "SuperLink" not in text and "Traceback" not in text
+
+
+@pytest.mark.parametrize("clients", ["0", "2.5", "abc", "-3", ""])
+def test_make_run_refuses_a_bad_num_clients_before_anything_starts(clients):
+    done = make_run("'rounds=1'", clients=clients)
+    assert done.returncode == 2
+    text = done.stdout + done.stderr
+    assert (
+        f"error: NUM_CLIENTS={clients}: accepted is a whole number >= 1 (simulated "
+        "SuperNodes)" in text
+    )
+    assert "SuperLink" not in text and "Traceback" not in text
