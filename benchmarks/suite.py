@@ -268,6 +268,15 @@ PAPERS: dict[str, Paper] = {
                     module="experiments.dphe_users",
                     quick=("--users", "3", "--rounds", "1"),
                 ),
+                Dataset(
+                    "digits-users-repeated",
+                    "digits, 5, 10, 25, 50 and 100 users as k repeated IID five-way "
+                    "splits (Fig. 4 shape, its left panel: each user a fixed fifth, "
+                    "every sample held by k users, only split 0 publishes codes)",
+                    module="experiments.dphe_users",
+                    args=("--panel", "left"),
+                    quick=("--users", "5", "--rounds", "1"),
+                ),
             ),
             quick=("--sparsity", "0.9", "--rounds", "1", "--clients", "3"),
             takes_resume=False,

@@ -9,7 +9,8 @@ Flower routes each message on its type (``<category>.<action>``):
   an injected fault (tests and benchmarks, simulation only).
 * ``query.describe`` -- report partition id, local database size and device.
 * ``query.encode`` -- encode the local database with the sent model and publish the
-  codes (never raw data) through :func:`clients.publish.publish_codes`.
+  codes (never raw data) through :func:`clients.publish.publish_codes`; a client of
+  a repeated split (``partition-repeats > 1``) publishes none, split 0 holds its rows.
 * ``query.<action>`` of a method (PFMH: ``query.pfmh_eval``, per-client retrieval
   with the client's own model), registered from the method's entry.
 """
@@ -191,14 +192,18 @@ def _build(key: _AppKey) -> ClientApp:
         settings = settings_of(context)
         pid, num = node_partition(context)
         data = load_local_data(settings, partition_id=pid, num_partitions=num)
-        model = build_run_model(settings, data.input_shape)
-        model.load_state_dict(msg.content[K.ARRAYS].to_torch_state_dict())
-        codes = sign_codes(
-            encode(model, data.inputs, device=select_device(settings.device))
-        )
+        labels = data.labels.numpy()
+        if data.publishes:
+            model = build_run_model(settings, data.input_shape)
+            model.load_state_dict(msg.content[K.ARRAYS].to_torch_state_dict())
+            codes = sign_codes(
+                encode(model, data.inputs, device=select_device(settings.device))
+            )
+        else:  # partition-repeats > 1: split 0's clients publish these rows
+            codes = np.zeros((0, settings.code_length), dtype=np.int8)
+            labels = labels[:0]
         noise = _publish_noise(settings, msg, pid)
         published, uses = publish_codes(codes, settings=settings, noise=noise)
-        labels = data.labels.numpy()
         reply = RecordDict(
             {
                 K.CODES: ArrayRecord(

@@ -29,6 +29,7 @@ from hashdata import (
     load_split,
     partition_indices,
     primary_labels,
+    publishes_codes,
     require_multimodal,
 )
 from settings.run_settings import RunSettings
@@ -58,6 +59,10 @@ class LocalData:
     train_positions : torch.Tensor or None
         With ``train-size``: (nt,) int64 positions (into this partition) of the
         rows trained on; ``None``: every row (see :meth:`training_view`).
+    publishes : bool
+        Whether this client publishes its database codes for retrieval: ``False``
+        for the clients of the repeated splits (``partition-repeats > 1``, see
+        :func:`hashdata.publishes_codes`), whose rows split 0 already publishes.
     """
 
     inputs: torch.Tensor | dict[str, torch.Tensor]
@@ -66,6 +71,7 @@ class LocalData:
     num_classes: int
     local_queries: torch.Tensor | None = None
     train_positions: torch.Tensor | None = None
+    publishes: bool = True
 
     def training_view(self) -> LocalData:
         """Return the rows this client trains on (itself without ``train-size``).
@@ -134,6 +140,7 @@ class DataKey(NamedTuple):
     partitioning: str
     dirichlet_alpha: float
     classes_per_client: int
+    partition_repeats: int
 
 
 def data_key(settings: RunSettings) -> DataKey:
@@ -152,6 +159,7 @@ def data_key(settings: RunSettings) -> DataKey:
         partitioning=settings.partitioning,
         dirichlet_alpha=settings.dirichlet_alpha,
         classes_per_client=settings.classes_per_client,
+        partition_repeats=settings.partition_repeats,
     )
 
 
@@ -268,8 +276,10 @@ def _cut_partition(
             seed=key.seed,
             alpha=key.dirichlet_alpha,
             classes_per_client=key.classes_per_client,
+            repeats=key.partition_repeats,
         )
     ]
+    publishes = publishes_codes(partition_id, num_partitions, key.partition_repeats)
     if not key.multimodal:
         train = None
         if split.train_mask is not None:
@@ -281,6 +291,7 @@ def _cut_partition(
             database_index=torch.from_numpy(local),
             num_classes=split.dataset.num_classes,
             train_positions=train,
+            publishes=publishes,
         )
     data = split.dataset
     require_multimodal(data)

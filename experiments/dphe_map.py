@@ -48,14 +48,23 @@ COMMON = {
 }
 
 
-def run_pair(seed: int, sparsity: float, args: argparse.Namespace) -> dict[str, Any]:
-    """Plaintext and DPHE runs of one (seed, sparsity); their row."""
+def run_pair(
+    seed: int,
+    sparsity: float,
+    args: argparse.Namespace,
+    config: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Plaintext and DPHE runs of one (seed, sparsity); their row.
+
+    ``config``: further run-config keys of both runs (e.g. ``partition-repeats``).
+    """
     base = {
         **COMMON,
         "seed": seed,
         "rounds": args.rounds,
         "eval-every": args.rounds,
         "updates.sparsity": sparsity,
+        **(config or {}),
     }
     tag = pair_name(seed, sparsity)
     plain = run_federated(base, args.clients, args.out / "runs" / f"plain-{tag}")

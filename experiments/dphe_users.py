@@ -1,15 +1,22 @@
 """DPHE against the number of users (the shape of the paper's Fig. 4): mAP and cost.
 
-``python -m experiments.dphe_users --users 5,10,25,50,100 --seeds 0,1,2`` runs, for each
+``python -m experiments.dphe_users --users 5,10,25,50,100 --seeds 0,1,2 [--panel left]``
+runs, for each
 number of users N, the plaintext / DPHE pair of :mod:`experiments.dphe_map` with N
 IID clients: FedAvg of DPSH on digits (the ``mlp``, 32 bits), 90% element-wise top-k
 sparsity, the same updates once in plaintext and once summed under DPHE with a fresh
-2048-bit key per run (DJN obfuscators). The digits database is split into N disjoint
-parts, so each user holds fewer samples as N grows: the paper's right panel ("users
-own the decreasing number of non-duplicated images"). Its left panel (N = 5k users,
-k random five-way splits of the training set, so each holds a fixed number of
-partially duplicated images) needs a partitioner that repeats the split, which this
-project does not have: not run.
+2048-bit key per run (DJN obfuscators). Two panels, as the paper's Fig. 4:
+
+``--panel right`` (default)
+    The digits database is split into N disjoint parts, so each user holds fewer
+    samples as N grows ("users own the decreasing number of non-duplicated images").
+``--panel left``
+    N = 5k users: k differently seeded IID five-way splits of the database
+    (``partition-repeats = k``), so each user holds a fixed fifth of it and every
+    sample is held by k users ("users own the fixed number of partially duplicated
+    images"). Only the first split's five users publish database codes, so the
+    retrieval database holds every sample once for every N. N must be a multiple
+    of 5; written to ``docs/results/dphe-digits-users-repeated`` by default.
 
 The paper trains a linear SVM on ResNet-152 features of Caltech101 (not available
 here; nothing is downloaded); this is its experiment's shape on this project's
@@ -57,7 +64,19 @@ def run_users(users: int, seed: int, args: argparse.Namespace) -> dict[str, Any]
         obfuscators=args.obfuscators,
         out=args.out / "runs" / f"n{users}",  # git-ignored, as every runs/ folder
     )
-    return {"users": users, **run_pair(seed, args.sparsity, pair_args)}
+    repeats = repeats_of(users, args.panel)
+    config = {"partition-repeats": repeats} if repeats > 1 else None
+    row = run_pair(seed, args.sparsity, pair_args, config)
+    return {"users": users, "panel": args.panel, "repeats": repeats, **row}
+
+
+#: Users per split in the left panel (the paper: random five-way splits).
+LEFT_SPLIT = 5
+
+
+def repeats_of(users: int, panel: str) -> int:
+    """``partition-repeats`` of N users: N / 5 in the left panel, else 1."""
+    return users // LEFT_SPLIT if panel == "left" else 1
 
 
 def table(
@@ -66,10 +85,21 @@ def table(
     refs: Sequence[dict[str, Any]] = (),
 ) -> str:
     """Markdown: the protocol, per N mAP plain vs DPHE, difference, costs; the refs."""
+    split = (
+        "split IID into N disjoint client partitions (each holds ~1/N of the "
+        "database: the paper's Fig. 4 right panel)"
+        if args.panel == "right"
+        else f"split IID into {LEFT_SPLIT} parts N/{LEFT_SPLIT} times, differently "
+        f"seeded (`partition-repeats` = N/{LEFT_SPLIT}), so each of the N users holds "
+        f"~1/{LEFT_SPLIT} of the database and every sample is held by "
+        f"N/{LEFT_SPLIT} users (the paper's Fig. 4 left panel); only the first "
+        f"split's {LEFT_SPLIT} users publish database codes, so the retrieval "
+        "database holds every sample once"
+    )
+    per_user = LEFT_SPLIT if args.panel == "left" else None
     lines = [
         f"Protocol: digits (scikit-learn), 10% of it the server's queries, the rest "
-        f"split IID into N disjoint client partitions (each holds ~1/N of the "
-        f"database: the paper's Fig. 4 right panel); FedAvg of DPSH, `mlp`, 32 bits, "
+        f"{split}; FedAvg of DPSH, `mlp`, 32 bits, "
         f"{args.rounds} rounds, {args.sparsity:.0%} element-wise top-k sparsity; "
         f"DPHE with {args.key_bits}-bit keys, {args.obfuscators} obfuscators, "
         "num-examples weights; every client trains each round. Flower simulation "
@@ -85,7 +115,7 @@ def table(
         diffs = ", ".join(f"{r['diff_points']:+.3f}" for r in rs)
         lines.append(
             f"| {users} | {','.join(str(r['seed']) for r in rs)} | "
-            f"~{round(args.num_database / users)} | "
+            f"~{round(args.num_database / (per_user or users))} | "
             f"{mean_std(rs, 'plain_map_all', 100)} | "
             f"{mean_std(rs, 'dphe_map_all', 100)} | "
             f"{diffs} | {mean_std(rs, 'plain_train_round_s', 1)} -> "
@@ -161,8 +191,12 @@ def main() -> None:
     parser.add_argument("--key-bits", type=int, default=2048)
     parser.add_argument("--obfuscators", default="djn", choices=("full", "djn"))
     parser.add_argument(
-        "--out", type=Path, default=ROOT / "docs" / "results" / "dphe-digits-users"
+        "--panel",
+        choices=("right", "left"),
+        default="right",
+        help="right: N disjoint parts; left: N = 5k users, k repeated 5-way splits",
     )
+    parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     try:
         users = [int(n) for n in args.users.split(",")]
@@ -170,6 +204,15 @@ def main() -> None:
         parser.error(f"--users {args.users!r}: expected integers, e.g. 5,10,25,50")
     if min(users) < 3:
         parser.error(f"--users {args.users}: DPHE needs at least 3 users per round")
+    if args.panel == "left" and any(n % LEFT_SPLIT for n in users):
+        parser.error(
+            f"--users {args.users} with --panel left: every N must be a multiple of "
+            f"{LEFT_SPLIT} (N = {LEFT_SPLIT}k users, k repeated {LEFT_SPLIT}-way "
+            "splits)"
+        )
+    if args.out is None:
+        name = "dphe-digits-users" + ("-repeated" if args.panel == "left" else "")
+        args.out = ROOT / "docs" / "results" / name
     if not 0.0 <= args.sparsity < 1.0:
         parser.error(f"--sparsity {args.sparsity}: must be in [0, 1)")
     args.out.mkdir(parents=True, exist_ok=True)

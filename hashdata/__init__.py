@@ -34,6 +34,7 @@ from hashdata.partition import (
     PARTITION_SCHEMES,
     dirichlet_min_partition_size,
     partition_indices,
+    publishes_codes,
     validate_partitioning,
 )
 from hashdata.protocol import (
@@ -68,6 +69,7 @@ __all__ = [
     "modality_dims",
     "partition_indices",
     "primary_labels",
+    "publishes_codes",
     "require_multimodal",
     "scale_inputs",
     "split_query_database",

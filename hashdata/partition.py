@@ -28,6 +28,16 @@ Schemes (config key ``partitioning``):
     are still retrieved and evaluated) but no client holds them, and a
     ``UserWarning`` reports how many samples that is.
 
+Repeated splits (config key ``partition-repeats``, ``k >= 1``, default 1): the
+clients form ``k`` groups of ``num_partitions / k``; group ``r`` splits the whole
+database with the scheme above, seeded by :func:`repeat_seed` (group 0 with the run
+seed itself, so it is the plain split over ``num_partitions / k`` clients). Client
+``p`` holds part ``p mod (num_partitions / k)`` of group ``p div (num_partitions /
+k)``, so each row is held by ``k`` clients: the DPHE paper's Fig. 4 left panel ("users
+own the fixed number of partially duplicated images", N = 5k). Only group 0 covers
+the database once; :func:`publishes_codes` says which clients publish database codes
+for retrieval, so the retrieval database holds each row once.
+
 For ``iid`` and ``dirichlet`` the partitions are disjoint and cover the database;
 for ``pathological`` they are disjoint and cover all but the unassigned classes.
 Every client computes only its own partition, but the result is a deterministic
@@ -111,6 +121,7 @@ def validate_partitioning(
     num_partitions: int,
     alpha: float = 0.5,
     classes_per_client: int = 3,
+    repeats: int = 1,
 ) -> None:
     """Check a partitioning configuration before any work is done.
 
@@ -131,6 +142,9 @@ def validate_partitioning(
         Classes per client for ``pathological`` (config key
         ``classes-per-client``), ``1 <= k <=`` number of distinct primary labels in
         the database.
+    repeats : int, optional
+        ``partition-repeats``: how many times the database is split (see the
+        module docstring); it must divide ``num_partitions``. Default 1.
 
     Raises
     ------
@@ -150,6 +164,7 @@ def validate_partitioning(
             "the number of clients (`num-partitions`, i.e. the federation's "
             f"num-supernodes) must be an integer >= 1, got {num_partitions!r}"
         )
+    num_partitions = split_size(num_partitions, repeats)
     if num_partitions > n:
         raise ValueError(
             f"more clients than samples: {num_partitions} clients (`num-partitions`, "
@@ -182,6 +197,7 @@ def partition_indices(
     seed: int,
     alpha: float = 0.5,
     classes_per_client: int = 3,
+    repeats: int = 1,
 ) -> np.ndarray:
     """Return the database rows held by client ``partition_id``.
 
@@ -202,6 +218,9 @@ def partition_indices(
         ``dirichlet-alpha`` (``dirichlet`` only). Default 0.5.
     classes_per_client : int, optional
         ``classes-per-client`` (``pathological`` only). Default 3.
+    repeats : int, optional
+        ``partition-repeats``: the database is split this many times, each split
+        over ``num_partitions / repeats`` clients (module docstring). Default 1.
 
     Returns
     -------
@@ -222,6 +241,7 @@ def partition_indices(
         num_partitions=num_partitions,
         alpha=alpha,
         classes_per_client=classes_per_client,
+        repeats=repeats,
     )
     seed = validate_seed(seed)
     if (
@@ -234,16 +254,62 @@ def partition_indices(
             f"{partition_id!r}"
         )
     key = _check_scheme(scheme)
+    per_split = split_size(num_partitions, repeats)
+    group, part = divmod(int(partition_id), per_split)
     primary = np.ascontiguousarray(primary_labels(labels), dtype=np.int64)
     parts = _all_partitions(
         primary.tobytes(),
         key,
-        int(num_partitions),
-        seed,
+        per_split,
+        repeat_seed(seed, group),
         _check_alpha(alpha) if key == "dirichlet" else None,
         int(classes_per_client) if key == "pathological" else None,
     )
-    return parts[int(partition_id)].copy()
+    return parts[part].copy()
+
+
+def split_size(num_partitions: int, repeats: int) -> int:
+    """Clients per split with ``partition-repeats = repeats``; checks that it divides.
+
+    Raises
+    ------
+    ValueError
+        ``repeats`` is not an integer >= 1 or does not divide ``num_partitions``.
+    """
+    if isinstance(repeats, bool) or not isinstance(repeats, Integral) or repeats < 1:
+        raise ValueError(
+            f"`partition-repeats` must be an integer >= 1 (1 = one split of the "
+            f"database), got {repeats!r}"
+        )
+    if num_partitions % repeats:
+        raise ValueError(
+            f"`partition-repeats`={repeats} does not divide the {num_partitions} "
+            "clients (the federation's num-supernodes): each of the repeated splits "
+            f"needs the same number of clients; use a multiple of {repeats} clients "
+            "or another `partition-repeats`"
+        )
+    return int(num_partitions) // int(repeats)
+
+
+def repeat_seed(seed: int, group: int) -> int:
+    """Seed of split ``group`` of a repeated partitioning (group 0: ``seed`` itself).
+
+    The other groups draw a non-negative 31-bit seed from ``SeedSequence([seed,
+    group])``: deterministic, so every client computes the same splits.
+    """
+    if group == 0:
+        return int(seed)
+    state = np.random.SeedSequence([int(seed), int(group)]).generate_state(1)
+    return int(state[0] >> 1)
+
+
+def publishes_codes(partition_id: int, num_partitions: int, repeats: int) -> bool:
+    """Whether client ``partition_id`` publishes database codes for retrieval.
+
+    With ``partition-repeats = k > 1`` only the clients of split 0 do (together they
+    hold every row once); with ``k = 1`` every client does.
+    """
+    return int(partition_id) < split_size(num_partitions, repeats)
 
 
 @functools.lru_cache(maxsize=16)

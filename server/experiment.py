@@ -118,11 +118,20 @@ def protocol_text(settings: RunSettings, data: PreparedData, clients: int) -> st
         if data.multi_label
         else "relevant = same class"
     )
+    k = settings.partition_repeats
+    partitioned = (
+        f"partitioned {settings.partitioning} over {clients} clients, each training "
+        "on and encoding only its own partition"
+        if k == 1
+        else f"split {k} times ({settings.partitioning}, differently seeded) over "
+        f"{clients // k} clients each, so {clients} clients each training on its own "
+        f"partition and every sample held by {k} clients (partition-repeats={k}); "
+        f"only the first split's {clients // k} clients encode and publish their "
+        "partitions, so the retrieval database holds every sample once"
+    )
     text = (
         f"query set: {data.query_text}, {len(data.queries.labels)} samples held by the "
-        f"server; database: the other {data.num_database} samples, partitioned "
-        f"{settings.partitioning} over {clients} clients, each training on and "
-        "encoding only its own partition"
+        f"server; database: the other {data.num_database} samples, {partitioned}"
         + (f" ({data.train_text})" if data.train_text else "")
         + "; ranking: Hamming distance between the "
         "server's query codes and all published database codes, ties broken by "
@@ -354,6 +363,7 @@ def run_experiment(
         num_partitions=num_partitions,
         alpha=settings.dirichlet_alpha,
         classes_per_client=settings.classes_per_client,
+        repeats=settings.partition_repeats,
     )
     strategy.set_node_partitions({n: i.partition_id for n, i in nodes.items()})
     strategy.set_label_space(data.num_classes)

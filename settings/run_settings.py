@@ -195,6 +195,13 @@ class RunSettings(Section):
     classes_per_client: int = option(
         3, "pathological: classes per client (1..number of classes)", low=1
     )
+    partition_repeats: int = option(
+        1,
+        "split the database this many times, each over clients / repeats clients "
+        "(each row then held by that many clients; only the first split's clients "
+        "publish database codes); must divide the number of clients",
+        low=1,
+    )
     seed: int = option(
         42, "data split, partitions, model init, client batches and dropout"
     )
@@ -335,6 +342,19 @@ class RunSettings(Section):
                 f"{self.key('strategy')}={self.strategy!r}: PFMH splits each "
                 "partition into local queries and a local database of its own, and "
                 "DPcode trains nothing; accepted: 0 (every database row)"
+            )
+        if self.partition_repeats > 1 and self.strategy in ("pfmh", "dpcode"):
+            raise ConfigError(
+                f"{self.key('partition_repeats')}={self.partition_repeats} with "
+                f"{self.key('strategy')}={self.strategy!r}: PFMH ranks each client's "
+                "own partition and DPcode counts every held row, so duplicated rows "
+                "would count several times; accepted: 1"
+            )
+        if self.partition_repeats > 1 and self.dp_sgd.enabled:
+            raise ConfigError(
+                f"{self.key('partition_repeats')}={self.partition_repeats} with "
+                "DP-SGD: every row would be trained on by that many clients, so the "
+                "per-client epsilon would understate a row's privacy loss; accepted: 1"
             )
         if self.modality_names() is not None and self.dataset != "npz":
             raise ConfigError(

@@ -32,22 +32,49 @@ NUM_PARTITIONS = 4
 NODE_ID = 7
 
 
-def _context(pid: int, config: Mapping[str, Any]) -> Context:
+def _context(
+    pid: int, config: Mapping[str, Any], num_partitions: int = NUM_PARTITIONS
+) -> Context:
     return Context(
         run_id=1,
         node_id=NODE_ID,
-        node_config={K.PARTITION_ID: pid, K.NUM_PARTITIONS: NUM_PARTITIONS},
+        node_config={K.PARTITION_ID: pid, K.NUM_PARTITIONS: num_partitions},
         state=RecordDict(),
         run_config=dict(config),
     )
 
 
-def global_model(settings: RunSettings, pid: int) -> ArrayRecord:
+def global_model(
+    settings: RunSettings, pid: int, num_partitions: int = NUM_PARTITIONS
+) -> ArrayRecord:
     """The (untrained, seeded) global model the server would send."""
-    data = load_local_data(settings, partition_id=pid, num_partitions=NUM_PARTITIONS)
+    data = load_local_data(settings, partition_id=pid, num_partitions=num_partitions)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(settings.seed)
         return ArrayRecord(build_run_model(settings, data.input_shape).state_dict())
+
+
+def query_encode_at(
+    config: Mapping[str, Any], pid: int, num_partitions: int = NUM_PARTITIONS
+) -> tuple[np.ndarray, np.ndarray]:
+    """Send ``op=encode`` to client ``pid`` of ``num_partitions``; (codes, labels)."""
+    settings = RunSettings.from_config(config)
+    content = RecordDict(
+        {
+            K.ARRAYS: global_model(settings, pid, num_partitions),
+            K.CONFIG: ConfigRecord({K.SERVER_ROUND: 1}),
+        }
+    )
+    reply = build_client_app()(
+        request_to(NODE_ID, content, K.QUERY_ENCODE),
+        _context(pid, config, num_partitions),
+    )
+    bits = int(reply.content[K.CONFIG][K.CODE_BITS])
+    record = reply.content[K.CODES]
+    return (
+        unpack_bytes(record[K.PACKED_CODES].numpy(), bits),
+        record[K.CODE_LABELS].numpy(),
+    )
 
 
 def query_encode(
