@@ -228,7 +228,7 @@ def loopback_deployment(
         return {**config, "num-partitions": num_nodes}
 
     try:
-        # what needs no registration starts at once (executors retry connecting)
+        # what needs no registration starts at once
         # the keyholder pins the parameters of this test's run (its own config)
         write_streams_file(
             creds.keyholder / "keyholder-streams.json",
@@ -236,8 +236,6 @@ def loopback_deployment(
         )
         for name in ("superlink", "keyholder", "serverapp", "fab-registry"):
             dep.start(name)
-        for i in nodes:
-            dep.start(f"clientapp-{i}")
         wait_https(
             f"https://127.0.0.1:{link_port}/health",
             creds.ca_cert,
@@ -264,6 +262,17 @@ def loopback_deployment(
         )
         for i in nodes:
             dep.start(f"supernode-{i}", node_config_edit=all_partitions)
+        # as compose's depends_on (service_healthy): a ClientApp executor starts once
+        # its SuperNode's Runtime API answers; started earlier, it backs off for up
+        # to 14 s between connection attempts and delays the run's first messages
+        for i in nodes:
+            wait_https(
+                f"https://127.0.0.1:{plan.port(f'supernode-{i}', 9094)}/health",
+                creds.ca_cert,
+                dep.procs[f"supernode-{i}"],
+                60,
+            )
+            dep.start(f"clientapp-{i}")
         wait_https(
             f"https://127.0.0.1:{plan.port('keyholder', 8765)}/v1/health",
             creds.ca_cert,
