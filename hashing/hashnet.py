@@ -28,7 +28,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from hashing.losses import pairwise_similarity
+from hashing.losses import balance_weights, pairwise_similarity
 
 #: gamma and power of beta_t = (1 + gamma * t) ** power (the authors' code).
 CONTINUATION_GAMMA = 0.005
@@ -57,13 +57,7 @@ def _pair_weights(labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         inter = y @ y.T
         union = y.sum(1, keepdim=True) + y.sum(1)[None, :] - inter
         overlap = torch.where(s > 0, inter / union.clamp_min(1.0), 1.0)
-    n_all = float(s.numel())
-    n_sim = float(s.sum())
-    n_dis = n_all - n_sim
-    w_sim = n_all / n_sim if n_sim else 0.0
-    w_dis = n_all / n_dis if n_dis else 0.0
-    weight = torch.where(s > 0, w_sim * overlap, w_dis)
-    return s, weight
+    return s, balance_weights(s) * torch.where(s > 0, overlap, 1.0)
 
 
 def hashnet_loss(

@@ -38,6 +38,31 @@ def pairwise_similarity(labels: torch.Tensor) -> torch.Tensor:
     return (multi_hot @ multi_hot.T > 0).float()
 
 
+def balance_weights(s: torch.Tensor) -> torch.Tensor:
+    """Pair weights |S| / |S_1| (similar) and |S| / |S_0| (dissimilar) of a batch.
+
+    HashNet's and DCH's balance of similar against dissimilar pairs: each group then
+    weighs as much as all pairs together. A group the batch lacks gets weight 0 (its
+    pairs do not occur).
+
+    Parameters
+    ----------
+    s : torch.Tensor
+        (n, n) similarity in {0, 1} (:func:`pairwise_similarity`).
+
+    Returns
+    -------
+    torch.Tensor
+        (n, n) float32 weights.
+    """
+    n_all = float(s.numel())
+    n_sim = float(s.sum())
+    n_dis = n_all - n_sim
+    w_sim = n_all / n_sim if n_sim else 0.0
+    w_dis = n_all / n_dis if n_dis else 0.0
+    return torch.where(s > 0, w_sim, w_dis)
+
+
 def dpsh_loss(
     u: torch.Tensor, labels: torch.Tensor, *, quantization_weight: float
 ) -> torch.Tensor:

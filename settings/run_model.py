@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from hashing.csq import csq_loss, hash_centers
+from hashing.dch import dch_loss
 from hashing.fedhap.discriminator import Discriminator
 from hashing.hashnet import continuation_beta, default_alpha, hashnet_loss
 from hashing.losses import dpsh_loss
@@ -77,9 +78,10 @@ def build_hash_loss(
 ) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
     """Return the run's ``loss`` as ``loss_fn(outputs, labels)`` of one mini-batch.
 
-    ``dpsh`` and ``csq`` are pure functions of the batch. ``hashnet`` counts the
-    calls: its continuation beta is that of optimisation step ``first_step`` + the
-    number of earlier calls (a client passes the steps of its earlier rounds).
+    ``dpsh``, ``csq`` and ``dch`` are pure functions of the batch. ``hashnet``
+    counts the calls: its continuation beta is that of optimisation step
+    ``first_step`` + the number of earlier calls (a client passes the steps of its
+    earlier rounds).
     """
     eta = settings.quantization_weight
     if settings.loss == "csq":
@@ -95,6 +97,8 @@ def build_hash_loss(
             return hashnet_loss(u, y, beta=beta, alpha=alpha)
 
         return hashnet
+    if settings.loss == "dch":
+        return lambda u, y: dch_loss(u, y, quantization_weight=eta)
     return lambda u, y: dpsh_loss(u, y, quantization_weight=eta)
 
 

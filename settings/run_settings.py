@@ -32,7 +32,7 @@ __all__ = ["ConfigError", "RunSettings"]
 DATASETS = ("digits", "npz", "cifar10", "multiview-digits")
 PARTITIONINGS = ("iid", "dirichlet", "pathological")
 MODELS = ("auto", "mlp", "cnn", "resnet18")
-LOSSES = ("dpsh", "csq", "hashnet")
+LOSSES = ("dpsh", "csq", "hashnet", "dch")
 DEVICES = ("auto", "cpu", "cuda")
 PROTOTYPE_WEIGHTINGS = ("mean", "count")
 MIN_BITS, MAX_BITS = 8, 256
@@ -125,8 +125,10 @@ class RunSettings(Section):
     loss: str = option(
         "dpsh",
         "`dpsh` (in-batch pairs), `csq` (per-sample, fixed class centres; needed "
-        "for DP-SGD) or `hashnet` (weighted in-batch pairs, tanh continuation); "
-        "FedAvg / FedProx and the centralized ceiling only",
+        "for DP-SGD), `hashnet` (weighted in-batch pairs, tanh continuation) or "
+        "`dch` (Deep Cauchy Hashing: weighted in-batch pairs, Cauchy likelihood of "
+        "the angle; `quantization-weight` is its lambda); FedAvg / FedProx and the "
+        "centralized ceiling only",
         choices=LOSSES,
     )
     quantization_weight: float = option(0.1, "weight of the quantization loss", low=0)
@@ -329,10 +331,14 @@ class RunSettings(Section):
                 f"'npz' only (flat image rows of `x_image`); {self.key('dataset')} "
                 f"is {self.dataset!r}: leave it empty"
             )
-        if self.loss == "hashnet" and self.strategy not in ("fedavg", "fedprox"):
+        if self.loss in ("hashnet", "dch") and self.strategy not in (
+            "fedavg",
+            "fedprox",
+        ):
+            name = {"hashnet": "HashNet", "dch": "DCH"}[self.loss]
             raise ConfigError(
-                f"{self.key('loss')}='hashnet' with {self.key('strategy')}="
-                f"{self.strategy!r}: HashNet is a baseline loss of FedAvg / FedProx "
+                f"{self.key('loss')}={self.loss!r} with {self.key('strategy')}="
+                f"{self.strategy!r}: {name} is a baseline loss of FedAvg / FedProx "
                 "(and their centralized ceiling); the other strategies train their "
                 "own objective. Accepted: strategy 'fedavg' or 'fedprox'"
             )
