@@ -110,22 +110,8 @@ def main() -> None:
             parser.error(f"--partitions: unknown {p!r}; accepted: iid, non-iid")
     if args.tune_seed in seeds:
         parser.error(f"--tune-seed {args.tune_seed} is one of --seeds {args.seeds}")
-    part_cfg = {
-        "iid": {"partitioning": "iid"},
-        "non-iid": {
-            "partitioning": "pathological",
-            "classes-per-client": args.classes_per_client,
-        },
-    }
-    base = {
-        "dataset": "npz",
-        "data-path": str(args.data_path.resolve()),
-        "code-length": args.bits,
-        "rounds": args.rounds,
-        "eval-every": args.rounds,
-        "precision-k": CURVE_KS,
-        **({"train-size": args.train_size} if args.train_size else {}),
-    }
+    part_cfg = partition_configs(args.classes_per_client)
+    base = base_config(args.data_path, args.bits, args.rounds, args.train_size)
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
 
@@ -249,6 +235,33 @@ def main() -> None:
         plot_curves(table_rows, part, args.out / f"curves-{part}.png", bits=args.bits)
     print((args.out / "table.md").read_text())
     exit_if_failed(failed)
+
+
+def partition_configs(classes_per_client: int) -> dict[str, dict[str, Any]]:
+    """Config keys of each ``--partitions`` name (non-iid: FedHAP's label shards)."""
+    return {
+        "iid": {"partitioning": "iid"},
+        "non-iid": {
+            "partitioning": "pathological",
+            "classes-per-client": classes_per_client,
+        },
+    }
+
+
+def base_config(
+    data_path: Path, bits: int, rounds: int, train_size: int, eval_every: int = 0
+) -> dict[str, Any]:
+    """Config keys every run of the table shares (evaluated after the last round,
+    or every ``eval_every`` rounds)."""
+    return {
+        "dataset": "npz",
+        "data-path": str(data_path.resolve()),
+        "code-length": bits,
+        "rounds": rounds,
+        "eval-every": eval_every or rounds,
+        "precision-k": CURVE_KS,
+        **({"train-size": train_size} if train_size else {}),
+    }
 
 
 def _tuning(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

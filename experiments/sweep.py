@@ -40,7 +40,7 @@ def _sets(cfg: dict[str, Any]) -> list[str]:
 def run_federated(
     cfg: dict[str, Any], clients: int, run_dir: Path, *, cpus: int | None = None
 ) -> dict[str, Any]:
-    """One simulation in a subprocess; returns its summary.json.
+    """One simulation in a subprocess; returns its summary.json (plus ``run_dir``).
 
     ``cpus``: the CPUs its Ray instance may use (``experiments.simulate --cpus``;
     ``None``: that command's default).
@@ -61,7 +61,9 @@ def run_federated(
     if proc.returncode != 0:
         raise RuntimeError(f"run failed: {' '.join(cmd)}\n{proc.stderr[-3000:]}")
     final = Path(proc.stdout.strip().splitlines()[-1])
-    return json.loads((final / "summary.json").read_text())
+    summary = json.loads((final / "summary.json").read_text())
+    summary["run_dir"] = str(final)
+    return summary
 
 
 def run_centralized(cfg: dict[str, Any], out: Path) -> dict[str, Any]:

@@ -141,10 +141,11 @@ def _fake_references(monkeypatch) -> list[tuple[int, int]]:
 def test_dphe_users_runs_each_n_in_its_own_folder_and_plots(
     tmp_path, monkeypatch, capsys
 ):
-    seen = []
+    seen, configs = [], []
 
-    def fake_run_pair(seed, sparsity, args):
+    def fake_run_pair(seed, sparsity, args, config=None):
         seen.append((args.clients, seed, sparsity, args.out))
+        configs.append(config)
         return {
             "seed": seed,
             "sparsity": sparsity,
@@ -178,6 +179,36 @@ def test_dphe_users_runs_each_n_in_its_own_folder_and_plots(
     with pytest.raises(SystemExit):  # a parser error, not a traceback
         dphe_users.main()
     assert "--users 'five': expected integers" in capsys.readouterr().err
+    # the left panel: N = 5k users as k repeated five-way splits, in its own folder
+    assert configs == [None, None]
+    left = tmp_path / "left"
+    monkeypatch.setattr(
+        sys,
+        "argv",
+        [
+            "dphe_users",
+            "--users",
+            "5,10",
+            "--seeds",
+            "0",
+            "--panel",
+            "left",
+            "--out",
+            str(left),
+        ],
+    )
+    dphe_users.main()
+    assert configs[2:] == [None, {"partition-repeats": 2}]
+    text = (left / "table.md").read_text()
+    assert "left panel" in text and "| 10 | 0 | ~323 |" in text  # a fifth each
+    monkeypatch.setattr(
+        sys,
+        "argv",
+        ["dphe_users", "--users", "5,12", "--panel", "left", "--out", str(left)],
+    )
+    with pytest.raises(SystemExit):
+        dphe_users.main()
+    assert "every N must be a multiple of 5" in capsys.readouterr().err
 
 
 def test_run_federated_clears_what_an_interrupted_attempt_left(tmp_path, monkeypatch):
@@ -201,5 +232,6 @@ def test_run_federated_clears_what_an_interrupted_attempt_left(tmp_path, monkeyp
 
     monkeypatch.setattr(sweep.subprocess, "run", fake_run)
     summary = sweep.run_federated({"strategy": "pfmh"}, 10, run_dir)
+    assert summary.pop("run_dir").endswith("/pfmh-digits-32b-s0-20261127-033143")
     assert summary == {"final": {"map_all": 0.5}}
     assert not stale.exists()
