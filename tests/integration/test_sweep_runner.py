@@ -235,3 +235,68 @@ def test_run_federated_clears_what_an_interrupted_attempt_left(tmp_path, monkeyp
     assert summary.pop("run_dir").endswith("/pfmh-digits-32b-s0-20261127-033143")
     assert summary == {"final": {"map_all": 0.5}}
     assert not stale.exists()
+
+
+def test_rounds_sweep_reads_each_runs_curve_and_uses_the_tuned_rates(
+    tmp_path, monkeypatch, capsys
+):
+    from experiments import rounds_sweep
+
+    tuned = tmp_path / "tuned"
+    tuned.mkdir()
+    rates = {"DPSH (FedAvg)": 0.01, "CSQ (FedAvg)": 0.005}
+    (tuned / "summary.json").write_text(json.dumps({"tuned_learning_rates": rates}))
+    data = tmp_path / "x.npz"
+    data.write_bytes(b"")
+    asked = []
+
+    def fake_federated(cfg, clients, run_dir):
+        asked.append((cfg["learning-rate"], cfg["rounds"], cfg["eval-every"]))
+        run_dir.mkdir(parents=True)
+        lines = [
+            {"round": r, "map_all": (0.3 + r / 100 if r % 2 == 0 else None)}
+            for r in range(5)
+        ]
+        (run_dir / "rounds.jsonl").write_text(
+            "\n".join(json.dumps(x) for x in lines) + "\n"
+        )
+        return {"final": {"map_all": 0.34}, "run_dir": str(run_dir)}
+
+    def fake_centralized(cfg, out):
+        asked.append(("centralized", cfg["loss"], cfg["rounds"]))
+        return {"final": {"map_all": 0.5}}
+
+    monkeypatch.setattr(rounds_sweep, "run_federated", fake_federated)
+    monkeypatch.setattr(rounds_sweep, "run_centralized", fake_centralized)
+    argv = [
+        "rounds_sweep",
+        "--data-path",
+        str(data),
+        "--tuned-from",
+        str(tuned),
+        "--rounds",
+        "4",
+        "--eval-every",
+        "2",
+        "--methods",
+        "DPSH (FedAvg),FedHAP",
+        "--out",
+        str(tmp_path / "out"),
+        "--runs",
+        str(tmp_path / "runs"),
+    ]
+    monkeypatch.setattr(sys, "argv", argv)
+    rounds_sweep.main()
+    assert asked == [(0.01, 4, 2), (0.0005, 4, 2), ("centralized", "dpsh", 4)]
+    text = (tmp_path / "out" / "table.md").read_text()
+    assert "| r = 0 | r = 2 | r = 4 |" in text
+    assert (
+        "| DPSH (FedAvg) | 0.01 | 30.00 ± 0.00 | 32.00 ± 0.00 | 34.00 ± 0.00 |" in text
+    )
+    assert "Centralized ceiling (DPSH): 50.00 ± 0.00" in text
+    assert (tmp_path / "out" / "rounds.png").stat().st_size > 0
+    # a baseline without a tuned rate is refused before anything runs
+    monkeypatch.setattr(sys, "argv", [*argv[:-5], "HashNet (FedAvg)", *argv[-4:]])
+    with pytest.raises(SystemExit):
+        rounds_sweep.main()
+    assert "no tuned learning rate for HashNet (FedAvg)" in capsys.readouterr().err
