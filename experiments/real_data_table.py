@@ -65,7 +65,8 @@ def _safe(name: str) -> str:
     return name.replace(" ", "_").replace("(", "").replace(")", "")
 
 
-def _cell(vals: list[float]) -> str:
+def percent_cell(vals: list[float]) -> str:
+    """``mean ± sample std`` of fractions, in percent (``-`` when empty)."""
     if not vals:
         return "-"
     std = statistics.stdev(vals) if len(vals) > 1 else 0.0
@@ -251,8 +252,10 @@ def partition_configs(classes_per_client: int) -> dict[str, dict[str, Any]]:
 def base_config(
     data_path: Path, bits: int, rounds: int, train_size: int, eval_every: int = 0
 ) -> dict[str, Any]:
-    """Config keys every run of the table shares (evaluated after the last round,
-    or every ``eval_every`` rounds)."""
+    """Return the config keys every run of the table shares.
+
+    Evaluated after the last round, or every ``eval_every`` rounds.
+    """
     return {
         "dataset": "npz",
         "data-path": str(data_path.resolve()),
@@ -393,9 +396,10 @@ def _write(
             rec = [_at(r, "recall_at_k", 1000) for r in mine]
             lines.append(
                 f"| {method} | {mine[0]['learning_rate']:g} | "
-                f"{_cell([r['map_all'] for r in mine])} | "
-                f"{_cell([r['map_at_k'] for r in mine])} | "
-                f"{_cell([v for v in rec if v is not None])} | {_cell(floors)} | "
+                f"{percent_cell([r['map_all'] for r in mine])} | "
+                f"{percent_cell([r['map_at_k'] for r in mine])} | "
+                f"{percent_cell([v for v in rec if v is not None])} | "
+                f"{percent_cell(floors)} | "
                 f"{len(mine)} | {statistics.mean(r['seconds'] for r in mine):.0f} |"
             )
             summary["cells"][f"{method} | {part}"] = {

@@ -37,6 +37,7 @@ from experiments.real_data_table import (
     PARTITIONS,
     base_config,
     partition_configs,
+    percent_cell,
 )
 from experiments.sweep import ROOT, run_centralized, run_federated
 from experiments.sweep_runner import exit_if_failed, run_sweep, write_tables
@@ -73,13 +74,6 @@ def rounds_of(run_dir: str) -> dict[int, float]:
     return out
 
 
-def _cell(vals: list[float]) -> str:
-    if not vals:
-        return "-"
-    std = statistics.stdev(vals) if len(vals) > 1 else 0.0
-    return f"{100 * statistics.mean(vals):.2f} ± {100 * std:.2f}"
-
-
 def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
     """Markdown: the protocol, then per partitioning mAP@ALL % per method and round."""
     evals = sorted({int(r) for row in rows for r in row.get("map_per_round", {})})
@@ -113,7 +107,7 @@ def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
             if not runs:
                 continue
             cells = [
-                _cell(
+                percent_cell(
                     [
                         run["map_per_round"][str(r)]
                         for run in runs
@@ -124,7 +118,7 @@ def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
             ]
             lr = runs[0]["learning_rate"]
             lines.append(f"| {method} | {lr:g} | " + " | ".join(cells) + " |")
-    lines += ["", f"Centralized ceiling (DPSH): {_cell(ceiling)} mAP@ALL %."]
+    lines += ["", f"Centralized ceiling (DPSH): {percent_cell(ceiling)} mAP@ALL %."]
     walls = [r["seconds"] for r in rows]
     if walls:
         lines.append(
