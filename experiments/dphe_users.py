@@ -1,11 +1,11 @@
 """DPHE against the number of users (the shape of the paper's Fig. 4): mAP and cost.
 
 ``python -m experiments.dphe_users --users 5,10,25,50,100 --seeds 0,1,2 [--panel left]``
-runs, for each
-number of users N, the plaintext / DPHE pair of :mod:`experiments.dphe_map` with N
-IID clients: FedAvg of DPSH on digits (the ``mlp``, 32 bits), 90% element-wise top-k
-sparsity, the same updates once in plaintext and once summed under DPHE with a fresh
-2048-bit key per run (DJN obfuscators). Two panels, as the paper's Fig. 4:
+runs, for each number of users N, the plaintext / DPHE pair of
+:mod:`experiments.dphe_map` with N IID clients: FedAvg of DPSH on digits (the
+``mlp``, 32 bits), 90% element-wise top-k sparsity, the same updates once in
+plaintext and once summed under DPHE with a fresh 2048-bit key per run (DJN
+obfuscators). Two panels, as the paper's Fig. 4:
 
 ``--panel right`` (default)
     The digits database is split into N disjoint parts, so each user holds fewer
@@ -46,7 +46,7 @@ from experiments.dphe_map import (
 )
 from experiments.overrides import resolved_settings
 from experiments.sweep import ROOT
-from experiments.sweep_runner import exit_if_failed, run_sweep
+from experiments.sweep_runner import exit_if_failed, load_rows, run_sweep
 
 
 def job_name(users: int, seed: int) -> str:
@@ -215,6 +215,14 @@ def main() -> None:
         args.out = ROOT / "docs" / "results" / name
     if not 0.0 <= args.sparsity < 1.0:
         parser.error(f"--sparsity {args.sparsity}: must be in [0, 1)")
+    rows_path = args.out / "rows.jsonl"
+    done = load_rows(rows_path) if rows_path.exists() else []
+    other = {r.get("panel", "right") for r in done} - {args.panel}
+    if other:
+        parser.error(
+            f"--out {args.out} holds rows of the {other.pop()} panel; --panel "
+            f"{args.panel} resumes by N and seed, so it needs its own folder"
+        )
     args.out.mkdir(parents=True, exist_ok=True)
     from server.experiment import prepare_data
 
@@ -230,7 +238,7 @@ def main() -> None:
     rows, failed = run_sweep(
         jobs,
         lambda job: run_users(*job, args),
-        rows_path=args.out / "rows.jsonl",
+        rows_path=rows_path,
         resume=True,  # always: a rerun skips the pairs already done
         name=lambda job: job_name(*job),
         row_name=lambda row: job_name(row["users"], row["seed"]),

@@ -209,6 +209,13 @@ def test_dphe_users_runs_each_n_in_its_own_folder_and_plots(
     with pytest.raises(SystemExit):
         dphe_users.main()
     assert "every N must be a multiple of 5" in capsys.readouterr().err
+    # one folder per panel: the left panel never resumes the right panel's rows
+    monkeypatch.setattr(
+        sys, "argv", [*argv[:-2], "--panel", "left", "--out", str(tmp_path)]
+    )
+    with pytest.raises(SystemExit):
+        dphe_users.main()
+    assert "holds rows of the right panel" in capsys.readouterr().err
 
 
 def test_run_federated_clears_what_an_interrupted_attempt_left(tmp_path, monkeypatch):
