@@ -61,7 +61,8 @@ CURVE_KS = "10,50,100,200,500,1000,2000,5000"
 DEFAULT_LR = 5e-4
 
 
-def _safe(name: str) -> str:
+def safe_name(name: str) -> str:
+    """Return a run name as a folder name (no spaces or parentheses)."""
     return name.replace(" ", "_").replace("(", "").replace(")", "")
 
 
@@ -119,7 +120,7 @@ def main() -> None:
     def federated(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], float]:
         t0 = time.perf_counter()
         # run_federated clears what an interrupted attempt left in run_dir
-        out = run_federated(cfg, args.clients, args.runs / _safe(name))
+        out = run_federated(cfg, args.clients, args.runs / safe_name(name))
         return out, time.perf_counter() - t0
 
     # Jobs in priority order, one rows file: partition-major, then seed-major, so a
@@ -191,7 +192,7 @@ def main() -> None:
         if METHODS[method] is None:
             t0 = time.perf_counter()
             cfg["loss"] = "dpsh"
-            out = run_centralized(cfg, args.runs / f"{_safe(name)}.json")
+            out = run_centralized(cfg, args.runs / f"{safe_name(name)}.json")
             secs, floor = time.perf_counter() - t0, None
         else:
             cfg.update(part_cfg[part])

@@ -38,6 +38,7 @@ from experiments.real_data_table import (
     base_config,
     partition_configs,
     percent_cell,
+    safe_name,
 )
 from experiments.sweep import ROOT, run_centralized, run_federated
 from experiments.sweep_runner import exit_if_failed, run_sweep, write_tables
@@ -228,7 +229,7 @@ def main() -> None:
         part, seed, method = job
         lr = tuned.get(method, DEFAULT_LR)
         cfg = {**base, "seed": seed, "learning-rate": lr}
-        safe = name(job).replace(" ", "_").replace("(", "").replace(")", "")
+        safe = safe_name(name(job))
         t0 = time.perf_counter()
         if method == CENTRALIZED:
             cfg.update({"loss": "dpsh", "learning-rate": DEFAULT_LR})

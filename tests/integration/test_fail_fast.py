@@ -155,27 +155,21 @@ def test_make_run_refuses_a_bad_value_before_anything_starts(tmp_path):
     assert "Traceback" not in done.stdout + done.stderr
 
 
-@pytest.mark.parametrize("cpus", ["0", "abc", "-1", ""])
-def test_make_run_refuses_a_bad_client_cpus_before_anything_starts(cpus):
+@pytest.mark.parametrize(
+    "variable, value, accepted",
+    [("CLIENT_CPUS", v, "a number > 0 (CPUs per simulated client)")
+     for v in ("0", "abc", "-1", "")]
+    + [("NUM_CLIENTS", v, "a whole number >= 1 (simulated SuperNodes)")
+       for v in ("0", "2.5", "abc", "-3", "")],
+)
+def test_make_run_refuses_a_bad_make_variable_before_anything_starts(
+    variable, value, accepted
+):
     # Flower would start a SuperLink and Ray, then fail with a traceback (CLIENT_CPUS=0
     # tried on 2026-11-27: "Simulation failed", exit code 700)
-    done = make_run("'rounds=1'", client_cpus=cpus)
+    key = {"CLIENT_CPUS": "client_cpus", "NUM_CLIENTS": "clients"}[variable]
+    done = make_run("'rounds=1'", **{key: value})
     assert done.returncode == 2
     text = done.stdout + done.stderr
-    assert (
-        f"error: CLIENT_CPUS={cpus}: accepted is a number > 0 (CPUs per simulated "
-        "client)" in text
-    )
-    assert "SuperLink" not in text and "Traceback" not in text
-
-
-@pytest.mark.parametrize("clients", ["0", "2.5", "abc", "-3", ""])
-def test_make_run_refuses_a_bad_num_clients_before_anything_starts(clients):
-    done = make_run("'rounds=1'", clients=clients)
-    assert done.returncode == 2
-    text = done.stdout + done.stderr
-    assert (
-        f"error: NUM_CLIENTS={clients}: accepted is a whole number >= 1 (simulated "
-        "SuperNodes)" in text
-    )
+    assert f"error: {variable}={value}: accepted is {accepted}" in text
     assert "SuperLink" not in text and "Traceback" not in text
