@@ -28,7 +28,11 @@ from clients.data import LocalData, load_local_data
 from experiments.overrides import parse_overrides, resolved_settings
 from hashdata import load_split
 from hashing.codes import sign_codes
-from hashing.pfmh.evaluation import local_retrieval, mean_over_clients
+from hashing.pfmh.evaluation import (
+    local_retrieval,
+    mean_over_clients,
+    precision_over_clients,
+)
 from hashing.pfmh.train import local_prototypes, train_pfmh
 from hashing.prototypes import PrototypeSet
 from hashing.retrieval import evaluate_retrieval
@@ -203,6 +207,7 @@ def train_centralized_pfmh(settings: RunSettings, num_clients: int) -> dict[str,
             "server_queries_client_db_map_at_k": mean_over_clients(
                 [r.map_at_k for r in per_db]
             ),
+            **precision_over_clients(per_db),
         },
     }
 

@@ -1,11 +1,15 @@
-"""PFMH's mAP per round (the paper's Fig. 6 shape) from a sweep's kept run directories.
+"""PFMH's figures (the paper's Figs. 4, 6 and 7 shapes) from a sweep's results.
 
 :func:`map_per_round` reads ``<out>/runs/<job>/<run>/rounds.jsonl`` of every
 federated run of the main table and :func:`plot_map_per_round` draws, per code
 length, the global protocol (server queries against each client's database, the
 primary one) and our per-client protocol against the round, one line per method,
-the mean over seeds. The run directories are git-ignored: the figure can be drawn
-only where the runs were made.
+the mean over seeds (Fig. 6). The run directories are git-ignored: that figure can
+be drawn only where the runs were made.
+
+:func:`plot_precision_at_k` (Fig. 4, top-K precision of the global protocol) and
+:func:`plot_sensitivity` (Fig. 7, mAP against the loss weights alpha and beta) read
+the sweep's aggregate (``summary.json``), so they can be redrawn anywhere.
 """
 
 from __future__ import annotations
@@ -80,6 +84,114 @@ def plot_map_per_round(
     fig.suptitle(f"PFMH, {bits} bits, mean over seeds (number of seeds in brackets)")
     fig.tight_layout()
     path = out / f"map_per_round-{bits}b.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _pyplot() -> Any:
+    import matplotlib  # noqa: PLC0415
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    return plt
+
+
+def plot_precision_at_k(
+    agg: list[dict[str, Any]], out: Path, *, bits: int
+) -> Path | None:
+    """Write ``<out>/precision_at_k-<bits>b.png``; ``None`` without P@K rows.
+
+    One line per method of the main table: precision@K of the server's queries
+    against each client's database, averaged over clients, mean over seeds with
+    the seed std as a band.
+    """
+    rows = [
+        a
+        for a in agg
+        if a["table"] == "main" and a["bits"] == bits and a.get("precision_at_k")
+    ]
+    if not rows:
+        return None
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    for a in rows:
+        ks = sorted(a["precision_at_k"], key=int)
+        mean = np.array([a["precision_at_k"][k][0] for k in ks])
+        std = np.array([a["precision_at_k"][k][1] for k in ks])
+        xs = [int(k) for k in ks]
+        (line,) = ax.plot(xs, 100 * mean, marker="o", label=a["method"])
+        ax.fill_between(
+            xs,
+            100 * (mean - std),
+            100 * (mean + std),
+            alpha=0.15,
+            color=line.get_color(),
+        )
+    ax.set(
+        xlabel="K (top-K retrieved from one client's database)",
+        ylabel="precision@K %",
+        title=f"PFMH top-K precision, {bits} bits: global protocol, mean over clients",
+    )
+    ax.title.set_fontsize(9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    path = out / f"precision_at_k-{bits}b.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_sensitivity(
+    agg: list[dict[str, Any]], out: Path, *, defaults: tuple[float, float]
+) -> Path | None:
+    """Write ``<out>/sensitivity.png`` (mAP against alpha, and against beta).
+
+    The point at both defaults is the main table's PFMH run at the same code
+    length; ``None`` without sensitivity rows.
+    """
+    rows = [a for a in agg if a["table"] == "sensitivity"]
+    if not rows:
+        return None
+    bits = rows[0]["bits"]
+    points = {(a["loss_alpha"], a["loss_beta"]): a for a in rows}
+    for a in agg:
+        if a["table"] == "main" and a["method"] == "PFMH" and a["bits"] == bits:
+            points[defaults] = a
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.0), sharey=True)
+    labels = {GLOBAL: "global protocol (per client)", LOCAL: "ours (per-client, local)"}
+    for ax, (name, idx) in zip(axes, (("alpha", 0), ("beta", 1)), strict=True):
+        fixed = defaults[1 - idx]
+        keys = sorted(k for k in points if k[1 - idx] == fixed)
+        xs = [k[idx] for k in keys]
+        for metric, label in labels.items():
+            vals = [points[k].get(metric) for k in keys]
+            got = [(x, v) for x, v in zip(xs, vals, strict=True) if v is not None]
+            if not got:
+                continue
+            ax.errorbar(
+                [x for x, _ in got],
+                [100 * v[0] for _, v in got],
+                yerr=[100 * v[1] for _, v in got],
+                marker="o",
+                capsize=3,
+                label=label,
+            )
+        ax.axvline(defaults[idx], color="grey", ls=":", lw=1)
+        other = "beta" if idx == 0 else "alpha"
+        ax.set(
+            xscale="log",
+            xlabel=f"{name} ({other} = {fixed:g})",
+            ylabel="mAP@ALL %",
+            title=f"PFMH, {bits} bits: {name} of Eq. 11",
+        )
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    path = out / "sensitivity.png"
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path

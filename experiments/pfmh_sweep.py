@@ -20,6 +20,17 @@ digits (``multiview-digits``) with 10 clients, Dirichlet(0.1) label skew and
 Dirichlet(alpha) for the ``--completion-alphas`` (clients miss fewer classes as
 alpha grows) at ``--completion-bits``.
 
+``--only sensitivity`` runs the paper's Fig. 7 shape: PFMH at
+``--sensitivity-bits`` with the loss weight alpha (similarity matching, Eq. 11)
+over ``--loss-alphas`` while beta stays at its default, then beta (information
+preservation) over ``--loss-betas`` while alpha stays at its default, one weight
+at a time (the paper does not say how it varied them). The point at both defaults
+is the main table's PFMH run.
+
+Every federated row also records the global protocol's precision@K averaged over
+clients (the run's ``precision-k`` cut-offs): ``precision_at_k-<bits>b.png`` draws
+it per method (the paper's Fig. 4, top-K precision).
+
 Each run is one Flower simulation (or one centralized training) in its own process;
 ``--jobs`` runs that many at once, each simulation with ``--cpus`` Ray CPUs. Every
 finished run is appended to ``<out>/rows.jsonl`` at once (``--resume`` skips those
@@ -42,6 +53,7 @@ from typing import Any
 
 from experiments.sweep import ROOT, _sets, run_federated
 from experiments.sweep_runner import exit_if_failed, run_sweep, write_tables
+from hashing.pfmh.evaluation import PRECISION_PREFIX
 from settings.check import parse_run_config
 
 CENTRALIZED = "centralized"
@@ -56,11 +68,15 @@ METHODS: dict[str, dict[str, Any]] = {
     CENTRALIZED: {"pfmh.variant": "full"},
 }
 COMPLETION_METHODS = ("PFMH", "w/o-PE (FedProto-like)")
+SENSITIVITY_METHOD = "PFMH"
+#: Config keys of the loss weights of Eq. 11 that the sensitivity table varies.
+LOSS_KEYS = {"loss_alpha": "pfmh.alpha", "loss_beta": "pfmh.beta"}
 #: Metrics of a row, as named in rounds.jsonl / summary.json.
 LOCAL = "local_map_all"
 LOCAL_K = "local_map_at_k"
 SQ_CDB = "server_queries_client_db_map_all"
 UNION = "map_all"
+PRECISION = "precision_at_k"  # {K: global-protocol P@K averaged over clients}
 
 
 def preset() -> dict[str, Any]:
@@ -97,7 +113,32 @@ def jobs(args: argparse.Namespace) -> list[dict[str, Any]]:
                             "seed": seed,
                         }
                     )
+    if args.only in (None, "sensitivity"):
+        default_a, default_b = loss_defaults(args.base)
+        grid = [(a, default_b) for a in args.loss_alphas if a != default_a]
+        grid += [(default_a, b) for b in args.loss_betas if b != default_b]
+        for seed in args.seeds:
+            for a, b in grid:
+                out.append(
+                    {
+                        "table": "sensitivity",
+                        "method": SENSITIVITY_METHOD,
+                        "alpha": args.base["dirichlet-alpha"],
+                        "bits": args.sensitivity_bits,
+                        "seed": seed,
+                        "loss_alpha": a,
+                        "loss_beta": b,
+                    }
+                )
     return out
+
+
+def loss_defaults(base: dict[str, Any]) -> tuple[float, float]:
+    """Return the run's (alpha, beta) loss weights of Eq. 11 (preset or defaults)."""
+    from experiments.overrides import resolved_settings
+
+    pfmh = resolved_settings(base).pfmh
+    return pfmh.alpha, pfmh.beta
 
 
 def job_name(job: dict[str, Any]) -> str:
@@ -105,7 +146,10 @@ def job_name(job: dict[str, Any]) -> str:
     method = job["method"].lower()
     for ch in " ()/":
         method = method.replace(ch, "-" if ch == "/" else "")
-    return f"{method}-a{job['alpha']}-{job['bits']}b-s{job['seed']}"
+    loss = ""
+    if "loss_alpha" in job:
+        loss = f"-la{job['loss_alpha']:g}-lb{job['loss_beta']:g}"
+    return f"{method}-a{job['alpha']}{loss}-{job['bits']}b-s{job['seed']}"
 
 
 def run_job(job: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
@@ -117,6 +161,7 @@ def run_job(job: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
         "dirichlet-alpha": job["alpha"],
         "seed": job["seed"],
         "min-train-nodes": min(args.clients, 2),
+        **{key: job[field] for field, key in LOSS_KEYS.items() if field in job},
     }
     run_dir = args.out / "runs" / job_name(job)
     t0 = time.perf_counter()
@@ -150,6 +195,11 @@ def run_job(job: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
         LOCAL_K: per_client.get(LOCAL_K),
         SQ_CDB: per_client.get(SQ_CDB),
         UNION: final.get(UNION),
+        PRECISION: {
+            k[len(PRECISION_PREFIX) :]: v
+            for k, v in per_client.items()
+            if k.startswith(PRECISION_PREFIX) and v is not None
+        },
         "initial_" + LOCAL: initial.get(LOCAL),
         "initial_" + SQ_CDB: initial.get(SQ_CDB),
         **costs,
@@ -165,14 +215,14 @@ def _run(cmd: list[str]) -> subprocess.CompletedProcess:
 
 
 def aggregate(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Mean and sample std over seeds per (table, method, alpha, bits)."""
+    """Mean and sample std over seeds per (table, method, alpha, bits[, loss])."""
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
-        groups.setdefault((r["table"], r["method"], r["alpha"], r["bits"]), []).append(
-            r
-        )
+        key = (r["table"], r["method"], r["alpha"], r["bits"])
+        key += tuple(r.get(f) for f in LOSS_KEYS)
+        groups.setdefault(key, []).append(r)
     out = []
-    for (table, method, alpha, bits), rs in groups.items():
+    for (table, method, alpha, bits, *loss), rs in groups.items():
         entry: dict[str, Any] = {
             "table": table,
             "method": method,
@@ -180,6 +230,18 @@ def aggregate(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "bits": bits,
             "seeds": sorted(r["seed"] for r in rs),
         }
+        if loss[0] is not None:
+            entry.update(zip(LOSS_KEYS, loss, strict=True))
+        curves = [r[PRECISION] for r in rs if r.get(PRECISION)]
+        if curves:
+            ks = sorted(set.intersection(*(set(c) for c in curves)), key=int)
+            entry[PRECISION] = {
+                k: [
+                    statistics.fmean(c[k] for c in curves),
+                    statistics.stdev(c[k] for c in curves) if len(curves) > 1 else 0.0,
+                ]
+                for k in ks
+            }
         for key in (
             LOCAL,
             LOCAL_K,
@@ -282,6 +344,8 @@ def tables(agg: list[dict[str, Any]], args: argparse.Namespace) -> str:
             cells += [_cell(find.get((method, x)), LOCAL) for x in alphas]
             lines.append(f"| {method} | " + " | ".join(cells) + " |")
         lines.append("")
+    lines += precision_table(main, args)
+    lines += sensitivity_table(agg, main, args)
     lines += [
         "**Cost per round** (means over runs)",
         "",
@@ -301,6 +365,75 @@ def tables(agg: list[dict[str, Any]], args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
+def precision_table(
+    main: dict[tuple[str, int], dict[str, Any]], args: argparse.Namespace
+) -> list[str]:
+    """Top-K precision of the global protocol per code length (paper Fig. 4)."""
+    lines: list[str] = []
+    for bits in args.bits:
+        have = {
+            m: main[(m, bits)]
+            for m in METHODS
+            if main.get((m, bits), {}).get(PRECISION)
+        }
+        if not have:
+            continue
+        ks = sorted({k for a in have.values() for k in a[PRECISION]}, key=int)
+        lines += [
+            f"**Top-K precision, {bits} bits** (global protocol: server queries vs "
+            "each client's database, P@K averaged over clients, %; K above a "
+            "client's database size is clipped to it)",
+            "",
+            "| method | " + " | ".join(f"P@{k}" for k in ks) + " |",
+            "|---|" + "---|" * len(ks),
+        ]
+        for method, a in have.items():
+            cells = []
+            for k in ks:
+                v = a[PRECISION].get(k)
+                cells.append(
+                    "-" if v is None else f"{100 * v[0]:.2f} ± {100 * v[1]:.2f}"
+                )
+            lines.append(f"| {method} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return lines
+
+
+def sensitivity_table(
+    agg: list[dict[str, Any]],
+    main: dict[tuple[str, int], dict[str, Any]],
+    args: argparse.Namespace,
+) -> list[str]:
+    """Tabulate mAP against alpha (beta at its default), then beta (alpha default)."""
+    rows = [a for a in agg if a["table"] == "sensitivity"]
+    if not rows:
+        return []
+    bits = rows[0]["bits"]
+    default_a, default_b = loss_defaults(args.base)
+    points = {(a["loss_alpha"], a["loss_beta"]): a for a in rows}
+    centre = main.get((SENSITIVITY_METHOD, bits))
+    if centre is not None:
+        points[(default_a, default_b)] = centre
+    lines = [
+        f"**Sensitivity to the loss weights of Eq. 11** ({SENSITIVITY_METHOD}, {bits} "
+        "bits, mAP@ALL %; one weight varied, the other at its default; the point at "
+        "both defaults is the main table's run)",
+        "",
+        "| varied | value | global protocol (per client) | ours (per-client, local) |",
+        "|---|---|---|---|",
+    ]
+    for name, idx, fixed in (("alpha", 0, default_b), ("beta", 1, default_a)):
+        for key in sorted(k for k in points if k[1 - idx] == fixed):
+            a = points[key]
+            mark = " (default)" if key == (default_a, default_b) else ""
+            lines.append(
+                f"| {name} | {key[idx]:g}{mark} | {_cell(a, SQ_CDB)} | "
+                f"{_cell(a, LOCAL)} |"
+            )
+    lines.append("")
+    return lines
+
+
 def write_outputs(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
     """Write summary.json and table.md from the rows so far; return the tables."""
     agg = aggregate(rows)
@@ -315,6 +448,20 @@ def write_outputs(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
     return write_tables(args.out, summary, tables(agg, args))
 
 
+def _weights(flag: str, text: str) -> list[float]:
+    """Parse a comma-separated list of positive loss weights, or exit."""
+    try:
+        values = [float(tok) for tok in text.split(",")]
+    except ValueError:
+        values = []
+    if not values or any(not v > 0 for v in values):
+        raise SystemExit(
+            f"{flag}={text!r}: accepted is a comma-separated list of positive "
+            "numbers, e.g. 0.001,0.01,0.1"
+        )
+    return values
+
+
 def main() -> None:
     """CLI entry point."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -323,9 +470,14 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=10)
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--cpus", type=int, default=1, help="Ray CPUs per run")
-    parser.add_argument("--only", choices=["main", "completion"], default=None)
+    parser.add_argument(
+        "--only", choices=["main", "completion", "sensitivity"], default=None
+    )
     parser.add_argument("--completion-alphas", default="1.0")
     parser.add_argument("--completion-bits", type=int, default=32)
+    parser.add_argument("--sensitivity-bits", type=int, default=64)
+    parser.add_argument("--loss-alphas", default="0.0001,0.001,0.01,0.1,1")
+    parser.add_argument("--loss-betas", default="0.0001,0.001,0.01,0.1,1")
     parser.add_argument("--resume", action="store_true")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
@@ -335,6 +487,8 @@ def main() -> None:
     args.seeds = [int(s) for s in args.seeds.split(",")]
     args.bits = [int(b) for b in args.bits.split(",")]
     args.completion_alphas = [float(a) for a in args.completion_alphas.split(",")]
+    args.loss_alphas = _weights("--loss-alphas", args.loss_alphas)
+    args.loss_betas = _weights("--loss-betas", args.loss_betas)
     args.base = {**preset(), **parse_overrides(args.set)}
     resolved_settings(args.base)  # fail before any run
     args.out = args.out or ROOT / "docs" / "results" / "pfmh"
@@ -352,11 +506,21 @@ def main() -> None:
         workers=args.jobs,
     )
     print(write_outputs(rows, args))
-    from experiments.pfmh_figures import plot_map_per_round
+    from experiments.pfmh_figures import (
+        plot_map_per_round,
+        plot_precision_at_k,
+        plot_sensitivity,
+    )
 
+    agg = aggregate(rows)
     for bits in args.bits:
         path = plot_map_per_round(rows, args.out, bits=bits)
         print(f"mAP per round, {bits} bits: {path or 'no kept run directory'}")
+        path = plot_precision_at_k(agg, args.out, bits=bits)
+        print(f"top-K precision, {bits} bits: {path or 'no row with precision@K'}")
+    path = plot_sensitivity(agg, args.out, defaults=loss_defaults(args.base))
+    if path is not None:
+        print(f"sensitivity to alpha and beta: {path}")
     exit_if_failed(failed)  # the tables hold what finished
 
 

@@ -64,3 +64,37 @@ def local_retrieval(
 def mean_over_clients(values: Sequence[float]) -> float | None:
     """Unweighted mean over clients (our per-client protocol); ``None`` if empty."""
     return float(np.mean(values)) if len(values) else None
+
+
+#: Prefix of the global protocol's per-client precision@K metrics (K appended).
+PRECISION_PREFIX = "server_queries_client_db_precision_at_"
+
+
+def precision_over_clients(
+    reports: Sequence[RetrievalReport],
+) -> dict[str, float | None]:
+    """Precision@K of the server's queries, averaged over clients, for every K.
+
+    One report per client (the server's queries against that client's database);
+    the PFMH paper's Fig. 4 (top-K precision) in the global per-client protocol.
+    K above a client's database size is clipped to it (``precision_at_k``).
+
+    Returns
+    -------
+    dict
+        ``{PRECISION_PREFIX + str(K): unweighted mean over clients}``; empty when
+        there is no report.
+    """
+    if not reports:
+        return {}
+    ks = reports[0].ks
+    if any(r.ks != ks for r in reports):
+        raise ValueError(
+            f"clients' reports have different K: {[r.ks for r in reports]}"
+        )
+    return {
+        f"{PRECISION_PREFIX}{k}": mean_over_clients(
+            [r.precision_at_k[i] for r in reports]
+        )
+        for i, k in enumerate(ks)
+    }

@@ -7,7 +7,8 @@ client"; the **global protocol** below is the closest we have to that and is the
 primary number. The per-client local protocol is **ours**, secondary: the paper
 does not describe it.
 
-``server_queries_client_db_map_all`` / ``..._map_at_k`` -- global protocol, per client
+``server_queries_client_db_map_all`` / ``..._map_at_k`` / ``..._precision_at_<K>``
+    -- global protocol, per client
     (primary) The server's held-out query set ranked against *each client's own*
     database (its whole partition), both encoded with that client's own model,
     then averaged over clients without weights. In personalized mode the server
@@ -44,7 +45,8 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message
 from flwr.common.logger import log
 
-from hashing.pfmh.evaluation import mean_over_clients
+from hashing.pfmh.evaluation import mean_over_clients, precision_over_clients
+from hashing.retrieval import RetrievalReport
 from privacy.ledger import MechanismUse
 from server.discovery import NodeInfo
 from server.evaluation import Evaluation, RetrievalEvaluator
@@ -97,7 +99,7 @@ class PFMHEvaluator(RetrievalEvaluator):
             what="query.pfmh_eval reply",
         )
         local_all, local_k = [], []
-        per_db: list[tuple[float, float]] = []
+        per_db: list[RetrievalReport] = []
         disclosures: list[tuple[int, tuple[MechanismUse, ...]]] = []
         for info, reply in replies:
             got = self._read_local(reply, info)
@@ -109,7 +111,7 @@ class PFMHEvaluator(RetrievalEvaluator):
                 if codes is not None:
                     assert codes.query_codes is not None
                     per_db.append(
-                        self._maps(codes.query_codes, codes.db_codes, codes.labels)
+                        self.rank(codes.query_codes, codes.db_codes, codes.labels)
                     )
                     if codes.uses:
                         disclosures.append((info.partition_id, tuple(codes.uses)))
@@ -123,7 +125,7 @@ class PFMHEvaluator(RetrievalEvaluator):
                 np.concatenate(got_codes.db_labels),
             )
             per_db = [
-                self._maps(got_codes.query_codes, db, labels)
+                self.rank(got_codes.query_codes, db, labels)
                 for db, labels in zip(
                     got_codes.db_codes, got_codes.db_labels, strict=True
                 )
@@ -138,8 +140,9 @@ class PFMHEvaluator(RetrievalEvaluator):
             LOCAL_MAP_ALL: mean_over_clients(local_all),
             LOCAL_MAP_AT_K: mean_over_clients(local_k),
             LOCAL_CLIENTS: float(len(local_all)),
-            SQ_CLIENT_DB_MAP_ALL: mean_over_clients([m for m, _ in per_db]),
-            SQ_CLIENT_DB_MAP_AT_K: mean_over_clients([k for _, k in per_db]),
+            SQ_CLIENT_DB_MAP_ALL: mean_over_clients([r.map_all for r in per_db]),
+            SQ_CLIENT_DB_MAP_AT_K: mean_over_clients([r.map_at_k for r in per_db]),
+            **precision_over_clients(per_db),
         }
         return Evaluation(
             report=report,
@@ -148,13 +151,6 @@ class PFMHEvaluator(RetrievalEvaluator):
             disclosures=tuple(disclosures),
             per_client=per_client,
         )
-
-    def _maps(
-        self, query_codes: np.ndarray, db_codes: np.ndarray, db_labels: np.ndarray
-    ) -> tuple[float, float]:
-        """mAP@ALL and mAP@K of the server's queries against one client's database."""
-        rep = self.rank(query_codes, db_codes, db_labels)
-        return rep.map_all, rep.map_at_k
 
     def _read_local(self, reply: Message, info: NodeInfo) -> tuple[float, float] | None:
         """Return the client's local mAP@ALL and mAP@K, or None (logged if bad)."""
