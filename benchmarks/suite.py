@@ -203,7 +203,9 @@ PAPERS: dict[str, Paper] = {
             module="experiments.pfmh_sweep",
             runs="PFMH Tables 1-2: PFMH, PFMH (fedavg mode), FedAvg (same model), "
             "w/o-PE, w/o-P, w/o-Ls, w/o-Ll and centralized, 10 clients, Dirichlet "
-            "0.1, 16/32/64/128 bits; completion check at Dirichlet 1.0, 32 bits",
+            "0.1, 16/32/64/128 bits, with top-K precision (Fig. 4); completion "
+            "check at Dirichlet 1.0, 32 bits; sensitivity to the loss weights alpha "
+            "and beta, one at a time, 64 bits (Fig. 7)",
             datasets=(
                 Dataset(
                     "multiview-digits",

@@ -143,6 +143,9 @@ def test_pfmh_personalized_exchanges_prototypes_and_learns(tmp_path, simulation)
         assert r["local_clients"] == 3
         assert 0 <= r["local_map_all"] <= 1 and r["local_map_at_k"] is not None
         assert r["server_queries_client_db_map_all"] is not None
+        # the global protocol's P@K per cut-off, averaged over clients (Fig. 4)
+        pk = [r[f"server_queries_client_db_precision_at_{k}"] for k in (10, 50)]
+        assert all(0 <= v <= 1 for v in pk)
         assert r.get("map_all") is None  # no union ranking of personal models
     final, initial = summary["final_per_client"], summary["initial_per_client"]
     assert summary["final"] is None
