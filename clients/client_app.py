@@ -194,7 +194,7 @@ def _build(key: _AppKey) -> ClientApp:
         data = load_local_data(settings, partition_id=pid, num_partitions=num)
         labels = data.labels.numpy()
         if data.publishes:
-            model = build_run_model(settings, data.input_shape)
+            model = build_run_model(settings, data.input_shape, data.num_classes)
             model.load_state_dict(msg.content[K.ARRAYS].to_torch_state_dict())
             codes = sign_codes(
                 encode(model, data.inputs, device=select_device(settings.device))

@@ -64,7 +64,7 @@ def train_centralized(settings: RunSettings) -> dict[str, Any]:
     x = torch.from_numpy(split.inputs)
     y = torch.from_numpy(data.labels)
     torch.manual_seed(settings.seed)
-    model = build_run_model(settings, tuple(x.shape[1:]))
+    model = build_run_model(settings, tuple(x.shape[1:]), data.num_classes)
     device = select_device(settings.device)
     epochs = settings.rounds * settings.local_epochs
     # the same network before training: the untrained floor (at the same seed the
@@ -76,7 +76,7 @@ def train_centralized(settings: RunSettings) -> dict[str, Any]:
         model,
         x[train_idx],
         y[train_idx],
-        loss_fn=build_hash_loss(settings, data.num_classes),
+        loss_fn=build_hash_loss(settings, data.num_classes, model=model),
         config=LocalTrainConfig(
             epochs=epochs,
             learning_rate=settings.learning_rate,

@@ -349,7 +349,7 @@ def run_experiment(
     )
 
     def model_factory() -> torch.nn.Module:
-        return build_run_model(settings, data.input_shape)
+        return build_run_model(settings, data.input_shape, data.num_classes)
 
     torch.manual_seed(settings.seed)
     initial = model_factory()  # model/input mismatch -> error

@@ -18,6 +18,7 @@ from torch import nn
 from hashing.csq import csq_loss, hash_centers
 from hashing.dch import dch_loss
 from hashing.fedhap.discriminator import Discriminator
+from hashing.greedyhash import GreedyHashNet, greedyhash_loss
 from hashing.hashnet import continuation_beta, default_alpha, hashnet_loss
 from hashing.losses import dpsh_loss
 from hashing.models import build_model
@@ -31,13 +32,18 @@ V = TypeVar("V")
 
 
 def build_run_model(
-    settings: RunSettings, input_shape: tuple[int, ...] | Mapping[str, int]
+    settings: RunSettings,
+    input_shape: tuple[int, ...] | Mapping[str, int],
+    num_classes: int | None = None,
 ) -> nn.Module:
     """Build the configured hashing network for samples of ``input_shape``.
 
     Reads ``model``, ``code-length``, ``hidden-dim`` and ``model-weights``. With
     ``dp-sgd.enabled`` the model is made Opacus-compatible (BatchNorm -> GroupNorm),
-    on the server and the clients alike, so the global arrays match.
+    on the server and the clients alike, so the global arrays match. With
+    ``loss = "greedyhash"`` the network carries GreedyHash's linear classifier
+    (:class:`hashing.greedyhash.GreedyHashNet`, ``num_classes`` outputs), whose
+    weights are global arrays like the rest.
 
     For ``strategy = "pfmh"``, ``input_shape`` is the mapping modality name ->
     flattened per-sample size (``hashdata.modality_dims``) and the network is PFMH's
@@ -70,20 +76,41 @@ def build_run_model(
         hidden_dim=settings.hidden_dim,
         weights_path=settings.model_weights,
     )
+    if settings.loss == "greedyhash":
+        if num_classes is None:
+            raise ValueError(
+                "loss 'greedyhash' needs num_classes to build its classifier; "
+                "pass the dataset's number of classes to build_run_model"
+            )
+        model = GreedyHashNet(model, settings.code_length, num_classes)
     return opacus_compatible(model) if settings.dp_sgd.enabled else model
 
 
 def build_hash_loss(
-    settings: RunSettings, num_classes: int, *, first_step: int = 0
+    settings: RunSettings,
+    num_classes: int,
+    *,
+    first_step: int = 0,
+    model: nn.Module | None = None,
 ) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
     """Return the run's ``loss`` as ``loss_fn(outputs, labels)`` of one mini-batch.
 
     ``dpsh``, ``csq`` and ``dch`` are pure functions of the batch. ``hashnet``
     counts the calls: its continuation beta is that of optimisation step
     ``first_step`` + the number of earlier calls (a client passes the steps of its
-    earlier rounds).
+    earlier rounds). ``greedyhash`` scores the codes with the classifier of
+    ``model`` (a :class:`hashing.greedyhash.GreedyHashNet`), which the optimizer
+    trains with the network.
     """
     eta = settings.quantization_weight
+    if settings.loss == "greedyhash":
+        if not isinstance(model, GreedyHashNet):
+            raise ValueError(
+                "loss 'greedyhash' needs the run's GreedyHashNet (build_run_model "
+                f"with num_classes) as model=, got {type(model).__name__}"
+            )
+        classifier = model.classifier
+        return lambda u, y: greedyhash_loss(u, y, classifier, penalty_weight=eta)
     if settings.loss == "csq":
         centers = hash_centers(num_classes, settings.code_length, seed=settings.seed)
         return lambda u, y: csq_loss(u, y, centers, quantization_weight=eta)

@@ -32,7 +32,7 @@ __all__ = ["ConfigError", "RunSettings"]
 DATASETS = ("digits", "npz", "cifar10", "multiview-digits")
 PARTITIONINGS = ("iid", "dirichlet", "pathological")
 MODELS = ("auto", "mlp", "cnn", "resnet18")
-LOSSES = ("dpsh", "csq", "hashnet", "dch")
+LOSSES = ("dpsh", "csq", "hashnet", "dch", "greedyhash")
 DEVICES = ("auto", "cpu", "cuda")
 PROTOTYPE_WEIGHTINGS = ("mean", "count")
 MIN_BITS, MAX_BITS = 8, 256
@@ -127,7 +127,9 @@ class RunSettings(Section):
         "`dpsh` (in-batch pairs), `csq` (per-sample, fixed class centres; needed "
         "for DP-SGD), `hashnet` (weighted in-batch pairs, tanh continuation) or "
         "`dch` (Deep Cauchy Hashing: weighted in-batch pairs, Cauchy likelihood of "
-        "the angle; `quantization-weight` is its lambda); FedAvg / FedProx and the "
+        "the angle; `quantization-weight` is its lambda) or `greedyhash` (sign "
+        "forward, straight-through backward, a linear classifier on the codes; "
+        "`quantization-weight` is its alpha); FedAvg / FedProx and the "
         "centralized ceiling only",
         choices=LOSSES,
     )
@@ -331,11 +333,13 @@ class RunSettings(Section):
                 f"'npz' only (flat image rows of `x_image`); {self.key('dataset')} "
                 f"is {self.dataset!r}: leave it empty"
             )
-        if self.loss in ("hashnet", "dch") and self.strategy not in (
+        if self.loss in ("hashnet", "dch", "greedyhash") and self.strategy not in (
             "fedavg",
             "fedprox",
         ):
-            name = {"hashnet": "HashNet", "dch": "DCH"}[self.loss]
+            name = {"hashnet": "HashNet", "dch": "DCH", "greedyhash": "GreedyHash"}[
+                self.loss
+            ]
             raise ConfigError(
                 f"{self.key('loss')}={self.loss!r} with {self.key('strategy')}="
                 f"{self.strategy!r}: {name} is a baseline loss of FedAvg / FedProx "

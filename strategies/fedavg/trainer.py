@@ -13,7 +13,7 @@ from settings.run_model import build_hash_loss, build_run_model
 
 
 def dpsh_trainer(content: RecordDict, ctx: TrainContext) -> RecordDict:
-    """Local training from the global model with the run's loss (DPSH, CSQ, HashNet).
+    """Local training from the global model with the run's loss (DPSH, CSQ, ...).
 
     FedProx adds its proximal term, ``updates.sparsifier = "elastic-net"`` DPHE's
     elastic-net penalty (:mod:`hashing.elastic_net`); with ``dp-sgd.enabled`` the
@@ -22,13 +22,14 @@ def dpsh_trainer(content: RecordDict, ctx: TrainContext) -> RecordDict:
     """
     s = ctx.settings
     config = content[K.CONFIG]
-    model = build_run_model(s, ctx.data.input_shape)
+    model = build_run_model(s, ctx.data.input_shape, ctx.data.num_classes)
     model.load_state_dict(content[K.ARRAYS].to_torch_state_dict())
     steps_per_round = s.local_epochs * -(-len(ctx.data.inputs) // s.batch_size)
     loss_fn = build_hash_loss(
         s,
         ctx.data.num_classes,
         first_step=(ctx.server_round - 1) * steps_per_round,
+        model=model,
     )
 
     uses: list[MechanismUse] = []

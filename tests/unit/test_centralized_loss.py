@@ -16,11 +16,11 @@ def test_centralized_ceiling_trains_the_configured_loss(monkeypatch) -> None:
 
     monkeypatch.setattr(centralized, "build_hash_loss", spy)
     losses = {}
-    for loss in ("dpsh", "csq", "hashnet", "dch"):
+    for loss in ("dpsh", "csq", "hashnet", "dch", "greedyhash"):
         cfg = {"loss": loss, "rounds": 1, "local-epochs": 1, "code-length": 16}
         out = train_centralized(RunSettings.from_config(cfg))
         losses[loss] = out["train_loss"]
         assert out["config"]["loss"] == loss
         assert 0.0 <= out["final"]["map_all"] <= 1.0
-    assert seen == [("dpsh", 10), ("csq", 10), ("hashnet", 10), ("dch", 10)]
-    assert len({round(v, 6) for v in losses.values()}) == 4
+    assert seen == [(name, 10) for name in losses]
+    assert len({round(v, 6) for v in losses.values()}) == 5

@@ -51,7 +51,8 @@ def global_model(
     data = load_local_data(settings, partition_id=pid, num_partitions=num_partitions)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(settings.seed)
-        return ArrayRecord(build_run_model(settings, data.input_shape).state_dict())
+        model = build_run_model(settings, data.input_shape, data.num_classes)
+        return ArrayRecord(model.state_dict())
 
 
 def query_encode_at(
