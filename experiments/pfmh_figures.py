@@ -145,17 +145,20 @@ def plot_precision_at_k(
 
 
 def plot_sensitivity(
-    agg: list[dict[str, Any]], out: Path, *, defaults: tuple[float, float]
+    agg: list[dict[str, Any]],
+    out: Path,
+    *,
+    bits: int,
+    defaults: tuple[float, float],
 ) -> Path | None:
-    """Write ``<out>/sensitivity.png`` (mAP against alpha, and against beta).
+    """Write ``<out>/sensitivity-<bits>b.png`` (mAP against alpha, and against beta).
 
     The point at both defaults is the main table's PFMH run at the same code
-    length; ``None`` without sensitivity rows.
+    length; ``None`` without sensitivity rows at ``bits``.
     """
-    rows = [a for a in agg if a["table"] == "sensitivity"]
+    rows = [a for a in agg if a["table"] == "sensitivity" and a["bits"] == bits]
     if not rows:
         return None
-    bits = rows[0]["bits"]
     points = {(a["loss_alpha"], a["loss_beta"]): a for a in rows}
     for a in agg:
         if a["table"] == "main" and a["method"] == "PFMH" and a["bits"] == bits:
@@ -191,7 +194,7 @@ def plot_sensitivity(
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7)
     fig.tight_layout()
-    path = out / "sensitivity.png"
+    path = out / f"sensitivity-{bits}b.png"
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path

@@ -25,7 +25,7 @@ alpha grows) at ``--completion-bits``.
 over ``--loss-alphas`` while beta stays at its default, then beta (information
 preservation) over ``--loss-betas`` while alpha stays at its default, one weight
 at a time (the paper does not say how it varied them). The point at both defaults
-is the main table's PFMH run.
+is the main table's PFMH run; ``sensitivity-<bits>b.png`` draws the table.
 
 Every federated row also records the global protocol's precision@K averaged over
 clients (the run's ``precision-k`` cut-offs): ``precision_at_k-<bits>b.png`` draws
@@ -404,33 +404,33 @@ def sensitivity_table(
     main: dict[tuple[str, int], dict[str, Any]],
     args: argparse.Namespace,
 ) -> list[str]:
-    """Tabulate mAP against alpha (beta at its default), then beta (alpha default)."""
-    rows = [a for a in agg if a["table"] == "sensitivity"]
-    if not rows:
-        return []
-    bits = rows[0]["bits"]
+    """Tabulate mAP against alpha (beta at its default), then beta, per code length."""
     default_a, default_b = loss_defaults(args.base)
-    points = {(a["loss_alpha"], a["loss_beta"]): a for a in rows}
-    centre = main.get((SENSITIVITY_METHOD, bits))
-    if centre is not None:
-        points[(default_a, default_b)] = centre
-    lines = [
-        f"**Sensitivity to the loss weights of Eq. 11** ({SENSITIVITY_METHOD}, {bits} "
-        "bits, mAP@ALL %; one weight varied, the other at its default; the point at "
-        "both defaults is the main table's run)",
-        "",
-        "| varied | value | global protocol (per client) | ours (per-client, local) |",
-        "|---|---|---|---|",
-    ]
-    for name, idx, fixed in (("alpha", 0, default_b), ("beta", 1, default_a)):
-        for key in sorted(k for k in points if k[1 - idx] == fixed):
-            a = points[key]
-            mark = " (default)" if key == (default_a, default_b) else ""
-            lines.append(
-                f"| {name} | {key[idx]:g}{mark} | {_cell(a, SQ_CDB)} | "
-                f"{_cell(a, LOCAL)} |"
-            )
-    lines.append("")
+    lines: list[str] = []
+    for bits in sorted({a["bits"] for a in agg if a["table"] == "sensitivity"}):
+        rows = [a for a in agg if a["table"] == "sensitivity" and a["bits"] == bits]
+        points = {(a["loss_alpha"], a["loss_beta"]): a for a in rows}
+        centre = main.get((SENSITIVITY_METHOD, bits))
+        if centre is not None:
+            points[(default_a, default_b)] = centre
+        lines += [
+            f"**Sensitivity to the loss weights of Eq. 11** ({SENSITIVITY_METHOD}, "
+            f"{bits} bits, mAP@ALL %; one weight varied, the other at its default; "
+            "the point at both defaults is the main table's run)",
+            "",
+            "| varied | value | global protocol (per client) | "
+            "ours (per-client, local) |",
+            "|---|---|---|---|",
+        ]
+        for name, idx, fixed in (("alpha", 0, default_b), ("beta", 1, default_a)):
+            for key in sorted(k for k in points if k[1 - idx] == fixed):
+                a = points[key]
+                mark = " (default)" if key == (default_a, default_b) else ""
+                lines.append(
+                    f"| {name} | {key[idx]:g}{mark} | {_cell(a, SQ_CDB)} | "
+                    f"{_cell(a, LOCAL)} |"
+                )
+        lines.append("")
     return lines
 
 
@@ -518,9 +518,11 @@ def main() -> None:
         print(f"mAP per round, {bits} bits: {path or 'no kept run directory'}")
         path = plot_precision_at_k(agg, args.out, bits=bits)
         print(f"top-K precision, {bits} bits: {path or 'no row with precision@K'}")
-    path = plot_sensitivity(agg, args.out, defaults=loss_defaults(args.base))
-    if path is not None:
-        print(f"sensitivity to alpha and beta: {path}")
+    for bits in sorted({a["bits"] for a in agg if a["table"] == "sensitivity"}):
+        path = plot_sensitivity(
+            agg, args.out, bits=bits, defaults=loss_defaults(args.base)
+        )
+        print(f"sensitivity to alpha and beta, {bits} bits: {path}")
     exit_if_failed(failed)  # the tables hold what finished
 
 

@@ -210,9 +210,10 @@ def test_sensitivity_and_precision_tables_and_plots(tmp_path) -> None:
     assert path == tmp_path / "precision_at_k-64b.png"
     assert path.read_bytes()[:4] == b"\x89PNG"
     assert plot_precision_at_k(agg, tmp_path, bits=32) is None
-    path = plot_sensitivity(agg, tmp_path, defaults=(0.01, 0.001))
-    assert path is not None and path.read_bytes()[:4] == b"\x89PNG"
-    assert plot_sensitivity([], tmp_path, defaults=(0.01, 0.001)) is None
+    path = plot_sensitivity(agg, tmp_path, bits=64, defaults=(0.01, 0.001))
+    assert path == tmp_path / "sensitivity-64b.png"
+    assert path.read_bytes()[:4] == b"\x89PNG"
+    assert plot_sensitivity(agg, tmp_path, bits=32, defaults=(0.01, 0.001)) is None
 
 
 def test_loss_weight_lists_are_checked() -> None:
