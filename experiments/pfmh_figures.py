@@ -45,6 +45,15 @@ def _run_dir(job_dir: Path) -> Path | None:
     return done[-1] if done else None
 
 
+def _pyplot() -> Any:
+    import matplotlib  # noqa: PLC0415
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    return plt
+
+
 def plot_map_per_round(
     rows: list[dict[str, Any]], out: Path, *, bits: int
 ) -> Path | None:
@@ -60,11 +69,7 @@ def plot_map_per_round(
         curves.setdefault(r["method"], []).append(map_per_round(run))
     if not curves:
         return None
-    import matplotlib  # noqa: PLC0415
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
-
+    plt = _pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
     titles = {
         GLOBAL: "global protocol (primary): server queries vs each client's database",
@@ -87,15 +92,6 @@ def plot_map_per_round(
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
-
-
-def _pyplot() -> Any:
-    import matplotlib  # noqa: PLC0415
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
-
-    return plt
 
 
 def plot_precision_at_k(
@@ -144,6 +140,29 @@ def plot_precision_at_k(
     return path
 
 
+def sensitivity_points(
+    agg: list[dict[str, Any]], *, bits: int, defaults: tuple[float, float]
+) -> dict[tuple[float, float], dict[str, Any]]:
+    """``{(alpha, beta): aggregate}`` of the sensitivity table at ``bits``.
+
+    The point at both defaults is the main table's PFMH run at the same code
+    length. Empty without sensitivity rows at ``bits``.
+    """
+    rows = [a for a in agg if a["table"] == "sensitivity" and a["bits"] == bits]
+    if not rows:
+        return {}
+    points = {(a["loss_alpha"], a["loss_beta"]): a for a in rows}
+    for a in agg:
+        if a["table"] == "main" and a["method"] == "PFMH" and a["bits"] == bits:
+            points[defaults] = a
+    return points
+
+
+def sensitivity_bits(agg: list[dict[str, Any]]) -> list[int]:
+    """Code lengths that have sensitivity rows, ascending."""
+    return sorted({a["bits"] for a in agg if a["table"] == "sensitivity"})
+
+
 def plot_sensitivity(
     agg: list[dict[str, Any]],
     out: Path,
@@ -156,13 +175,9 @@ def plot_sensitivity(
     The point at both defaults is the main table's PFMH run at the same code
     length; ``None`` without sensitivity rows at ``bits``.
     """
-    rows = [a for a in agg if a["table"] == "sensitivity" and a["bits"] == bits]
-    if not rows:
+    points = sensitivity_points(agg, bits=bits, defaults=defaults)
+    if not points:
         return None
-    points = {(a["loss_alpha"], a["loss_beta"]): a for a in rows}
-    for a in agg:
-        if a["table"] == "main" and a["method"] == "PFMH" and a["bits"] == bits:
-            points[defaults] = a
     plt = _pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.0), sharey=True)
     labels = {GLOBAL: "global protocol (per client)", LOCAL: "ours (per-client, local)"}

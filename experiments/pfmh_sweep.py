@@ -235,13 +235,7 @@ def aggregate(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         curves = [r[PRECISION] for r in rs if r.get(PRECISION)]
         if curves:
             ks = sorted(set.intersection(*(set(c) for c in curves)), key=int)
-            entry[PRECISION] = {
-                k: [
-                    statistics.fmean(c[k] for c in curves),
-                    statistics.stdev(c[k] for c in curves) if len(curves) > 1 else 0.0,
-                ]
-                for k in ks
-            }
+            entry[PRECISION] = {k: _mean_std([c[k] for c in curves]) for k in ks}
         for key in (
             LOCAL,
             LOCAL_K,
@@ -254,16 +248,14 @@ def aggregate(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "up_bytes_per_client_mean",
         ):
             vals = [r[key] for r in rs if r.get(key) is not None]
-            entry[key] = (
-                [
-                    statistics.fmean(vals),
-                    statistics.stdev(vals) if len(vals) > 1 else 0.0,
-                ]
-                if vals
-                else None
-            )
+            entry[key] = _mean_std(vals) if vals else None
         out.append(entry)
     return out
+
+
+def _mean_std(vals: list[float]) -> list[float]:
+    """[mean, sample std] of a non-empty list (std 0 for one value)."""
+    return [statistics.fmean(vals), statistics.stdev(vals) if len(vals) > 1 else 0.0]
 
 
 def _cell(a: dict[str, Any] | None, key: str) -> str:
@@ -345,7 +337,7 @@ def tables(agg: list[dict[str, Any]], args: argparse.Namespace) -> str:
             lines.append(f"| {method} | " + " | ".join(cells) + " |")
         lines.append("")
     lines += precision_table(main, args)
-    lines += sensitivity_table(agg, main, args)
+    lines += sensitivity_table(agg, args)
     lines += [
         "**Cost per round** (means over runs)",
         "",
@@ -400,19 +392,15 @@ def precision_table(
 
 
 def sensitivity_table(
-    agg: list[dict[str, Any]],
-    main: dict[tuple[str, int], dict[str, Any]],
-    args: argparse.Namespace,
+    agg: list[dict[str, Any]], args: argparse.Namespace
 ) -> list[str]:
     """Tabulate mAP against alpha (beta at its default), then beta, per code length."""
-    default_a, default_b = loss_defaults(args.base)
+    from experiments.pfmh_figures import sensitivity_bits, sensitivity_points
+
+    defaults = loss_defaults(args.base)
     lines: list[str] = []
-    for bits in sorted({a["bits"] for a in agg if a["table"] == "sensitivity"}):
-        rows = [a for a in agg if a["table"] == "sensitivity" and a["bits"] == bits]
-        points = {(a["loss_alpha"], a["loss_beta"]): a for a in rows}
-        centre = main.get((SENSITIVITY_METHOD, bits))
-        if centre is not None:
-            points[(default_a, default_b)] = centre
+    for bits in sensitivity_bits(agg):
+        points = sensitivity_points(agg, bits=bits, defaults=defaults)
         lines += [
             f"**Sensitivity to the loss weights of Eq. 11** ({SENSITIVITY_METHOD}, "
             f"{bits} bits, mAP@ALL %; one weight varied, the other at its default; "
@@ -422,10 +410,11 @@ def sensitivity_table(
             "ours (per-client, local) |",
             "|---|---|---|---|",
         ]
-        for name, idx, fixed in (("alpha", 0, default_b), ("beta", 1, default_a)):
+        for name, idx in (("alpha", 0), ("beta", 1)):
+            fixed = defaults[1 - idx]
             for key in sorted(k for k in points if k[1 - idx] == fixed):
                 a = points[key]
-                mark = " (default)" if key == (default_a, default_b) else ""
+                mark = " (default)" if key == defaults else ""
                 lines.append(
                     f"| {name} | {key[idx]:g}{mark} | {_cell(a, SQ_CDB)} | "
                     f"{_cell(a, LOCAL)} |"
@@ -510,6 +499,7 @@ def main() -> None:
         plot_map_per_round,
         plot_precision_at_k,
         plot_sensitivity,
+        sensitivity_bits,
     )
 
     agg = aggregate(rows)
@@ -518,7 +508,7 @@ def main() -> None:
         print(f"mAP per round, {bits} bits: {path or 'no kept run directory'}")
         path = plot_precision_at_k(agg, args.out, bits=bits)
         print(f"top-K precision, {bits} bits: {path or 'no row with precision@K'}")
-    for bits in sorted({a["bits"] for a in agg if a["table"] == "sensitivity"}):
+    for bits in sensitivity_bits(agg):
         path = plot_sensitivity(
             agg, args.out, bits=bits, defaults=loss_defaults(args.base)
         )

@@ -198,7 +198,7 @@ def test_sensitivity_and_precision_tables_and_plots(tmp_path) -> None:
     agg = _agg_rows()
     args = _sens_args()
     main = {(a["method"], a["bits"]): a for a in agg if a["table"] == "main"}
-    text = "\n".join(sensitivity_table(agg, main, args))
+    text = "\n".join(sensitivity_table(agg, args))
     # alpha rows in order, the default point taken from the main table
     assert "| alpha | 0.01 (default) | 31.00 ± 1.41 (n=2) |" in text
     assert text.index("| alpha | 0.01 (default)") < text.index("| alpha | 0.1 |")
