@@ -9,21 +9,22 @@
    seeds); the learning rate with the best final mAP@ALL is kept for the table.
    The tuning scores on the same query set as the table: this favours the
    baselines, never FedHAP (whose learning rate is the default, untuned).
-2. **The table** (each baseline's tuning runs come just before its first table run;
-   the runs go partitioning by partitioning, seed by seed, so a table cut short holds
-   whole partitionings). For every seed and partitioning (``iid``; ``non-iid``:
-   FedHAP's label shards, ``--classes-per-client`` classes per client, a multi-label
-   sample counted under its lowest label), each baseline with its tuned learning rate
-   and FedHAP through Flower's simulation (``--clients`` clients, ``--bits``,
-   ``--rounds``, the pyproject defaults otherwise), and the centralized training of
-   the same network with DPSH's loss and the same epoch budget
-   (``experiments/centralized.py``; partitioning does not apply to it).
+2. **The table**, after all tuning runs, partitioning by partitioning, seed by seed
+   (a table cut short holds whole partitionings). For every seed and partitioning
+   (``iid``; ``non-iid``: FedHAP's label shards, ``--classes-per-client`` classes per
+   client, a multi-label sample counted under its lowest label), each baseline with
+   its tuned learning rate and FedHAP through Flower's simulation (``--clients``
+   clients, ``--bits``, ``--rounds``, the pyproject defaults otherwise), and the
+   centralized training of the same network with DPSH's loss and the same epoch
+   budget (``experiments/centralized.py``; partitioning does not apply to it).
    ``--train-size N`` trains everything on a seeded random N of the database rows
    (``train-size``; FedHAP's MIRFlickr protocol is 10,000), tuning included.
 
 The untrained floor is each federated run's round-0 mAP. The query set is the
 file's fixed ``split`` when it has one (docs/data.md). Rows go to
-``<out>/rows.jsonl`` (``kind`` "tune" or "table"; ``--resume`` skips the rows there);
+``<out>/rows.jsonl`` (``kind`` "tune" or "table"; ``--resume`` skips the rows there;
+a table row whose learning rate is no longer its baseline's tuned one, after the
+grid grew, becomes ``kind`` "superseded" and is run again);
 ``<out>/table.md`` and ``<out>/summary.json`` hold mean +- sample std over seeds
 with the protocol above the tables, and ``<out>/curves-<partitioning>.png`` the
 precision-recall (Hamming radius), P@K and recall@K curves of all methods (means
@@ -130,36 +131,33 @@ def main() -> None:
         out = run_federated(cfg, args.clients, args.runs / safe_name(name))
         return out, time.perf_counter() - t0
 
-    # Jobs in priority order, one rows file: partition-major, then seed-major, so a
-    # table cut short has whole partitionings; a baseline's tuning runs come right
-    # before its first table run (``kind`` "tune" rows, seed --tune-seed, IID).
+    # Two stages, one rows file: every baseline's tuning runs (``kind`` "tune",
+    # seed --tune-seed, IID), then the table, partition-major, then seed-major, so a
+    # table cut short has whole partitionings.
     rows_path = args.out / "rows.jsonl"
     if args.resume:
         _merge_legacy_tuning(args.out)
     known: list[dict[str, Any]] = load_rows(rows_path) if args.resume else []
-    jobs: list[tuple[Any, ...]] = []
+    tune_jobs: list[tuple[Any, ...]] = [
+        ("tune", m, lr) for m in methods if m in BASELINES for lr in lr_grid
+    ]
+    table_jobs: list[tuple[Any, ...]] = []
     for i, part in enumerate(partitions):
         for seed in seeds:
             for m in methods:
                 if METHODS[m] is None:
                     if i == 0:
-                        jobs.append(("table", seed, "-", m))
+                        table_jobs.append(("table", seed, "-", m))
                     continue
-                if m in BASELINES and not any(j[:2] == ("tune", m) for j in jobs):
-                    jobs += [("tune", m, lr) for lr in lr_grid]
-                jobs.append(("table", seed, part, m))
+                table_jobs.append(("table", seed, part, m))
 
     def best_lr(method: str) -> float:
         if method not in BASELINES:
             return DEFAULT_LR
-        tuning = [r for r in _tuning(known) if r["learning_rate"] in lr_grid]
-        have = {r["learning_rate"] for r in tuning if r["method"] == method}
-        missing = [lr for lr in lr_grid if lr not in have]
-        if missing:
-            raise RuntimeError(
-                f"{method}: tuning runs missing for learning rates {missing}"
-            )
-        return best_tuned_lr(tuning, method)  # type: ignore[return-value]
+        lr = tuned_lr(known, method, lr_grid)
+        if lr is None:
+            raise RuntimeError(f"{method}: tuning runs missing for --lr-grid")
+        return lr
 
     def job_name(job: tuple[Any, ...]) -> str:
         if job[0] == "tune":
@@ -222,21 +220,27 @@ def main() -> None:
         }
 
     def tables(rows: list[dict[str, Any]]) -> None:
-        tuning = _tuning(rows)
-        tuned = {m: best_tuned_lr(tuning, m) for m in BASELINES}
+        tuned = {m: tuned_lr(rows, m, lr_grid) for m in BASELINES}
         tuned = {m: lr for m, lr in tuned.items() if lr is not None}
         table_rows = [r for r in rows if r.get("kind", "table") == "table"]
-        _write(table_rows, tuning, tuned, args, methods, partitions, started)
+        _write(table_rows, _tuning(rows), tuned, args, methods, partitions, started)
 
-    rows, failed = run_sweep(
-        jobs,
-        run,
-        rows_path=rows_path,
-        resume=args.resume,
-        name=job_name,
-        describe=lambda r: f"mAP@ALL {r['map_all']:.4f} ({r['seconds']:.0f} s)",
-        after_row=tables,
-    )
+    sweep = {
+        "run": run,
+        "rows_path": rows_path,
+        "name": job_name,
+        "describe": lambda r: f"mAP@ALL {r['map_all']:.4f} ({r['seconds']:.0f} s)",
+        "after_row": tables,
+    }
+    rows, failed = run_sweep(tune_jobs, resume=args.resume, **sweep)
+    # a table run whose learning rate is no longer its method's tuned one (the grid
+    # grew on --resume) is superseded: kept in rows.jsonl, and run again
+    stale = supersede_stale_rows(rows_path, lr_grid)
+    if stale:
+        print(f"{len(stale)} table runs superseded (new tuned lr): {stale}")
+    known[:] = load_rows(rows_path)
+    rows, more_failed = run_sweep(table_jobs, resume=True, **sweep)
+    failed += more_failed
     tables(rows)
 
     table_rows = [r for r in rows if r.get("kind", "table") == "table"]
@@ -290,6 +294,50 @@ def best_tuned_lr(tuning: list[dict[str, Any]], method: str) -> float | None:
     if not mine:
         return None
     return max(mine, key=lambda r: r["map_all"])["learning_rate"]
+
+
+def tuned_lr(
+    rows: list[dict[str, Any]], method: str, lr_grid: Sequence[float]
+) -> float | None:
+    """``method``'s tuned learning rate over ``lr_grid`` (``None`` until all are run).
+
+    Only tuning rows at a rate of the grid count (:func:`best_tuned_lr`).
+    """
+    tuning = [r for r in _tuning(rows) if r["learning_rate"] in lr_grid]
+    have = {r["learning_rate"] for r in tuning if r["method"] == method}
+    if any(lr not in have for lr in lr_grid):
+        return None
+    return best_tuned_lr(tuning, method)
+
+
+def supersede_stale_rows(rows_path: Path, lr_grid: Sequence[float]) -> list[str]:
+    """Mark the table rows run at a learning rate that is no longer tuned.
+
+    A baseline's table row whose ``learning_rate`` differs from
+    :func:`tuned_lr` (its tuning covers ``lr_grid``) gets ``kind`` "superseded"
+    and its name prefixed ``superseded:``, so a resumed sweep runs it again at the
+    tuned rate; nothing is deleted. The file is rewritten atomically.
+
+    Returns
+    -------
+    list of str
+        The superseded rows' former names.
+    """
+    rows = load_rows(rows_path)
+    stale = []
+    for row in rows:
+        if row.get("kind", "table") != "table" or row.get("method") not in BASELINES:
+            continue
+        lr = tuned_lr(rows, row["method"], lr_grid)
+        if lr is not None and row["learning_rate"] != lr:
+            stale.append(row["name"])
+            row["kind"] = "superseded"
+            row["name"] = f"superseded: {row['name']} (lr {row['learning_rate']:g})"
+    if stale:
+        tmp = rows_path.with_suffix(".jsonl.tmp")
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        tmp.replace(rows_path)
+    return stale
 
 
 def lr_grid_lines(

@@ -113,3 +113,49 @@ def test_best_tuned_lr_is_the_best_final_map_smallest_lr_on_ties() -> None:
     assert best_tuned_lr(list(reversed(rows)), "CSQ (FedAvg)") == 5e-4
     assert best_tuned_lr(rows, "DPSH (FedAvg)") == 2e-4
     assert best_tuned_lr(rows, "HashNet (FedAvg)") is None
+
+
+def test_tuned_lr_waits_for_the_whole_grid_and_ignores_rates_off_it() -> None:
+    tune = [
+        {"kind": "tune", "method": "CSQ (FedAvg)", "learning_rate": lr, "map_all": m}
+        for lr, m in ((2e-3, 0.6), (1e-2, 0.7), (5e-2, 0.9))
+    ]
+    assert rdt.tuned_lr(tune, "CSQ (FedAvg)", [2e-3, 1e-2]) == 1e-2
+    assert rdt.tuned_lr(tune, "CSQ (FedAvg)", [2e-3, 2e-2]) is None  # 2e-2 not run
+    assert rdt.tuned_lr(tune, "DPSH (FedAvg)", [2e-3]) is None
+
+
+def test_a_grown_grid_supersedes_table_rows_at_the_old_rate(tmp_path) -> None:
+    def tune(lr: float, m: float) -> dict:
+        return {
+            "kind": "tune",
+            "name": f"tune CSQ (FedAvg) lr={lr}",
+            "method": "CSQ (FedAvg)",
+            "learning_rate": lr,
+            "map_all": m,
+        }
+
+    rows = [
+        tune(2e-3, 0.6),
+        {**_row("CSQ (FedAvg)", "iid", 0, 0.6, 2e-3), "kind": "table"},
+        {**_row("FedHAP", "iid", 0, 0.7, 5e-4), "kind": "table"},
+        _row(rdt.CENTRALIZED, "-", 0, 0.8),
+    ]
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    # the old grid: nothing is stale
+    assert rdt.supersede_stale_rows(path, [2e-3]) == []
+    # the grown grid's new rate is not run yet: nothing is decided
+    assert rdt.supersede_stale_rows(path, [2e-3, 1e-2]) == []
+    # it is run and wins: the CSQ table row is superseded, kept, renamed
+    with path.open("a") as f:
+        f.write(json.dumps(tune(1e-2, 0.7)) + "\n")
+    assert rdt.supersede_stale_rows(path, [2e-3, 1e-2]) == ["CSQ (FedAvg) iid s0"]
+    after = [json.loads(line) for line in path.read_text().splitlines()]
+    assert len(after) == len(rows) + 1
+    old = [r for r in after if r["method"] == "CSQ (FedAvg)" and "partitioning" in r]
+    assert [r["kind"] for r in old] == ["superseded"]
+    assert old[0]["name"] == "superseded: CSQ (FedAvg) iid s0 (lr 0.002)"
+    # FedHAP and the ceiling (untuned) are never superseded; a second call is a no-op
+    assert sum(r.get("kind", "table") == "table" for r in after) == 2
+    assert rdt.supersede_stale_rows(path, [2e-3, 1e-2]) == []
