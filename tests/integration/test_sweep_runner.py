@@ -247,6 +247,7 @@ def test_run_federated_clears_what_an_interrupted_attempt_left(tmp_path, monkeyp
 def test_rounds_sweep_reads_each_runs_curve_and_uses_the_tuned_rates(
     tmp_path, monkeypatch, capsys
 ):
+    from experiments import real_data_table as rdt
     from experiments import rounds_sweep
 
     tuned = tmp_path / "tuned"
@@ -259,7 +260,7 @@ def test_rounds_sweep_reads_each_runs_curve_and_uses_the_tuned_rates(
 
     def fake_federated(cfg, clients, run_dir):
         asked.append((cfg["learning-rate"], cfg["rounds"], cfg["eval-every"]))
-        run_dir.mkdir(parents=True)
+        run_dir.mkdir(parents=True, exist_ok=True)  # run_federated clears it
         lines = [
             {"round": r, "map_all": (0.3 + r / 100 if r % 2 == 0 else None)}
             for r in range(5)
@@ -270,7 +271,7 @@ def test_rounds_sweep_reads_each_runs_curve_and_uses_the_tuned_rates(
         return {"final": {"map_all": 0.34}, "run_dir": str(run_dir)}
 
     def fake_centralized(cfg, out):
-        asked.append(("centralized", cfg["loss"], cfg["rounds"]))
+        asked.append(("centralized", cfg["loss"], cfg["rounds"], cfg["learning-rate"]))
         return {"final": {"map_all": 0.5}}
 
     monkeypatch.setattr(rounds_sweep, "run_federated", fake_federated)
@@ -294,14 +295,27 @@ def test_rounds_sweep_reads_each_runs_curve_and_uses_the_tuned_rates(
     ]
     monkeypatch.setattr(sys, "argv", argv)
     rounds_sweep.main()
-    assert asked == [(0.01, 4, 2), (0.0005, 4, 2), ("centralized", "dpsh", 4)]
+    assert asked == [(0.01, 4, 2), (0.0005, 4, 2), ("centralized", "dpsh", 4, 5e-4)]
     text = (tmp_path / "out" / "table.md").read_text()
     assert "| r = 0 | r = 2 | r = 4 |" in text
     assert (
         "| DPSH (FedAvg) | 0.01 | 30.00 ± 0.00 | 32.00 ± 0.00 | 34.00 ± 0.00 |" in text
     )
-    assert "Centralized ceiling (DPSH): 50.00 ± 0.00" in text
+    assert "Centralized ceiling (DPSH) (lr 0.0005): 50.00 ± 0.00" in text
     assert (tmp_path / "out" / "rounds.png").stat().st_size > 0
+    # the table's grid grew: DPSH's tuned rate and the ceiling's changed; a resumed
+    # sweep runs those again (FedHAP's row is kept) and tables the new rows only
+    rates.update({"DPSH (FedAvg)": 0.02, rdt.CENTRALIZED: 0.002})
+    (tuned / "summary.json").write_text(json.dumps({"tuned_learning_rates": rates}))
+    asked.clear()
+    monkeypatch.setattr(sys, "argv", [*argv, "--resume"])
+    rounds_sweep.main()
+    assert asked == [(0.02, 4, 2), ("centralized", "dpsh", 4, 0.002)]
+    text = (tmp_path / "out" / "table.md").read_text()
+    assert "| DPSH (FedAvg) | 0.02 |" in text and "| DPSH (FedAvg) | 0.01 |" not in text
+    assert "| FedHAP | 0.0005 |" in text
+    assert "Centralized ceiling (DPSH) (lr 0.002): 50.00 ± 0.00" in text
+    assert len((tmp_path / "out" / "rows.jsonl").read_text().splitlines()) == 5
     # a baseline without a tuned rate is refused before anything runs
     monkeypatch.setattr(sys, "argv", [*argv[:-5], "HashNet (FedAvg)", *argv[-4:]])
     with pytest.raises(SystemExit):

@@ -156,6 +156,15 @@ def test_a_grown_grid_supersedes_table_rows_at_the_old_rate(tmp_path) -> None:
     old = [r for r in after if r["method"] == "CSQ (FedAvg)" and "partitioning" in r]
     assert [r["kind"] for r in old] == ["superseded"]
     assert old[0]["name"] == "superseded: CSQ (FedAvg) iid s0 (lr 0.002)"
-    # FedHAP and the ceiling (untuned) are never superseded; a second call is a no-op
+    # FedHAP (untuned) is left alone, so is the ceiling until its tuning is run
     assert sum(r.get("kind", "table") == "table" for r in after) == 2
     assert rdt.supersede_stale_rows(path, [2e-3, 1e-2]) == []
+    # the ceiling is tuned like the baselines: its row at the old default goes
+    with path.open("a") as f:
+        for lr, m in ((2e-3, 0.82), (1e-2, 0.81)):
+            f.write(json.dumps({**tune(lr, m), "method": rdt.CENTRALIZED}) + "\n")
+    assert rdt.supersede_stale_rows(path, [2e-3, 1e-2]) == [f"{rdt.CENTRALIZED} - s0"]
+    after = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [r["method"] for r in after if r.get("kind", "table") == "table"] == [
+        "FedHAP"
+    ]
