@@ -5,7 +5,8 @@
 
 1. **Tuning.** Each FedAvg baseline (DPSH, CSQ, HashNet, DCH, GreedyHash: the
    per-batch or per-sample losses of FedHAP's Table 2 and HashNet), IID, and the
-   centralized ceiling are run at each learning rate of ``--lr-grid`` with seed
+   centralized ceiling are run at each learning rate of ``--lr-grid`` (the ceiling:
+   ``--ceiling-lr-grid``, by default the same) with seed
    ``--tune-seed`` (not one of the table's seeds); the learning rate with the best
    final mAP@ALL is kept for the table. The tuning scores on the same query set as
    the table: this favours the baselines and the ceiling, never FedHAP (whose
@@ -98,6 +99,11 @@ def main() -> None:
     parser.add_argument("--partitions", default=",".join(PARTITIONS))
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--lr-grid", default="0.0002,0.0005,0.002")
+    parser.add_argument(
+        "--ceiling-lr-grid",
+        default=None,
+        help="learning rates tried for the centralized ceiling (default: --lr-grid)",
+    )
     parser.add_argument("--tune-seed", type=int, default=99)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--runs", type=Path, default=ROOT / "results/real-data")
@@ -114,6 +120,8 @@ def main() -> None:
         parser.error(f"--data-path {args.data_path}: no such file")
     seeds = [int(s) for s in args.seeds.split(",")]
     lr_grid = [float(x) for x in args.lr_grid.split(",")]
+    ceiling_grid = [float(x) for x in (args.ceiling_lr_grid or args.lr_grid).split(",")]
+    grids = {m: ceiling_grid if m == CENTRALIZED else lr_grid for m in TUNED}
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     partitions = [p.strip() for p in args.partitions.split(",") if p.strip()]
     for m in methods:
@@ -143,7 +151,7 @@ def main() -> None:
         _merge_legacy_tuning(args.out)
     known: list[dict[str, Any]] = load_rows(rows_path) if args.resume else []
     tune_jobs: list[tuple[Any, ...]] = [
-        ("tune", m, lr) for m in methods if m in TUNED for lr in lr_grid
+        ("tune", m, lr) for m in methods if m in TUNED for lr in grids[m]
     ]
     table_jobs: list[tuple[Any, ...]] = []
     for i, part in enumerate(partitions):
@@ -158,7 +166,7 @@ def main() -> None:
     def best_lr(method: str) -> float:
         if method not in TUNED:
             return DEFAULT_LR
-        lr = tuned_lr(known, method, lr_grid)
+        lr = tuned_lr(known, method, grids[method])
         if lr is None:
             raise RuntimeError(f"{method}: tuning runs missing for --lr-grid")
         return lr
@@ -226,7 +234,7 @@ def main() -> None:
         }
 
     def tables(rows: list[dict[str, Any]]) -> None:
-        tuned = {m: tuned_lr(rows, m, lr_grid) for m in TUNED}
+        tuned = {m: tuned_lr(rows, m, grids[m]) for m in TUNED}
         tuned = {m: lr for m, lr in tuned.items() if lr is not None}
         table_rows = [r for r in rows if r.get("kind", "table") == "table"]
         _write(table_rows, _tuning(rows), tuned, args, methods, partitions, started)
@@ -241,7 +249,7 @@ def main() -> None:
     rows, failed = run_sweep(tune_jobs, resume=args.resume, **sweep)
     # a table run whose learning rate is no longer its method's tuned one (the grid
     # grew on --resume) is superseded: kept in rows.jsonl, and run again
-    stale = supersede_stale_rows(rows_path, lr_grid)
+    stale = supersede_stale_rows(rows_path, grids)
     if stale:
         print(f"{len(stale)} table runs superseded (new tuned lr): {stale}")
     known[:] = load_rows(rows_path)
@@ -316,11 +324,13 @@ def tuned_lr(
     return best_tuned_lr(tuning, method)
 
 
-def supersede_stale_rows(rows_path: Path, lr_grid: Sequence[float]) -> list[str]:
+def supersede_stale_rows(
+    rows_path: Path, grids: Mapping[str, Sequence[float]]
+) -> list[str]:
     """Mark the table rows run at a learning rate that is no longer tuned.
 
     A baseline's table row whose ``learning_rate`` differs from
-    :func:`tuned_lr` (its tuning covers ``lr_grid``) gets ``kind`` "superseded"
+    :func:`tuned_lr` (its tuning covers ``grids[method]``) gets ``kind`` "superseded"
     and its name prefixed ``superseded:``, so a resumed sweep runs it again at the
     tuned rate; nothing is deleted. The file is rewritten atomically.
 
@@ -334,7 +344,7 @@ def supersede_stale_rows(rows_path: Path, lr_grid: Sequence[float]) -> list[str]
     for row in rows:
         if row.get("kind", "table") != "table" or row.get("method") not in TUNED:
             continue
-        lr = tuned_lr(rows, row["method"], lr_grid)
+        lr = tuned_lr(rows, row["method"], grids[row["method"]])
         if lr is not None and row["learning_rate"] != lr:
             stale.append(row["name"])
             row["kind"] = "superseded"

@@ -143,14 +143,20 @@ def test_a_grown_grid_supersedes_table_rows_at_the_old_rate(tmp_path) -> None:
     ]
     path = tmp_path / "rows.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    def grids(lrs: list[float]) -> dict:
+        return {m: lrs for m in rdt.TUNED}
+
     # the old grid: nothing is stale
-    assert rdt.supersede_stale_rows(path, [2e-3]) == []
+    assert rdt.supersede_stale_rows(path, grids([2e-3])) == []
     # the grown grid's new rate is not run yet: nothing is decided
-    assert rdt.supersede_stale_rows(path, [2e-3, 1e-2]) == []
+    assert rdt.supersede_stale_rows(path, grids([2e-3, 1e-2])) == []
     # it is run and wins: the CSQ table row is superseded, kept, renamed
     with path.open("a") as f:
         f.write(json.dumps(tune(1e-2, 0.7)) + "\n")
-    assert rdt.supersede_stale_rows(path, [2e-3, 1e-2]) == ["CSQ (FedAvg) iid s0"]
+    assert rdt.supersede_stale_rows(path, grids([2e-3, 1e-2])) == [
+        "CSQ (FedAvg) iid s0"
+    ]
     after = [json.loads(line) for line in path.read_text().splitlines()]
     assert len(after) == len(rows) + 1
     old = [r for r in after if r["method"] == "CSQ (FedAvg)" and "partitioning" in r]
@@ -158,12 +164,14 @@ def test_a_grown_grid_supersedes_table_rows_at_the_old_rate(tmp_path) -> None:
     assert old[0]["name"] == "superseded: CSQ (FedAvg) iid s0 (lr 0.002)"
     # FedHAP (untuned) is left alone, so is the ceiling until its tuning is run
     assert sum(r.get("kind", "table") == "table" for r in after) == 2
-    assert rdt.supersede_stale_rows(path, [2e-3, 1e-2]) == []
+    assert rdt.supersede_stale_rows(path, grids([2e-3, 1e-2])) == []
     # the ceiling is tuned like the baselines: its row at the old default goes
     with path.open("a") as f:
         for lr, m in ((2e-3, 0.82), (1e-2, 0.81)):
             f.write(json.dumps({**tune(lr, m), "method": rdt.CENTRALIZED}) + "\n")
-    assert rdt.supersede_stale_rows(path, [2e-3, 1e-2]) == [f"{rdt.CENTRALIZED} - s0"]
+    assert rdt.supersede_stale_rows(path, grids([2e-3, 1e-2])) == [
+        f"{rdt.CENTRALIZED} - s0"
+    ]
     after = [json.loads(line) for line in path.read_text().splitlines()]
     assert [r["method"] for r in after if r.get("kind", "table") == "table"] == [
         "FedHAP"
