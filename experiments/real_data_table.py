@@ -25,8 +25,8 @@
 The untrained floor is each federated run's round-0 mAP. The query set is the
 file's fixed ``split`` when it has one (docs/data.md). Rows go to
 ``<out>/rows.jsonl`` (``kind`` "tune" or "table"; ``--resume`` skips the rows there;
-a table row whose learning rate is no longer its baseline's tuned one, after the
-grid grew, becomes ``kind`` "superseded" and is run again);
+a table row whose learning rate is no longer its method's tuned one, after a grid
+grew, becomes ``kind`` "superseded" and is run again);
 ``<out>/table.md`` and ``<out>/summary.json`` hold mean +- sample std over seeds
 with the protocol above the tables, and ``<out>/curves-<partitioning>.png`` the
 precision-recall (Hamming radius), P@K and recall@K curves of all methods (means
@@ -143,9 +143,9 @@ def main() -> None:
         out = run_federated(cfg, args.clients, args.runs / safe_name(name))
         return out, time.perf_counter() - t0
 
-    # Two stages, one rows file: every baseline's tuning runs (``kind`` "tune",
-    # seed --tune-seed, IID), then the table, partition-major, then seed-major, so a
-    # table cut short has whole partitionings.
+    # Two stages, one rows file: the tuning runs of the baselines (IID) and of the
+    # ceiling (``kind`` "tune", seed --tune-seed), then the table, partition-major,
+    # then seed-major, so a table cut short has whole partitionings.
     rows_path = args.out / "rows.jsonl"
     if args.resume:
         _merge_legacy_tuning(args.out)
