@@ -96,7 +96,7 @@ def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
         f"{args.classes_per_client} label shards per client; centralized = the same "
         f"network trained with DPSH's loss on the training rows for {args.rounds} x "
         "local-epochs epochs (the longest run's budget); mean ± sample std over "
-        f"seeds {args.seeds}.",
+        f"the seeds run of {args.seeds} (column seeds).",
     ]
     for part in args.partitions:
         mine = [r for r in rows if r.get("partitioning") == part]
@@ -106,8 +106,8 @@ def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
             "",
             f"**{part}** (mAP@ALL % after r rounds)",
             "",
-            "| method | lr | " + " | ".join(f"r = {r}" for r in evals) + " |",
-            "|---|---|" + "---|" * len(evals),
+            "| method | lr | seeds | " + " | ".join(f"r = {r}" for r in evals) + " |",
+            "|---|---|---|" + "---|" * len(evals),
         ]
         for method in FEDERATED:
             runs = [r for r in mine if r["method"] == method]
@@ -124,10 +124,15 @@ def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
                 for r in evals
             ]
             lr = runs[0]["learning_rate"]
-            lines.append(f"| {method} | {lr:g} | " + " | ".join(cells) + " |")
+            n = len(runs)
+            lines.append(f"| {method} | {lr:g} | {n} | " + " | ".join(cells) + " |")
     lr = next((r["learning_rate"] for r in rows if r["method"] == CENTRALIZED), None)
     at = f" (lr {lr:g})" if lr is not None else ""
-    lines += ["", f"Centralized ceiling (DPSH){at}: {percent_cell(ceiling)} mAP@ALL %."]
+    lines += [
+        "",
+        f"Centralized ceiling (DPSH){at}: {percent_cell(ceiling)} mAP@ALL % "
+        f"({len(ceiling)} seeds).",
+    ]
     walls = [r["seconds"] for r in rows]
     if walls:
         lines.append(

@@ -299,9 +299,13 @@ def test_rounds_sweep_reads_each_runs_curve_and_uses_the_tuned_rates(
     text = (tmp_path / "out" / "table.md").read_text()
     assert "| r = 0 | r = 2 | r = 4 |" in text
     assert (
-        "| DPSH (FedAvg) | 0.01 | 30.00 ± 0.00 | 32.00 ± 0.00 | 34.00 ± 0.00 |" in text
+        "| DPSH (FedAvg) | 0.01 | 1 | 30.00 ± 0.00 | 32.00 ± 0.00 | 34.00 ± 0.00 |"
+        in text
     )
-    assert "Centralized ceiling (DPSH) (lr 0.0005): 50.00 ± 0.00" in text
+    assert (
+        "Centralized ceiling (DPSH) (lr 0.0005): 50.00 ± 0.00 mAP@ALL % (1 seeds)"
+        in text
+    )
     assert (tmp_path / "out" / "rounds.png").stat().st_size > 0
     # the table's grid grew: DPSH's tuned rate and the ceiling's changed; a resumed
     # sweep runs those again (FedHAP's row is kept) and tables the new rows only
