@@ -143,6 +143,14 @@ def main() -> None:
         out = run_federated(cfg, args.clients, args.runs / safe_name(name))
         return out, time.perf_counter() - t0
 
+    def centralized(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], float]:
+        """Train the ceiling: the same network, DPSH's loss, on the union."""
+        t0 = time.perf_counter()
+        out = run_centralized(
+            {**cfg, "loss": "dpsh"}, args.runs / f"{safe_name(name)}.json"
+        )
+        return out, time.perf_counter() - t0
+
     # Two stages, one rows file: the tuning runs of the baselines (IID) and of the
     # ceiling (``kind`` "tune", seed --tune-seed), then the table, partition-major,
     # then seed-major, so a table cut short has whole partitionings.
@@ -186,10 +194,7 @@ def main() -> None:
         cfg = {**base, "seed": args.tune_seed, "learning-rate": lr}
         name = f"tune {method} lr{lr} s{args.tune_seed}"
         if METHODS[method] is None:
-            t0 = time.perf_counter()
-            cfg["loss"] = "dpsh"
-            out = run_centralized(cfg, args.runs / f"{safe_name(name)}.json")
-            secs = time.perf_counter() - t0
+            out, secs = centralized(cfg, name)
         else:
             cfg.update({**part_cfg["iid"], **METHODS[method]})  # type: ignore[dict-item]
             out, secs = federated(cfg, name)
@@ -209,10 +214,8 @@ def main() -> None:
         cfg: dict[str, Any] = {**base, "seed": seed, "learning-rate": lr}
         name = job_name(job)
         if METHODS[method] is None:
-            t0 = time.perf_counter()
-            cfg["loss"] = "dpsh"
-            out = run_centralized(cfg, args.runs / f"{safe_name(name)}.json")
-            secs, floor = time.perf_counter() - t0, None
+            out, secs = centralized(cfg, name)
+            floor = None
         else:
             cfg.update(part_cfg[part])
             cfg.update(METHODS[method])  # type: ignore[arg-type]

@@ -253,7 +253,8 @@ def main() -> None:
     def run(job: tuple[str, int, str]) -> dict[str, Any]:
         part, seed, method = job
         cfg = {**base, "seed": seed, "learning-rate": lr_of(method)}
-        safe = safe_name(f"{method} {part} s{seed}")
+        label = f"{method} {part} s{seed}"
+        safe = safe_name(label)
         t0 = time.perf_counter()
         if method == CENTRALIZED:
             cfg["loss"] = "dpsh"
@@ -265,7 +266,7 @@ def main() -> None:
             out = run_federated(cfg, args.clients, args.runs / safe)
             curve = {str(r): v for r, v in rounds_of(out["run_dir"]).items()}
         return {
-            "name": f"{method} {part} s{seed}",
+            "name": label,
             "method": method,
             "partitioning": part,
             "seed": seed,
