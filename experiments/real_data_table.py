@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import time
 from collections.abc import Mapping, Sequence
@@ -119,8 +120,13 @@ def main() -> None:
     if not args.data_path.is_file():
         parser.error(f"--data-path {args.data_path}: no such file")
     seeds = [int(s) for s in args.seeds.split(",")]
-    lr_grid = [float(x) for x in args.lr_grid.split(",")]
-    ceiling_grid = [float(x) for x in (args.ceiling_lr_grid or args.lr_grid).split(",")]
+    try:
+        lr_grid = parse_lr_grid(args.lr_grid, "--lr-grid")
+        ceiling_grid = parse_lr_grid(
+            args.ceiling_lr_grid or args.lr_grid, "--ceiling-lr-grid"
+        )
+    except ValueError as exc:
+        parser.error(str(exc))
     grids = {m: ceiling_grid if m == CENTRALIZED else lr_grid for m in TUNED}
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     partitions = [p.strip() for p in args.partitions.split(",") if p.strip()]
@@ -311,6 +317,29 @@ def best_tuned_lr(tuning: list[dict[str, Any]], method: str) -> float | None:
     if not mine:
         return None
     return max(mine, key=lambda r: r["map_all"])["learning_rate"]
+
+
+def parse_lr_grid(text: str, flag: str) -> list[float]:
+    """Learning rates of a comma-separated ``text``: positive finite numbers.
+
+    Raises
+    ------
+    ValueError
+        Naming ``flag``, the bad value and what is accepted.
+    """
+    rates = []
+    for item in text.split(","):
+        try:
+            lr = float(item)
+        except ValueError:
+            lr = math.nan
+        if not (math.isfinite(lr) and lr > 0):
+            raise ValueError(
+                f"{flag}: {item.strip()!r} in {text!r} is not a learning rate; "
+                "accepted: comma-separated positive numbers, e.g. 0.002,0.005"
+            )
+        rates.append(lr)
+    return rates
 
 
 def tuned_lr(

@@ -176,3 +176,10 @@ def test_a_grown_grid_supersedes_table_rows_at_the_old_rate(tmp_path) -> None:
     assert [r["method"] for r in after if r.get("kind", "table") == "table"] == [
         "FedHAP"
     ]
+
+
+@pytest.mark.parametrize("bad", ["", "0", "-1", "abc", "nan", "0.002,,0.01", "inf"])
+def test_a_bad_learning_rate_grid_is_refused_naming_the_value(bad) -> None:
+    with pytest.raises(ValueError, match="--lr-grid: .* is not a learning rate"):
+        rdt.parse_lr_grid(bad, "--lr-grid")
+    assert rdt.parse_lr_grid("0.002, 0.01", "--lr-grid") == [0.002, 0.01]
