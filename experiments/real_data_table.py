@@ -273,6 +273,23 @@ def main() -> None:
     exit_if_failed(failed)
 
 
+def setup_of(args: argparse.Namespace) -> dict[str, Any]:
+    """Return the settings a table's numbers depend on (``summary.json["setup"]``).
+
+    :mod:`experiments.bits_table` combines only tables whose setups differ in
+    ``bits`` alone, and :mod:`experiments.rounds_sweep` states the code length its
+    learning rates were tuned at.
+    """
+    return {
+        "data": args.data_path.name,
+        "clients": args.clients,
+        "bits": args.bits,
+        "rounds": args.rounds,
+        "train_size": args.train_size,
+        "classes_per_client": args.classes_per_client,
+    }
+
+
 def partition_configs(classes_per_client: int) -> dict[str, dict[str, Any]]:
     """Config keys of each ``--partitions`` name (non-iid: FedHAP's label shards)."""
     return {
@@ -469,7 +486,11 @@ def _write(
         f"round-0 mAP; mean ± sample std over seeds {args.seeds}."
     )
     lines = [head, ""]
-    summary: dict[str, Any] = {"tuned_learning_rates": tuned, "cells": {}}
+    summary: dict[str, Any] = {
+        "setup": setup_of(args),
+        "tuned_learning_rates": tuned,
+        "cells": {},
+    }
     central = [r for r in rows if r["method"] == CENTRALIZED]
     for part in partitions:
         protocol = next(

@@ -41,6 +41,7 @@ from experiments.real_data_table import (
     partition_configs,
     percent_cell,
     safe_name,
+    setup_of,
 )
 from experiments.sweep import ROOT, run_centralized, run_federated
 from experiments.sweep_runner import exit_if_failed, run_sweep, write_tables
@@ -67,6 +68,14 @@ def tuned_rates(folder: Path) -> dict[str, float]:
     return {m: float(lr) for m, lr in tuned.items()}
 
 
+def tuned_bits(folder: Path) -> int | None:
+    """Return the code length ``folder``'s rates were tuned at (None: not recorded)."""
+    try:
+        return int(json.loads((folder / "summary.json").read_text())["setup"]["bits"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def rounds_of(run_dir: str) -> dict[int, float]:
     """``{round: mAP@ALL}`` of a run's evaluated rounds (round 0: untrained)."""
     out = {}
@@ -91,7 +100,13 @@ def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
             else ""
         )
         + "learning rates: the baselines' and the ceiling's tuned in "
-        f"{args.tuned_from} (its tune seed), FedHAP's the default {DEFAULT_LR:g}; "
+        f"{args.tuned_from} (its tune seed"
+        + (
+            f", at {args.tuned_bits} bits, not retuned at {args.bits}"
+            if args.tuned_bits not in (None, args.bits)
+            else ""
+        )
+        + f"), FedHAP's the default {DEFAULT_LR:g}; "
         "non-iid = "
         f"{args.classes_per_client} label shards per client; centralized = the same "
         f"network trained with DPSH's loss on the training rows for {args.rounds} x "
@@ -220,6 +235,7 @@ def main() -> None:
         if m not in FEDERATED:
             parser.error(f"--methods: unknown {m!r}; accepted: {', '.join(FEDERATED)}")
     tuned = tuned_rates(args.tuned_from)
+    args.tuned_bits = tuned_bits(args.tuned_from)
     untuned = [m for m in methods if m in BASELINES and m not in tuned]
     if untuned:
         parser.error(
@@ -280,7 +296,11 @@ def main() -> None:
         # rows run at a learning rate that is no longer tuned (the table's grid grew)
         # stay in rows.jsonl, out of the table
         current = [r for r in rows if r["learning_rate"] == lr_of(r["method"])]
-        summary = {"rows": current, "tuned_learning_rates": tuned}
+        summary = {
+            "setup": setup_of(args),
+            "rows": current,
+            "tuned_learning_rates": tuned,
+        }
         write_tables(args.out, summary, table(current, args))
         plot(current, args.out / "rounds.png", args.partitions)
 

@@ -325,3 +325,56 @@ def test_rounds_sweep_reads_each_runs_curve_and_uses_the_tuned_rates(
     with pytest.raises(SystemExit):
         rounds_sweep.main()
     assert "no tuned learning rate for HashNet (FedAvg)" in capsys.readouterr().err
+
+
+def test_rounds_sweep_records_its_setup_and_says_when_rates_come_from_another_length(
+    tmp_path, monkeypatch
+):
+    from experiments import rounds_sweep
+
+    tuned = tmp_path / "tuned"
+    tuned.mkdir()
+    (tuned / "summary.json").write_text(
+        json.dumps(
+            {
+                "setup": {"bits": 48},
+                "tuned_learning_rates": {"DPSH (FedAvg)": 0.01},
+            }
+        )
+    )
+    data = tmp_path / "x.npz"
+    data.write_bytes(b"")
+
+    def fake_federated(cfg, clients, run_dir):
+        run_dir.mkdir(parents=True, exist_ok=True)
+        line = {"round": 0, "map_all": 0.3}
+        (run_dir / "rounds.jsonl").write_text(json.dumps(line) + "\n")
+        return {"final": {"map_all": 0.4}, "run_dir": str(run_dir)}
+
+    monkeypatch.setattr(rounds_sweep, "run_federated", fake_federated)
+    monkeypatch.setattr(
+        rounds_sweep, "run_centralized", lambda cfg, out: {"final": {"map_all": 0.5}}
+    )
+    out = tmp_path / "out"
+    argv = ["rounds_sweep", "--data-path", str(data), "--tuned-from", str(tuned)]
+    argv += ["--rounds", "2", "--eval-every", "2", "--methods", "DPSH (FedAvg)"]
+    argv += ["--out", str(out), "--runs", str(tmp_path / "runs")]
+    monkeypatch.setattr(sys, "argv", [*argv, "--bits", "12"])
+    rounds_sweep.main()
+    assert (
+        "(its tune seed, at 48 bits, not retuned at 12)"
+        in (out / "table.md").read_text()
+    )
+    setup = json.loads((out / "summary.json").read_text())["setup"]
+    assert setup == {
+        "data": "x.npz",
+        "clients": 20,
+        "bits": 12,
+        "rounds": 2,
+        "train_size": 0,
+        "classes_per_client": 3,
+    }
+    # at the length it was tuned at, nothing is said
+    monkeypatch.setattr(sys, "argv", [*argv, "--bits", "48", "--resume"])
+    rounds_sweep.main()
+    assert "(its tune seed)" in (out / "table.md").read_text()

@@ -51,6 +51,7 @@ def test_tables_state_protocol_tuning_ceiling_and_floor(tmp_path) -> None:
         for lr, v in ((5e-4, 0.5), (2e-3, 0.6))
     ]
     args = argparse.Namespace(
+        data_path=tmp_path / "m.npz",
         clients=20,
         bits=48,
         rounds=10,
@@ -76,6 +77,15 @@ def test_tables_state_protocol_tuning_ceiling_and_floor(tmp_path) -> None:
     assert "| 55.00 ± 7.07 |" in text  # recall@1000 over the two seeds
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["tuned_learning_rates"] == {"DPSH (FedAvg)": 2e-3}
+    # what experiments.bits_table compares (only the code length may differ)
+    assert summary["setup"] == {
+        "data": "m.npz",
+        "clients": 20,
+        "bits": 48,
+        "rounds": 10,
+        "train_size": 0,
+        "classes_per_client": 3,
+    }
     assert summary["cells"]["FedHAP | iid"]["map_all"] == pytest.approx([0.7, 0.71])
     # FedHAP's MIRFlickr protocol: the paper's 10,000 training rows, named as such
     args.train_size = 10000
