@@ -276,9 +276,9 @@ def main() -> None:
 def setup_of(args: argparse.Namespace) -> dict[str, Any]:
     """Return the settings a table's numbers depend on (``summary.json["setup"]``).
 
-    :mod:`experiments.bits_table` combines only tables whose setups differ in
-    ``bits`` alone, and :mod:`experiments.rounds_sweep` states the code length its
-    learning rates were tuned at.
+    :mod:`experiments.across_table` combines only tables whose setups differ in
+    one setting (``bits`` or ``clients``), and :mod:`experiments.rounds_sweep`
+    states the code length its learning rates were tuned at.
     """
     return {
         "data": args.data_path.name,

@@ -77,7 +77,7 @@ def test_tables_state_protocol_tuning_ceiling_and_floor(tmp_path) -> None:
     assert "| 55.00 ± 7.07 |" in text  # recall@1000 over the two seeds
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["tuned_learning_rates"] == {"DPSH (FedAvg)": 2e-3}
-    # what experiments.bits_table compares (only the code length may differ)
+    # what experiments.across_table compares (only one setting may differ)
     assert summary["setup"] == {
         "data": "m.npz",
         "clients": 20,

@@ -1,15 +1,16 @@
-"""One table across code lengths (the shape of FedHAP's Tables 2-3) from one table each.
+"""One table across code lengths or client counts, from one table run at each.
 
-``python -m experiments.bits_table --table docs/results/fedhap-mirflickr-paper-12bits
---table docs/results/fedhap-mirflickr-paper-24bits --table
-docs/results/fedhap-mirflickr-paper --out docs/results/fedhap-mirflickr-paper-bits``
-reads each folder's ``summary.json`` (written by :mod:`experiments.real_data_table`
-or :mod:`experiments.rounds_sweep`, both of which record their ``setup``), refuses
-folders whose setups differ in anything but the code length, and writes
-``<out>/table.md`` (mAP@ALL % per method and code length for each partitioning,
-with FedHAP minus the best baseline, the untrained floor and the centralized
-ceiling), ``<out>/summary.json`` and ``<out>/bits.png``. It runs nothing: the runs,
-their protocol and their wall times are in the source folders.
+``python -m experiments.across_table --across bits --table
+docs/results/fedhap-mirflickr-paper-12bits --table
+docs/results/fedhap-mirflickr-paper-24bits --table docs/results/fedhap-mirflickr-paper
+--out docs/results/fedhap-mirflickr-paper-bits`` (the shape of FedHAP's Tables 2-3;
+``--across clients``: its Table 6) reads each folder's ``summary.json`` (written by
+:mod:`experiments.real_data_table` or :mod:`experiments.rounds_sweep`, both of which
+record their ``setup``), refuses folders whose setups differ in anything but the
+``--across`` setting, and writes ``<out>/table.md`` (mAP@ALL % per method and value
+for each partitioning, with FedHAP minus the best baseline, the untrained floor and
+the centralized ceiling), ``<out>/summary.json`` and ``<out>/<across>.png``. It runs
+nothing: the runs, their protocols and their wall times are in the source folders.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from experiments.sweep_runner import write_tables
 
 FEDHAP = "FedHAP"
 METHOD_ORDER = (FEDHAP, *BASELINES)
+#: ``--across`` setting -> (column unit, figure axis label).
+ACROSS = {"bits": ("bits", "code length (bits)"), "clients": ("clients", "clients")}
 
 
 def load_table(folder: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -45,7 +48,7 @@ def load_table(folder: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     except (OSError, ValueError) as exc:
         raise ValueError(f"--table {folder}: cannot read {path} ({exc})") from None
     setup = summary.get("setup")
-    if not isinstance(setup, dict) or "bits" not in setup:
+    if not isinstance(setup, dict) or not set(ACROSS) <= set(setup):
         raise ValueError(
             f"--table {folder}: {path} records no setup; rewrite it with the "
             "current experiments.real_data_table or experiments.rounds_sweep "
@@ -71,39 +74,39 @@ def load_table(folder: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     return setup, rows
 
 
-def check_setups(setups: dict[Path, dict[str, Any]]) -> dict[str, Any]:
-    """Return the shared setup (without ``bits``) of tables that differ only in it.
+def check_setups(setups: dict[Path, dict[str, Any]], across: str) -> dict[str, Any]:
+    """Return the shared setup (without ``across``) of tables that differ only in it.
 
     Raises
     ------
     ValueError
-        Two tables differ in another setting, or share a code length; the message
-        names both folders and the values.
+        Two tables differ in another setting, or share a value of ``across``; the
+        message names both folders and the values.
     """
     items = list(setups.items())
     first_folder, first = items[0]
-    shared = {k: v for k, v in first.items() if k != "bits"}
+    shared = {k: v for k, v in first.items() if k != across}
     seen: dict[int, Path] = {}
     for folder, setup in items:
-        bits = int(setup["bits"])
-        if bits in seen:
+        value = int(setup[across])
+        if value in seen:
             raise ValueError(
-                f"--table {seen[bits]} and --table {folder} are both {bits} bits; "
-                "give one table per code length"
+                f"--table {seen[value]} and --table {folder} both have {across} = "
+                f"{value}; give one table per value of --across {across}"
             )
-        seen[bits] = folder
-        for key in sorted(set(shared) | set(setup) - {"bits"}):
+        seen[value] = folder
+        for key in sorted(set(shared) | set(setup) - {across}):
             if setup.get(key) != shared.get(key):
                 raise ValueError(
                     f"--table {folder} has {key} = {setup.get(key)!r} but --table "
-                    f"{first_folder} has {shared.get(key)!r}; only the code length "
-                    "may differ"
+                    f"{first_folder} has {shared.get(key)!r}; only {across} may differ "
+                    f"(--across {across})"
                 )
     return shared
 
 
 def fedhap_margin(
-    rows: list[dict[str, Any]], part: str, bits: int
+    rows: list[dict[str, Any]], part: str, at: int
 ) -> tuple[float, str] | None:
     """Return FedHAP's mean mAP minus the best baseline's, in points, and that one."""
     means = {}
@@ -111,7 +114,7 @@ def fedhap_margin(
         vals = [
             r["map_all"]
             for r in rows
-            if r["bits"] == bits and r["partitioning"] == part and r["method"] == method
+            if (r["at"], r["partitioning"], r["method"]) == (at, part, method)
         ]
         if vals:
             means[method] = statistics.mean(vals)
@@ -122,18 +125,38 @@ def fedhap_margin(
     return 100 * (means[FEDHAP] - baselines[best]), best
 
 
+def _floor_cells(mine: list[dict[str, Any]], values: list[int], cell: Any) -> list[str]:
+    """Return the untrained floor per value: per seed round 0, then over seeds."""
+    cells = []
+    for at in values:
+        floored = [r for r in mine if r["at"] == at and r["floor"] is not None]
+        seeds = sorted({r["seed"] for r in floored})
+        cells.append(
+            cell(
+                [
+                    statistics.mean(r["floor"] for r in floored if r["seed"] == s)
+                    for s in seeds
+                ]
+            )
+        )
+    return cells
+
+
 def table(
     rows: list[dict[str, Any]],
     shared: dict[str, Any],
     sources: dict[int, Path],
+    across: str,
 ) -> str:
-    """Markdown: the protocol, then per partitioning mAP@ALL % per method and bits."""
-    bits = sorted(sources)
+    """Markdown: the protocol, then per partitioning mAP@ALL % per method and value."""
+    unit = ACROSS[across][0]
+    values = sorted(sources)
     parts = [p for p in ("iid", "non-iid") if any(r["partitioning"] == p for r in rows)]
+    groups = {(r["method"], r["partitioning"], r["at"]) for r in rows}
     most = max(
         (
-            len([r for r in rows if (r["method"], r["partitioning"], r["bits"]) == k])
-            for k in {(r["method"], r["partitioning"], r["bits"]) for r in rows}
+            sum((r["method"], r["partitioning"], r["at"]) == g for r in rows)
+            for g in groups
         ),
         default=0,
     )
@@ -148,17 +171,17 @@ def table(
         if shared.get("train_size")
         else "every client training on its whole partition, "
     )
+    fixed = [f"{shared[k]} {k}" for k in ("clients", "bits", "rounds") if k in shared]
     lines = [
-        f"Protocol: {shared.get('data')}, {shared.get('clients')} clients, "
-        f"{shared.get('rounds')} rounds, {train}non-iid = "
+        f"Protocol: {shared.get('data')}, {', '.join(fixed)}, {train}non-iid = "
         f"{shared.get('classes_per_client')} label shards per client; one table per "
-        "code length, each with its own protocol and learning rates: "
-        + "; ".join(f"{b} bits: {sources[b]}" for b in bits)
-        + f"; mAP@ALL % after the last round, mean ± sample std over seeds (n = "
+        f"number of {unit}, each with its own protocol and learning rates: "
+        + "; ".join(f"{v} {unit}: {sources[v]}" for v in values)
+        + "; mAP@ALL % after the last round, mean ± sample std over seeds (n = "
         f"seeds where under {most}).",
     ]
-    header = "| method | " + " | ".join(f"{b} bits" for b in bits) + " |"
-    rule = "|---|" + "---|" * len(bits)
+    header = "| method | " + " | ".join(f"{v} {unit}" for v in values) + " |"
+    rule = "|---|" + "---|" * len(values)
     for part in parts:
         mine = [r for r in rows if r["partitioning"] == part]
         lines += ["", f"**{part}** (mAP@ALL %)", "", header, rule]
@@ -168,81 +191,63 @@ def table(
                     [
                         r["map_all"]
                         for r in mine
-                        if (r["method"], r["bits"]) == (method, b)
+                        if (r["method"], r["at"]) == (method, v)
                     ]
                 )
-                for b in bits
+                for v in values
             ]
             if any(c != "-" for c in cells):
                 lines.append(f"| {method} | " + " | ".join(cells) + " |")
         margins = []
-        for b in bits:
-            m = fedhap_margin(rows, part, b)
+        for v in values:
+            m = fedhap_margin(rows, part, v)
             margins.append("-" if m is None else f"{m[0]:+.2f} ({m[1]})")
         lines.append(
             "| FedHAP minus the best baseline (points) | " + " | ".join(margins) + " |"
         )
-        floors = [
-            cell(
-                [
-                    statistics.mean(
-                        r["floor"]
-                        for r in mine
-                        if r["bits"] == b and r["seed"] == s and r["floor"] is not None
-                    )
-                    for s in sorted(
-                        {
-                            r["seed"]
-                            for r in mine
-                            if r["bits"] == b and r["floor"] is not None
-                        }
-                    )
-                ]
-            )
-            for b in bits
-        ]
+        floors = _floor_cells(mine, values, cell)
         lines.append("| untrained floor (round 0) | " + " | ".join(floors) + " |")
         ceiling = [
             cell(
                 [
                     r["map_all"]
                     for r in rows
-                    if r["method"] == CENTRALIZED and r["bits"] == b
+                    if (r["method"], r["at"]) == (CENTRALIZED, v)
                 ]
             )
-            for b in bits
+            for v in values
         ]
         lines.append(f"| ceiling: {CENTRALIZED} | " + " | ".join(ceiling) + " |")
     lrs = []
     for method in (*METHOD_ORDER, CENTRALIZED):
         per = {
-            b: sorted(
+            v: sorted(
                 {
                     r["learning_rate"]
                     for r in rows
-                    if (r["method"], r["bits"]) == (method, b)
+                    if (r["method"], r["at"]) == (method, v)
                 }
             )
-            for b in bits
+            for v in values
         }
-        flat = sorted({lr for v in per.values() for lr in v})
+        flat = sorted({lr for lr_set in per.values() for lr in lr_set})
         if len(flat) == 1:
             lrs.append(f"{method} {flat[0]:g}")
         elif flat:
             lrs.append(
                 f"{method} "
                 + ", ".join(
-                    f"{'/'.join(f'{x:g}' for x in v)} at {b}"
-                    for b, v in per.items()
-                    if v
+                    f"{'/'.join(f'{x:g}' for x in lr_set)} at {v} {unit}"
+                    for v, lr_set in per.items()
+                    if lr_set
                 )
             )
     lines += ["", "Learning rates: " + "; ".join(lrs) + "."]
     return "\n".join(lines)
 
 
-def plot(rows: list[dict[str, Any]], path: Path) -> None:
-    """mAP@ALL against code length per method, one panel per partitioning."""
+def plot(rows: list[dict[str, Any]], path: Path, across: str) -> None:
+    """mAP@ALL against the ``across`` setting per method, a panel per partitioning."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -251,24 +256,20 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     parts = [p for p in ("iid", "non-iid") if any(r["partitioning"] == p for r in rows)]
     if not parts:
         return
-    bits = sorted({r["bits"] for r in rows})
+    values = sorted({r["at"] for r in rows})
     fig, axes = plt.subplots(1, len(parts), figsize=(5 * len(parts), 4), squeeze=False)
     for ax, part in zip(axes[0], parts, strict=True):
         for method in (*METHOD_ORDER, CENTRALIZED):
-            pts = [
-                (
-                    b,
-                    [
-                        r["map_all"]
-                        for r in rows
-                        if r["method"] == method
-                        and r["bits"] == b
-                        and r["partitioning"] in (part, "-")
-                    ],
-                )
-                for b in bits
-            ]
-            pts = [(b, 100 * statistics.mean(v)) for b, v in pts if v]
+            pts = []
+            for v in values:
+                vals = [
+                    r["map_all"]
+                    for r in rows
+                    if (r["method"], r["at"]) == (method, v)
+                    and r["partitioning"] in (part, "-")
+                ]
+                if vals:
+                    pts.append((v, 100 * statistics.mean(vals)))
             if pts:
                 style = (
                     {"linestyle": "--", "color": "grey"}
@@ -276,7 +277,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
                     else {}
                 )
                 ax.plot(*zip(*pts, strict=True), marker="o", label=method, **style)
-        ax.set(xlabel="code length (bits)", ylabel="mAP@ALL %", title=part, xticks=bits)
+        ax.set(xlabel=ACROSS[across][1], ylabel="mAP@ALL %", title=part, xticks=values)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
@@ -288,34 +289,41 @@ def main() -> None:
     """CLI (see the module docstring)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
+        "--across",
+        choices=sorted(ACROSS),
+        default="bits",
+        help="the one setting the tables differ in (default: bits)",
+    )
+    parser.add_argument(
         "--table",
         type=Path,
         action="append",
         required=True,
         help="a folder written by real_data_table or rounds_sweep (repeat, one "
-        "per code length)",
+        "per value of --across)",
     )
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     try:
         loaded = {folder: load_table(folder) for folder in args.table}
-        shared = check_setups({f: setup for f, (setup, _) in loaded.items()})
+        shared = check_setups({f: s for f, (s, _) in loaded.items()}, args.across)
     except ValueError as exc:
         parser.error(str(exc))
-    sources = {int(setup["bits"]): f for f, (setup, _) in loaded.items()}
+    sources = {int(setup[args.across]): f for f, (setup, _) in loaded.items()}
     rows = [
-        {**row, "bits": int(setup["bits"])}
+        {**row, "at": int(setup[args.across])}
         for setup, table_rows in loaded.values()
         for row in table_rows
     ]
     args.out.mkdir(parents=True, exist_ok=True)
     summary = {
+        "across": args.across,
         "setup": shared,
-        "sources": {str(b): str(f) for b, f in sorted(sources.items())},
+        "sources": {str(v): str(f) for v, f in sorted(sources.items())},
         "rows": rows,
     }
-    text = write_tables(args.out, summary, table(rows, shared, sources))
-    plot(rows, args.out / "bits.png")
+    text = write_tables(args.out, summary, table(rows, shared, sources, args.across))
+    plot(rows, args.out / f"{args.across}.png", args.across)
     print(text)
 
 

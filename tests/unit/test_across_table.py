@@ -1,4 +1,4 @@
-"""experiments.bits_table: one table across code lengths from a table per length."""
+"""experiments.across_table: one table across code lengths or clients from one each."""
 
 from __future__ import annotations
 
@@ -7,11 +7,10 @@ import sys
 
 import pytest
 
-from experiments import bits_table
+from experiments import across_table
 
 SETUP = {
     "data": "m.npz",
-    "clients": 20,
     "rounds": 10,
     "train_size": 10000,
     "classes_per_client": 3,
@@ -21,7 +20,7 @@ SETUP = {
 def _table_folder(tmp_path, name, bits, rows, **setup):
     folder = tmp_path / name
     folder.mkdir()
-    summary = {"setup": {**SETUP, "bits": bits, **setup}, "rows": rows}
+    summary = {"setup": {**SETUP, "clients": 20, "bits": bits, **setup}, "rows": rows}
     (folder / "summary.json").write_text(json.dumps(summary))
     return folder
 
@@ -82,9 +81,17 @@ def test_combines_both_writers_and_states_margin_floor_and_ceiling(
         ],
     )
     out = tmp_path / "out"
-    argv = ["bits_table", "--table", str(at48), "--table", str(at12), "--out", str(out)]
+    argv = [
+        "across_table",
+        "--table",
+        str(at48),
+        "--table",
+        str(at12),
+        "--out",
+        str(out),
+    ]
     monkeypatch.setattr(sys, "argv", argv)
-    bits_table.main()
+    across_table.main()
     text = (out / "table.md").read_text()
     assert "| method | 12 bits | 48 bits |" in text
     assert "| FedHAP | 70.00 ± 0.00 | 73.00 ± 1.41 |" in text
@@ -105,6 +112,27 @@ def test_combines_both_writers_and_states_margin_floor_and_ceiling(
     assert (out / "bits.png").stat().st_size > 0
 
 
+def test_across_clients_is_the_papers_table_6_shape(tmp_path, monkeypatch, capsys):
+    at20 = _table_folder(tmp_path, "c20", 48, [_rdt_row("FedHAP", "iid", 0, 0.72)])
+    at40 = _table_folder(
+        tmp_path, "c40", 48, [_sweep_row("FedHAP", "iid", 0, 0.70)], clients=40
+    )
+    out = tmp_path / "out"
+    argv = ["across_table", "--table", str(at20), "--table", str(at40)]
+    monkeypatch.setattr(sys, "argv", [*argv, "--out", str(out), "--across", "clients"])
+    across_table.main()
+    text = (out / "table.md").read_text()
+    assert text.startswith("Protocol: m.npz, 48 bits, 10 rounds,")
+    assert "| method | 20 clients | 40 clients |" in text
+    assert "| FedHAP | 72.00 ± 0.00 | 70.00 ± 0.00 |" in text
+    assert (out / "clients.png").stat().st_size > 0
+    # across bits, the same two folders are refused: both are 48 bits
+    monkeypatch.setattr(sys, "argv", [*argv, "--out", str(out)])
+    with pytest.raises(SystemExit):
+        across_table.main()
+    assert "both have bits = 48" in capsys.readouterr().err
+
+
 def test_refuses_tables_that_differ_in_more_than_bits(tmp_path, monkeypatch, capsys):
     a = _table_folder(tmp_path, "a", 12, [])
     b = _table_folder(tmp_path, "b", 24, [], rounds=20)
@@ -112,7 +140,7 @@ def test_refuses_tables_that_differ_in_more_than_bits(tmp_path, monkeypatch, cap
         sys,
         "argv",
         [
-            "bits_table",
+            "across_table",
             "--table",
             str(a),
             "--table",
@@ -122,17 +150,18 @@ def test_refuses_tables_that_differ_in_more_than_bits(tmp_path, monkeypatch, cap
         ],
     )
     with pytest.raises(SystemExit):
-        bits_table.main()
+        across_table.main()
     err = capsys.readouterr().err
-    assert "rounds = 20" in err and "has 10" in err and "only the code length" in err
+    assert "rounds = 20" in err and "has 10" in err and "only bits may differ" in err
     assert not (tmp_path / "o").exists()
 
 
 def test_refuses_two_tables_of_one_code_length(tmp_path):
     a = _table_folder(tmp_path, "a", 24, [])
     b = _table_folder(tmp_path, "b", 24, [])
-    with pytest.raises(ValueError, match="both 24 bits"):
-        bits_table.check_setups({a: {**SETUP, "bits": 24}, b: {**SETUP, "bits": 24}})
+    setup = {**SETUP, "clients": 20, "bits": 24}
+    with pytest.raises(ValueError, match="both have bits = 24"):
+        across_table.check_setups({a: setup, b: setup}, "bits")
 
 
 def test_a_summary_without_setup_is_refused_with_the_way_out(tmp_path):
@@ -140,6 +169,6 @@ def test_a_summary_without_setup_is_refused_with_the_way_out(tmp_path):
     folder.mkdir()
     (folder / "summary.json").write_text(json.dumps({"rows": []}))
     with pytest.raises(ValueError, match="records no setup.*--resume"):
-        bits_table.load_table(folder)
+        across_table.load_table(folder)
     with pytest.raises(ValueError, match="cannot read"):
-        bits_table.load_table(tmp_path / "missing")
+        across_table.load_table(tmp_path / "missing")
