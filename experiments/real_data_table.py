@@ -46,7 +46,13 @@ from typing import Any
 
 from experiments.real_data_figures import plot_curves, report_curves
 from experiments.sweep import ROOT, run_centralized, run_federated
-from experiments.sweep_runner import exit_if_failed, load_rows, run_sweep, write_tables
+from experiments.sweep_runner import (
+    check_resume_setup,
+    exit_if_failed,
+    load_rows,
+    run_sweep,
+    write_tables,
+)
 
 CENTRALIZED = "centralized (DPSH)"
 #: Method -> the config keys that make it (``None``: the centralized ceiling).
@@ -138,6 +144,11 @@ def main() -> None:
             parser.error(f"--partitions: unknown {p!r}; accepted: iid, non-iid")
     if args.tune_seed in seeds:
         parser.error(f"--tune-seed {args.tune_seed} is one of --seeds {args.seeds}")
+    if args.resume:
+        try:
+            check_resume_setup(args.out, setup_of(args))
+        except ValueError as exc:
+            parser.error(str(exc))
     part_cfg = partition_configs(args.classes_per_client)
     base = base_config(args.data_path, args.bits, args.rounds, args.train_size)
     args.out.mkdir(parents=True, exist_ok=True)

@@ -44,7 +44,12 @@ from experiments.real_data_table import (
     setup_of,
 )
 from experiments.sweep import ROOT, run_centralized, run_federated
-from experiments.sweep_runner import exit_if_failed, run_sweep, write_tables
+from experiments.sweep_runner import (
+    check_resume_setup,
+    exit_if_failed,
+    run_sweep,
+    write_tables,
+)
 
 FEDERATED = tuple(m for m, cfg in METHODS.items() if cfg is not None)
 
@@ -242,6 +247,11 @@ def main() -> None:
             f"--tuned-from {args.tuned_from} has no tuned learning rate for "
             f"{', '.join(untuned)}; tune there first or leave them out with --methods"
         )
+    if args.resume:
+        try:
+            check_resume_setup(args.out, setup_of(args))
+        except ValueError as exc:
+            parser.error(str(exc))
     seeds = [int(s) for s in args.seeds.split(",")]
     base = base_config(
         args.data_path, args.bits, args.rounds, args.train_size, args.eval_every

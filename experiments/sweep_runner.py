@@ -119,6 +119,34 @@ def write_tables(out: Path, summary: dict[str, Any], text: str) -> str:
     return text
 
 
+def check_resume_setup(out: Path, setup: dict[str, Any]) -> None:
+    """Refuse to resume into ``out`` when its recorded setup differs from ``setup``.
+
+    Runs are identified by method, partitioning, seed (and learning rate), not by
+    the settings every run shares, so resuming with another code length, client
+    count or round budget would table old runs as new ones. A folder without a
+    recorded setup (written before setups were recorded) is not checked.
+
+    Raises
+    ------
+    ValueError
+        A setting differs; the message names it, both values and the way out.
+    """
+    try:
+        recorded = json.loads((out / "summary.json").read_text()).get("setup")
+    except (OSError, ValueError, AttributeError):
+        return
+    if not isinstance(recorded, dict):
+        return
+    for key in sorted(set(recorded) | set(setup)):
+        if recorded.get(key) != setup.get(key):
+            raise ValueError(
+                f"--resume into {out}: its runs have {key} = {recorded.get(key)!r}, "
+                f"this command {setup.get(key)!r}; resume with the same settings "
+                "or give another --out"
+            )
+
+
 def exit_if_failed(failed: list[str]) -> None:
     """End with exit code 1 naming the failed runs, if any (tables are written)."""
     if failed:

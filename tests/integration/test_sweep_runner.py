@@ -375,6 +375,43 @@ def test_rounds_sweep_records_its_setup_and_says_when_rates_come_from_another_le
         "classes_per_client": 3,
     }
     # at the length it was tuned at, nothing is said
-    monkeypatch.setattr(sys, "argv", [*argv, "--bits", "48", "--resume"])
+    other = tmp_path / "out48"
+    monkeypatch.setattr(sys, "argv", [*argv, "--bits", "48", "--out", str(other)])
     rounds_sweep.main()
-    assert "(its tune seed)" in (out / "table.md").read_text()
+    assert "(its tune seed)" in (other / "table.md").read_text()
+
+
+def test_resume_into_a_folder_of_another_setup_is_refused_before_any_run(
+    tmp_path, monkeypatch, capsys
+):
+    from experiments import rounds_sweep
+
+    tuned = tmp_path / "tuned"
+    tuned.mkdir()
+    rates = {"tuned_learning_rates": {"DPSH (FedAvg)": 0.01}}
+    (tuned / "summary.json").write_text(json.dumps(rates))
+    data = tmp_path / "x.npz"
+    data.write_bytes(b"")
+    out = tmp_path / "out"
+    out.mkdir()
+    setup = {
+        "data": "x.npz",
+        "clients": 20,
+        "bits": 24,
+        "rounds": 2,
+        "train_size": 0,
+        "classes_per_client": 3,
+    }
+    (out / "summary.json").write_text(json.dumps({"setup": setup, "rows": []}))
+    (out / "rows.jsonl").write_text('{"kept": true}\n')
+    started = []
+    monkeypatch.setattr(rounds_sweep, "run_federated", lambda *a: started.append(a))
+    argv = ["rounds_sweep", "--data-path", str(data), "--tuned-from", str(tuned)]
+    argv += ["--rounds", "2", "--eval-every", "2", "--methods", "DPSH (FedAvg)"]
+    argv += ["--out", str(out), "--bits", "12", "--resume"]
+    monkeypatch.setattr(sys, "argv", argv)
+    with pytest.raises(SystemExit):
+        rounds_sweep.main()
+    err = capsys.readouterr().err
+    assert "its runs have bits = 24, this command 12" in err
+    assert not started and (out / "rows.jsonl").read_text() == '{"kept": true}\n'

@@ -37,7 +37,7 @@ def test_unknown_paper_names_the_accepted_ones(capsys, no_runs) -> None:
 def test_unknown_dataset_names_the_accepted_ones(capsys, no_runs) -> None:
     err = _refused(capsys, "--paper", "fedhap", "--dataset", "imagenet")
     assert "unknown dataset 'imagenet' for paper fedhap" in err
-    assert "digits (default), mirflickr" in err
+    assert "digits (default), mirflickr, mirflickr-paper" in err
     err = _refused(capsys, "--paper", "all", "--dataset", "pfmh=cifar10")
     assert "accepted: multiview-digits (default), wiki" in err
 
@@ -129,3 +129,27 @@ def test_arguments_after_double_dash_go_to_the_one_driver(
     assert suite.main(["--paper", "pfmh", "--dry-run", "--", "--bits", "32"]) == 0
     shown = capsys.readouterr().out
     assert shown.strip().endswith("--bits 32")
+
+
+def test_mirflickr_paper_is_the_paper_split_table_and_its_quick_run_is_small(
+    tmp_path,
+) -> None:
+    (tmp_path / "mirflickr25k_tags.npz").write_bytes(b"")
+    base = ["--paper", "fedhap", "--dataset", "mirflickr-paper"]
+    base += ["--data-dir", str(tmp_path), "--out", str(tmp_path / "res")]
+    (run,) = _plan(*base, "--resume").runs
+    argv = list(run.argv)
+    # the folder and the arguments of docs/results/fedhap-mirflickr-paper
+    assert run.out == tmp_path / "res" / "fedhap-mirflickr-paper"
+    assert run.module == "experiments.real_data_table"
+    assert argv[argv.index("--train-size") + 1] == "10000"
+    assert argv[argv.index("--lr-grid") + 1] == "0.002,0.005,0.01,0.02,0.05"
+    assert argv[argv.index("--ceiling-lr-grid") + 1] == "0.0002,0.0005,0.002,0.005,0.01"
+    # the smoke run overrides both grids with one rate (the last value counts)
+    (quick,) = _plan(*base, "--quick").runs
+    q = list(quick.argv)
+    last = {
+        flag: q[len(q) - 1 - q[::-1].index(flag) + 1]
+        for flag in ("--lr-grid", "--ceiling-lr-grid")
+    }
+    assert last == {"--lr-grid": "0.0005", "--ceiling-lr-grid": "0.0005"}
