@@ -199,7 +199,8 @@ def plot(rows: list[dict[str, Any]], path: Path, partitions: list[str]) -> None:
             )
         ax.set(xlabel="rounds", ylabel="mAP@ALL %", title=part)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        if ax.get_legend_handles_labels()[0]:  # a partitioning not run yet is empty
+            ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
