@@ -73,12 +73,25 @@ def tuned_rates(folder: Path) -> dict[str, float]:
     return {m: float(lr) for m, lr in tuned.items()}
 
 
-def tuned_bits(folder: Path) -> int | None:
-    """Return the code length ``folder``'s rates were tuned at (None: not recorded)."""
+def tuned_setup(folder: Path) -> dict[str, Any]:
+    """Return the setup ``folder``'s rates were tuned in (empty: not recorded)."""
     try:
-        return int(json.loads((folder / "summary.json").read_text())["setup"]["bits"])
+        setup = json.loads((folder / "summary.json").read_text())["setup"]
     except (OSError, ValueError, KeyError, TypeError):
-        return None
+        return {}
+    return setup if isinstance(setup, dict) else {}
+
+
+def retuning_note(tuned: dict[str, Any], args: argparse.Namespace) -> str:
+    """Return ``", at 48 bits, not retuned at 12 bits"`` where the setups differ."""
+    keys = [
+        k for k in ("bits", "clients") if k in tuned and tuned[k] != getattr(args, k)
+    ]
+    if not keys:
+        return ""
+    there = " and ".join(f"{tuned[k]} {k}" for k in keys)
+    here = " and ".join(f"{getattr(args, k)} {k}" for k in keys)
+    return f", at {there}, not retuned at {here}"
 
 
 def rounds_of(run_dir: str) -> dict[int, float]:
@@ -105,13 +118,8 @@ def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
             else ""
         )
         + "learning rates: the baselines' and the ceiling's tuned in "
-        f"{args.tuned_from} (its tune seed"
-        + (
-            f", at {args.tuned_bits} bits, not retuned at {args.bits}"
-            if args.tuned_bits not in (None, args.bits)
-            else ""
-        )
-        + f"), FedHAP's the default {DEFAULT_LR:g}; "
+        f"{args.tuned_from} (its tune seed{retuning_note(args.tuned_setup, args)}), "
+        f"FedHAP's the default {DEFAULT_LR:g}; "
         "non-iid = "
         f"{args.classes_per_client} label shards per client; centralized = the same "
         f"network trained with DPSH's loss on the training rows for {args.rounds} x "
@@ -241,7 +249,7 @@ def main() -> None:
         if m not in FEDERATED:
             parser.error(f"--methods: unknown {m!r}; accepted: {', '.join(FEDERATED)}")
     tuned = tuned_rates(args.tuned_from)
-    args.tuned_bits = tuned_bits(args.tuned_from)
+    args.tuned_setup = tuned_setup(args.tuned_from)
     untuned = [m for m in methods if m in BASELINES and m not in tuned]
     if untuned:
         parser.error(

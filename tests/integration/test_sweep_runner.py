@@ -337,7 +337,7 @@ def test_rounds_sweep_records_its_setup_and_says_when_rates_come_from_another_le
     (tuned / "summary.json").write_text(
         json.dumps(
             {
-                "setup": {"bits": 48},
+                "setup": {"bits": 48, "clients": 20},
                 "tuned_learning_rates": {"DPSH (FedAvg)": 0.01},
             }
         )
@@ -361,10 +361,8 @@ def test_rounds_sweep_records_its_setup_and_says_when_rates_come_from_another_le
     argv += ["--out", str(out), "--runs", str(tmp_path / "runs")]
     monkeypatch.setattr(sys, "argv", [*argv, "--bits", "12"])
     rounds_sweep.main()
-    assert (
-        "(its tune seed, at 48 bits, not retuned at 12)"
-        in (out / "table.md").read_text()
-    )
+    text = (out / "table.md").read_text()
+    assert "(its tune seed, at 48 bits, not retuned at 12 bits)" in text
     setup = json.loads((out / "summary.json").read_text())["setup"]
     assert setup == {
         "data": "x.npz",
@@ -379,6 +377,14 @@ def test_rounds_sweep_records_its_setup_and_says_when_rates_come_from_another_le
     monkeypatch.setattr(sys, "argv", [*argv, "--bits", "48", "--out", str(other)])
     rounds_sweep.main()
     assert "(its tune seed)" in (other / "table.md").read_text()
+    # Table 6's shape: more clients than the rates were tuned with
+    other = tmp_path / "out40"
+    monkeypatch.setattr(
+        sys, "argv", [*argv, "--bits", "48", "--clients", "40", "--out", str(other)]
+    )
+    rounds_sweep.main()
+    text = (other / "table.md").read_text()
+    assert "(its tune seed, at 20 clients, not retuned at 40 clients)" in text
 
 
 def test_resume_into_a_folder_of_another_setup_is_refused_before_any_run(
