@@ -105,17 +105,25 @@ def check_setups(setups: dict[Path, dict[str, Any]], across: str) -> dict[str, A
     return shared
 
 
+def maps_at(rows: list[dict[str, Any]], method: str, at: int, part: str) -> list[float]:
+    """Return ``method``'s mAP@ALL values at ``at`` under partitioning ``part``.
+
+    The ceiling's rows (partitioning ``-``) count under every partitioning.
+    """
+    return [
+        r["map_all"]
+        for r in rows
+        if (r["method"], r["at"]) == (method, at) and r["partitioning"] in (part, "-")
+    ]
+
+
 def fedhap_margin(
     rows: list[dict[str, Any]], part: str, at: int
 ) -> tuple[float, str] | None:
     """Return FedHAP's mean mAP minus the best baseline's, in points, and that one."""
     means = {}
     for method in METHOD_ORDER:
-        vals = [
-            r["map_all"]
-            for r in rows
-            if (r["at"], r["partitioning"], r["method"]) == (at, part, method)
-        ]
+        vals = maps_at(rows, method, at, part)
         if vals:
             means[method] = statistics.mean(vals)
     baselines = {m: v for m, v in means.items() if m != FEDHAP}
@@ -186,16 +194,7 @@ def table(
         mine = [r for r in rows if r["partitioning"] == part]
         lines += ["", f"**{part}** (mAP@ALL %)", "", header, rule]
         for method in METHOD_ORDER:
-            cells = [
-                cell(
-                    [
-                        r["map_all"]
-                        for r in mine
-                        if (r["method"], r["at"]) == (method, v)
-                    ]
-                )
-                for v in values
-            ]
+            cells = [cell(maps_at(rows, method, v, part)) for v in values]
             if any(c != "-" for c in cells):
                 lines.append(f"| {method} | " + " | ".join(cells) + " |")
         margins = []
@@ -207,16 +206,7 @@ def table(
         )
         floors = _floor_cells(mine, values, cell)
         lines.append("| untrained floor (round 0) | " + " | ".join(floors) + " |")
-        ceiling = [
-            cell(
-                [
-                    r["map_all"]
-                    for r in rows
-                    if (r["method"], r["at"]) == (CENTRALIZED, v)
-                ]
-            )
-            for v in values
-        ]
+        ceiling = [cell(maps_at(rows, CENTRALIZED, v, part)) for v in values]
         lines.append(f"| ceiling: {CENTRALIZED} | " + " | ".join(ceiling) + " |")
     lrs = []
     for method in (*METHOD_ORDER, CENTRALIZED):
@@ -260,16 +250,11 @@ def plot(rows: list[dict[str, Any]], path: Path, across: str) -> None:
     fig, axes = plt.subplots(1, len(parts), figsize=(5 * len(parts), 4), squeeze=False)
     for ax, part in zip(axes[0], parts, strict=True):
         for method in (*METHOD_ORDER, CENTRALIZED):
-            pts = []
-            for v in values:
-                vals = [
-                    r["map_all"]
-                    for r in rows
-                    if (r["method"], r["at"]) == (method, v)
-                    and r["partitioning"] in (part, "-")
-                ]
-                if vals:
-                    pts.append((v, 100 * statistics.mean(vals)))
+            pts = [
+                (v, 100 * statistics.mean(vals))
+                for v in values
+                if (vals := maps_at(rows, method, v, part))
+            ]
             if pts:
                 style = (
                     {"linestyle": "--", "color": "grey"}

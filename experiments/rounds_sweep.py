@@ -54,8 +54,10 @@ from experiments.sweep_runner import (
 FEDERATED = tuple(m for m, cfg in METHODS.items() if cfg is not None)
 
 
-def tuned_rates(folder: Path) -> dict[str, float]:
-    """Return the baselines' tuned learning rates of a real_data_table folder.
+def read_tuned(folder: Path) -> tuple[dict[str, float], dict[str, Any]]:
+    """Return a real_data_table folder's tuned learning rates and its setup.
+
+    The setup is empty where the folder records none (written before setups were).
 
     Raises
     ------
@@ -64,22 +66,16 @@ def tuned_rates(folder: Path) -> dict[str, float]:
     """
     path = folder / "summary.json"
     try:
-        tuned = json.loads(path.read_text())["tuned_learning_rates"]
-    except (OSError, ValueError, KeyError) as exc:
+        summary = json.loads(path.read_text())
+        tuned = summary["tuned_learning_rates"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
         raise SystemExit(
             f"--tuned-from {folder}: no tuned learning rates in {path} ({exc!r}); "
             "run experiments.real_data_table there first"
         ) from None
-    return {m: float(lr) for m, lr in tuned.items()}
-
-
-def tuned_setup(folder: Path) -> dict[str, Any]:
-    """Return the setup ``folder``'s rates were tuned in (empty: not recorded)."""
-    try:
-        setup = json.loads((folder / "summary.json").read_text())["setup"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return {}
-    return setup if isinstance(setup, dict) else {}
+    setup = summary.get("setup")
+    rates = {m: float(lr) for m, lr in tuned.items()}
+    return rates, setup if isinstance(setup, dict) else {}
 
 
 def retuning_note(tuned: dict[str, Any], args: argparse.Namespace) -> str:
@@ -248,8 +244,7 @@ def main() -> None:
     for m in methods:
         if m not in FEDERATED:
             parser.error(f"--methods: unknown {m!r}; accepted: {', '.join(FEDERATED)}")
-    tuned = tuned_rates(args.tuned_from)
-    args.tuned_setup = tuned_setup(args.tuned_from)
+    tuned, args.tuned_setup = read_tuned(args.tuned_from)
     untuned = [m for m in methods if m in BASELINES and m not in tuned]
     if untuned:
         parser.error(
