@@ -15,6 +15,11 @@ does not need (``docs/deployment.md`` has the secure deployment).
 
 ``python -m experiments.loopback --clients 3 --set rounds=2`` runs one from the
 command line and prints the results directory.
+
+A driver stopped by SIGTERM (``timeout``, a scheduler) must not leave SuperLinks
+and SuperNodes behind: they run in their own sessions, so they would outlive it.
+:func:`stop_deployments_on_sigterm` (called by the command-line drivers) makes
+SIGTERM stop every deployment this process started, then exit with 143.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -67,6 +73,35 @@ def _bin(name: str) -> str:
     return found
 
 
+#: Every process a deployment of this process started and has not stopped yet.
+_LIVE: set[subprocess.Popen] = set()
+_LIVE_LOCK = threading.RLock()  # re-entrant: the handler runs in the main thread
+_STOPPING = threading.Event()
+
+
+def stop_deployments_on_sigterm() -> None:
+    """On SIGTERM, stop every live deployment of this process, then exit 143.
+
+    Call it from the main thread (Python's rule for signal handlers). Rows a
+    driver has already appended stay; the runs in flight are lost, as on any
+    interruption, and ``--resume`` redoes them.
+    """
+
+    def handler(signum: int, _frame: Any) -> None:
+        with _LIVE_LOCK:
+            _STOPPING.set()
+            procs = list(_LIVE)
+        print(
+            f"loopback: signal {signum}: stopping {len(procs)} deployment process(es)",
+            file=sys.stderr,
+            flush=True,
+        )
+        _stop(procs)
+        os._exit(128 + signum)  # worker threads would wait on dead deployments
+
+    signal.signal(signal.SIGTERM, handler)
+
+
 def _stop(procs: list[subprocess.Popen]) -> None:
     for proc in procs:
         try:
@@ -85,6 +120,8 @@ def _stop(procs: list[subprocess.Popen]) -> None:
         except (ProcessLookupError, PermissionError):
             pass
         proc.wait()
+        with _LIVE_LOCK:
+            _LIVE.discard(proc)
 
 
 def _wait_port(port: int, proc: subprocess.Popen, log: Path, timeout: float) -> None:
@@ -137,7 +174,11 @@ def run_loopback(
     procs: list[subprocess.Popen] = []
 
     def start(name: str, cmd: list[str]) -> subprocess.Popen:
-        with (logs / f"{name}.log").open("wb") as out:
+        # started and registered under the lock: once SIGTERM's handler holds it
+        # and has set _STOPPING, no deployment of another thread can start
+        with _LIVE_LOCK, (logs / f"{name}.log").open("wb") as out:
+            if _STOPPING.is_set():
+                raise RuntimeError("loopback: stopping on a signal; nothing started")
             proc = subprocess.Popen(
                 cmd,
                 cwd=home,
@@ -146,6 +187,7 @@ def run_loopback(
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
+            _LIVE.add(proc)
         procs.append(proc)
         return proc
 
@@ -180,24 +222,20 @@ def run_loopback(
         run_cfg = {**cfg, "results-dir": str(run_dir)}
         cmd = [_bin("flwr"), "run", str(ROOT), "loopback", "--stream"]
         cmd += ["--run-config", run_config_arg(run_cfg)]
-        with (logs / "flwr-run.log").open("wb") as out:
-            proc = subprocess.run(
-                cmd,
-                cwd=home,
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                timeout=timeout_s,
-                check=False,
-            )
+        submit = start("flwr-run", cmd)
+        try:
+            returncode = submit.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            returncode = None
         finals = [
             p for p in run_dir.iterdir() if p.is_dir() and (p / "summary.json").exists()
         ]
-        if proc.returncode != 0 or len(finals) != 1:
+        if returncode != 0 or len(finals) != 1:
             tail = (logs / "flwr-run.log").read_text(errors="replace")[-3000:]
             raise RuntimeError(
-                f"loopback run failed (flwr run exit {proc.returncode}, "
-                f"{len(finals)} complete results directories in {run_dir}); "
+                f"loopback run failed (flwr run exit {returncode}, "
+                + (f"stopped after {timeout_s:g} s, " if returncode is None else "")
+                + f"{len(finals)} complete results directories in {run_dir}); "
                 f"logs in {logs}:\n{tail}"
             )
         return json.loads((finals[0] / "summary.json").read_text())
@@ -215,6 +253,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "loopback")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args()
+    stop_deployments_on_sigterm()
     cfg = parse_overrides(args.set)
     resolved_settings(cfg)  # a bad value fails here, before any process starts
     summary = run_loopback(cfg, args.clients, args.out)

@@ -23,7 +23,10 @@ trains N runs at once. ``--resume`` keeps the finished runs of ``rows.jsonl``.
 ``--lr-grid 1e-4,3e-4,1e-3`` first tunes each federated method's learning rate on
 ``--tune-seed`` (99, not a table seed) at the first ``--bits``, by final mAP@ALL,
 and trains the table with the chosen rates (the ceiling with DPSH's); the tuning
-table is written below the main one.
+table is written below the main one. ``--tuned-from DIR`` instead takes the rates
+another table chose (its ``summary.json``), e.g. to add code lengths to a table
+tuned at 32 bits: it refuses a folder whose clients, rounds or run config (bar the
+data file's folder) differ, and the protocol says where the rates came from.
 ``--set key=value`` (repeatable) overrides the run config of every run, e.g. another
 dataset: ``--set dataset=npz --set data-path=../shared/data/cifar10_jpeg.npz --set
 image-shape=32,32,3``.
@@ -188,6 +191,81 @@ def tuned_lrs(rows: list[dict[str, Any]], args: argparse.Namespace) -> dict[str,
     return chosen
 
 
+def read_tuned_from(folder: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """Return the learning rates another PHashing table tuned, and where.
+
+    The folder must be a ``--lr-grid`` table of the same setup: the same clients,
+    rounds and run config overrides (``data-path`` compared by file name, since the
+    same file sits in another folder on another machine). Returns ``{"rates":
+    {method: lr}, "folder", "bits", "seed", "hardware"}``.
+
+    Raises
+    ------
+    SystemExit
+        The folder has no tuned rates, lacks a method, or has another setup (the
+        message names the setting and both values).
+    """
+    path = Path(folder) / "summary.json"
+    try:
+        summary = json.loads(path.read_text())
+        rates = {
+            m: float(summary["tuned_learning_rates"][m]) for m in (*METHODS, CEILING)
+        }
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise SystemExit(
+            f"--tuned-from {folder}: no tuned learning rates for every method in "
+            f"{path} ({exc!r}); run experiments.phashing_table --lr-grid there first"
+        ) from None
+    theirs = dict(summary.get("base_overrides", {}))
+    mine = dict(args.base)
+    for cfg in (theirs, mine):
+        if "data-path" in cfg:
+            cfg["data-path"] = Path(str(cfg["data-path"])).name
+    differ = [
+        f"{key}: {there!r} there, {here!r} here"
+        for key, there, here in (
+            ("clients", summary.get("clients"), args.clients),
+            ("rounds", summary.get("rounds"), args.rounds),
+            *(
+                (f"--set {k}", theirs.get(k), mine.get(k))
+                for k in sorted(set(theirs) | set(mine))
+            ),
+        )
+        if there != here
+    ]
+    if differ:
+        raise SystemExit(
+            f"--tuned-from {folder}: its setup differs from this table's ("
+            + "; ".join(differ)
+            + "); rates tuned there do not carry over"
+        )
+    tunes = [r for r in summary.get("rows", []) if r.get("kind") == "tune"]
+    return {
+        "rates": rates,
+        "folder": str(folder),
+        "bits": sorted({r["bits"] for r in tunes}),
+        "seed": sorted({r["seed"] for r in tunes}),
+        "hardware": summary.get("hardware", "unknown hardware"),
+    }
+
+
+def _lr_text(args: argparse.Namespace) -> str:
+    """How the table's learning rates were chosen, for the protocol line."""
+    if args.lr_grid:
+        return "learning rate tuned per method (below), "
+    src = getattr(args, "tuned_from_info", None)
+    if src is None:
+        return ""
+    rates = ", ".join(f"{m} {lr:g}" for m, lr in src["rates"].items() if m in METHODS)
+    bits = "/".join(str(b) for b in src["bits"])
+    here = ",".join(str(b) for b in args.bits_list)
+    return (
+        f"learning rate per method as tuned in `{src['folder']}` ({rates}; tuned "
+        f"there at {bits} bits, seed {'/'.join(map(str, src['seed']))}, on "
+        f"{src['hardware']}; not retuned at {here} bits), "
+    )
+
+
 def _config(job: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     return {
         **args.base,
@@ -303,6 +381,14 @@ def main() -> None:
         "learning rate",
     )
     parser.add_argument("--tune-seed", type=int, default=99)
+    parser.add_argument(
+        "--tuned-from",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="take each method's learning rate from another --lr-grid table of the "
+        "same setup (its summary.json) instead of tuning",
+    )
     parser.add_argument("--resume", action="store_true")
     parser.add_argument(
         "--out", type=Path, default=ROOT / "docs" / "results" / "phashing"
@@ -326,8 +412,17 @@ def main() -> None:
         parser.error(f"--lr-grid {args.lr_grid!r}: expected numbers, e.g. 1e-4,3e-4")
     if any(lr <= 0 for lr in args.lr_grid):
         parser.error(f"--lr-grid {args.lr_grid}: learning rates must be > 0")
+    if args.lr_grid and args.tuned_from is not None:
+        parser.error("--lr-grid and --tuned-from: give one (tune here, or reuse rates)")
     if args.lr_grid and args.tune_seed in args.seeds_list:
         parser.error(f"--tune-seed {args.tune_seed} is one of --seeds {args.seeds}")
+    args.tuned_from_info = (
+        read_tuned_from(args.tuned_from, args) if args.tuned_from is not None else None
+    )
+    if args.backend == "loopback":
+        from experiments.loopback import stop_deployments_on_sigterm
+
+        stop_deployments_on_sigterm()
     args.out.mkdir(parents=True, exist_ok=True)
     args.protocol = _protocol(args)  # loads the data: once, not after every run
     rows_path = args.out / "rows.jsonl"
@@ -342,7 +437,11 @@ def main() -> None:
             raise SystemExit(
                 "tuning failed (rerun with --resume to retry):\n" + "\n".join(failed)
             )
-    args.tuned = tuned_lrs(rows, args)
+    args.tuned = (
+        args.tuned_from_info["rates"]
+        if args.tuned_from_info is not None
+        else tuned_lrs(rows, args)
+    )
     jobs = [{**j, "lr": args.tuned[j["method"]]} for j in _jobs(args)]
     _execute(jobs, rows, rows_path, failed, args, start)
     print(_write(rows, args))
@@ -445,11 +544,7 @@ def _protocol(args: argparse.Namespace) -> str:
         f"Training: {args.clients} clients, {args.rounds} rounds of "
         f"{settings.local_epochs} local epoch(s), model `{settings.model}`, "
         f"batch {settings.batch_size}, "
-        + (
-            "learning rate tuned per method (below), "
-            if args.lr_grid
-            else f"lr {settings.learning_rate:g}, "
-        )
+        + (_lr_text(args) or f"lr {settings.learning_rate:g}, ")
         + "run through "
         f"{backend}. Database codes are flipped at publication (paper calibration "
         "beta = e^-eps), replayed on each final model. Ceiling: the same network and "
@@ -460,7 +555,7 @@ def _protocol(args: argparse.Namespace) -> str:
             else "the whole database"
         )
         + " for rounds x local epochs epochs"
-        + (" at DPSH's tuned learning rate" if args.lr_grid else "")
+        + (" at DPSH's tuned learning rate" if _lr_text(args) else "")
         + ", no flipping. Floor: the round-0 mAP of the DPSH (FedAvg) runs. "
         f"Hardware: {hardware()}."
     )
@@ -554,7 +649,12 @@ def _write(all_rows: list[dict], args: argparse.Namespace) -> str:
                 "hardware": hardware(),
                 "calibration": "paper (beta = e^-eps)",
                 **({"base_overrides": args.base} if args.base else {}),
-                **({"tuned_learning_rates": args.tuned} if args.lr_grid else {}),
+                **({"tuned_learning_rates": args.tuned} if _lr_text(args) else {}),
+                **(
+                    {"tuned_from": args.tuned_from_info}
+                    if getattr(args, "tuned_from_info", None)
+                    else {}
+                ),
                 "rows": [
                     {k: v for k, v in r.items() if k != "curves"} for r in all_rows
                 ],

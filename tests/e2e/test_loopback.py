@@ -9,8 +9,11 @@ started (each in its own session) must be gone afterwards.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -61,7 +64,7 @@ def test_loopback_run_learns_and_stops_every_process_it_started(tmp_path, monkey
     summary = loopback.run_loopback(cfg, 2, tmp_path / "run", timeout_s=300)
     assert summary["final_round"] == 1
     assert summary["final"]["map_all"] > summary["initial_map_all"]
-    # the SuperLink, both SuperNodes, then `flwr run` (subprocess.run's Popen)
+    # the SuperLink, both SuperNodes, then `flwr run`
     names = [os.path.basename(p.args[0]) for p in started]
     assert names == ["flower-superlink", *["flower-supernode"] * 2, "flwr"]
     for proc in started:
@@ -82,3 +85,61 @@ def test_loopback_run_learns_and_stops_every_process_it_started(tmp_path, monkey
 def test_loopback_refuses_zero_clients(tmp_path):
     with pytest.raises(ValueError, match="clients=0"):
         loopback.run_loopback({}, 0, tmp_path)
+
+
+def _processes_with_home(home_root: Path) -> list[int]:
+    """PIDs (not zombies) whose FLWR_HOME lies under ``home_root``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z" and f"FLWR_HOME={home_root}".encode() in environ:
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads /proc (Linux)")
+def test_sigterm_to_the_driver_stops_every_deployment_process(tmp_path):
+    # what `timeout` does to a driver on the GPU machine: before, the SuperLink,
+    # SuperNodes and `flwr run` (each in its own session) outlived it
+    tmp = tmp_path / "tmp"  # the deployment's FLWR_HOME is made under TMPDIR
+    tmp.mkdir()
+    run = tmp_path / "run"
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "experiments.loopback", "--clients", "2"]
+        + ["--out", str(run), "--set", "rounds=50", "--set", "model=mlp"],
+        cwd=loopback.ROOT,
+        env={**os.environ, "TMPDIR": str(tmp)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    pids: list[int] = []
+    try:
+        deadline = time.monotonic() + 120
+        while not (run / "logs" / "flwr-run.log").exists():
+            assert driver.poll() is None, driver.stderr.read().decode()[-2000:]
+            assert time.monotonic() < deadline, "the run was never submitted"
+            time.sleep(0.2)
+        pids = _processes_with_home(tmp)
+        # the SuperLink, 2 SuperNodes and `flwr run`, and what they started
+        assert len(pids) >= 4
+        driver.send_signal(signal.SIGTERM)
+        assert driver.wait(timeout=60) == 128 + signal.SIGTERM
+        assert b"stopping 4 deployment process(es)" in driver.stderr.read()
+        deadline = time.monotonic() + 20
+        while _processes_with_home(tmp) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _processes_with_home(tmp) == []
+    finally:
+        for pid in [driver.pid, *pids]:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        driver.wait()

@@ -1,6 +1,8 @@
 """The PHashing driver's table, figure and loopback run config (no training)."""
 
 import argparse
+import json
+import re
 import time
 
 import pytest
@@ -163,3 +165,97 @@ def test_execute_skips_done_jobs_records_failures_and_appends_rows(
     assert len(rows_path.read_text().splitlines()) == 2
     assert failed == ["fedavg-16b-s2: out of memory"]
     assert written == [3]  # the table is rewritten after each finished table job
+
+
+def _tuned_folder(tmp_path, **over) -> "object":
+    folder = tmp_path / "tuned"
+    folder.mkdir()
+    summary = {
+        "clients": 10,
+        "rounds": 10,
+        "hardware": "CPU (2 cores)",
+        "base_overrides": {"model": "cnn", "data-path": "/here/.gpu/cifar.npz"},
+        "tuned_learning_rates": {
+            "DPSH (FedAvg)": 1e-4,
+            "FedHAP": 3e-4,
+            pt.CEILING: 1e-4,
+        },
+        "rows": [
+            {"kind": "tune", "method": "FedHAP", "bits": 32, "seed": 99, "lr": 3e-4},
+            {"method": "FedHAP", "bits": 32, "seed": 0, "eps": 0.0},
+        ],
+    }
+    summary.update(over)
+    (folder / "summary.json").write_text(json.dumps(summary))
+    return folder
+
+
+def _args(tmp_path, **over) -> argparse.Namespace:
+    args = argparse.Namespace(
+        bits_list=[12, 24],
+        seeds_list=[0],
+        eps_list=[0.0],
+        clients=10,
+        rounds=10,
+        backend="loopback",
+        base={"model": "cnn", "data-path": "/there/.gpu/cifar.npz"},
+        out=tmp_path,
+        lr_grid=[],
+    )
+    vars(args).update(over)
+    return args
+
+
+def test_tuned_from_takes_another_tables_rates_and_the_protocol_says_so(
+    tmp_path,
+) -> None:
+    args = _args(tmp_path)
+    # the same file in another folder (another machine) is the same setup
+    args.tuned_from_info = pt.read_tuned_from(_tuned_folder(tmp_path), args)
+    assert args.tuned_from_info["rates"] == {
+        "DPSH (FedAvg)": 1e-4,
+        "FedHAP": 3e-4,
+        pt.CEILING: 1e-4,
+    }
+    assert args.tuned_from_info["bits"] == [32]
+    text = pt._lr_text(args)
+    assert "DPSH (FedAvg) 0.0001, FedHAP 0.0003" in text
+    assert "tuned there at 32 bits, seed 99, on CPU (2 cores)" in text
+    assert "not retuned at 12,24 bits" in text
+    args.tuned = args.tuned_from_info["rates"]
+    args.protocol = "Protocol."
+    pt._write([], args)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["tuned_learning_rates"]["FedHAP"] == 3e-4
+    assert summary["tuned_from"]["folder"].endswith("tuned")
+
+
+@pytest.mark.parametrize(
+    ("over", "args_over", "named"),
+    [
+        ({"rounds": 30}, {}, "rounds: 30 there, 10 here"),
+        ({"clients": 20}, {}, "clients: 20 there, 10 here"),
+        (
+            {},
+            {"base": {"model": "resnet18", "data-path": "/x/cifar.npz"}},
+            "--set model: 'cnn' there, 'resnet18' here",
+        ),
+        (
+            {},
+            {"base": {"model": "cnn", "data-path": "/x/other.npz"}},
+            "--set data-path: 'cifar.npz' there, 'other.npz' here",
+        ),
+        ({"tuned_learning_rates": {"FedHAP": 3e-4}}, {}, "no tuned learning rates"),
+    ],
+)
+def test_tuned_from_refuses_another_setup_naming_the_setting(
+    tmp_path, over, args_over, named
+) -> None:
+    folder = _tuned_folder(tmp_path, **over)
+    with pytest.raises(SystemExit, match=re.escape(named)):
+        pt.read_tuned_from(folder, _args(tmp_path, **args_over))
+
+
+def test_tuned_from_refuses_a_folder_without_a_summary(tmp_path) -> None:
+    with pytest.raises(SystemExit, match="no tuned learning rates"):
+        pt.read_tuned_from(tmp_path / "nowhere", _args(tmp_path))
