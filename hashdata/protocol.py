@@ -20,7 +20,6 @@ import warnings
 from numbers import Integral, Real
 
 import numpy as np
-from sklearn.model_selection import train_test_split
 
 #: Accepted range of ``query-fraction``: ``0 < query_fraction <= MAX_QUERY_FRACTION``.
 MAX_QUERY_FRACTION = 0.5
@@ -197,6 +196,10 @@ def split_query_database(
             stacklevel=2,
         )
         stratify = None
+    # imported here: scikit-learn costs a second or two to import, and a deployed
+    # ClientApp (a fresh process per message) with a file's own split never needs it
+    from sklearn.model_selection import train_test_split
+
     database_idx, query_idx = train_test_split(
         np.arange(n, dtype=np.int64),
         test_size=n_query,

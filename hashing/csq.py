@@ -17,12 +17,13 @@ from __future__ import annotations
 import numpy as np
 import torch
 import torch.nn.functional as F
-from scipy.linalg import hadamard
 
 
 def hash_centers(num_classes: int, bits: int, *, seed: int = 0) -> torch.Tensor:
     """(C, K) float32 +-1 class centres, independent of any data."""
     if bits & (bits - 1) == 0 and num_classes <= 2 * bits:
+        from scipy.linalg import hadamard  # here: scipy.linalg costs 0.5 s to import
+
         h = hadamard(bits).astype(np.float32)
         return torch.from_numpy(np.concatenate([h, -h])[:num_classes].copy())
     rng = np.random.default_rng([seed, num_classes, bits])
