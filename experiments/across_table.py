@@ -243,6 +243,8 @@ def plot(rows: list[dict[str, Any]], path: Path, across: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from server.plots import save_figure
+
     parts = [p for p in ("iid", "non-iid") if any(r["partitioning"] == p for r in rows)]
     if not parts:
         return
@@ -265,9 +267,7 @@ def plot(rows: list[dict[str, Any]], path: Path, across: str) -> None:
         ax.set(xlabel=ACROSS[across][1], ylabel="mAP@ALL %", title=part, xticks=values)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def main() -> None:

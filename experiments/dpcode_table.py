@@ -334,6 +334,8 @@ def plots(agg: list[dict[str, Any]], out: Path) -> list[str]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # noqa: PLC0415
 
+    from server.plots import save_figure  # noqa: PLC0415
+
     written = []
     datasets = sorted({a["dataset"] for a in agg})
     for sweep, column, log in (
@@ -372,10 +374,8 @@ def plots(agg: list[dict[str, Any]], out: Path) -> list[str]:
                 ax.set_ylabel(label)
                 ax.grid(alpha=0.3)
             axes[0][0].legend(fontsize=8)
-            fig.tight_layout()
             name = f"{metric}_vs_{sweep}.png"
-            fig.savefig(out / name, dpi=110)
-            plt.close(fig)
+            save_figure(fig, out / name, dpi=110)
             written.append(name)
     return written
 

@@ -139,6 +139,8 @@ def plot(
     import matplotlib.pyplot as plt
     import numpy as np
 
+    from server.plots import save_figure
+
     users = sorted({r["users"] for r in rows})
     fig, (acc, cost) = plt.subplots(1, 2, figsize=(10, 4))
     for name, style in (("plain", "o-"), ("dphe", "s--")):
@@ -159,9 +161,13 @@ def plot(
                 label="plaintext" if name == "plain" else "DPHE",
             )
     for key, style, label in (
-        ("ceiling_map_all", ":", "centralized (ceiling)"),
-        ("floor_map_all", "-.", "untrained (floor)"),
-    ) if refs else ():
+        (
+            ("ceiling_map_all", ":", "centralized (ceiling)"),
+            ("floor_map_all", "-.", "untrained (floor)"),
+        )
+        if refs
+        else ()
+    ):
         acc.axhline(
             100 * np.mean([r[key] for r in refs]),
             linestyle=style,
@@ -176,9 +182,7 @@ def plot(
         ax.set_xticks(users, [str(n) for n in users])
         ax.legend()
         ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def main() -> None:

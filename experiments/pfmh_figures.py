@@ -87,10 +87,10 @@ def plot_map_per_round(
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7)
     fig.suptitle(f"PFMH, {bits} bits, mean over seeds (number of seeds in brackets)")
-    fig.tight_layout()
     path = out / f"map_per_round-{bits}b.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    from server.plots import save_figure  # noqa: PLC0415
+
+    save_figure(fig, path, dpi=110)
     return path
 
 
@@ -133,10 +133,10 @@ def plot_precision_at_k(
     ax.title.set_fontsize(9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-    fig.tight_layout()
     path = out / f"precision_at_k-{bits}b.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    from server.plots import save_figure  # noqa: PLC0415
+
+    save_figure(fig, path, dpi=110)
     return path
 
 
@@ -208,8 +208,8 @@ def plot_sensitivity(
         )
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7)
-    fig.tight_layout()
     path = out / f"sensitivity-{bits}b.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    from server.plots import save_figure  # noqa: PLC0415
+
+    save_figure(fig, path, dpi=110)
     return path

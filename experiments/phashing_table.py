@@ -694,6 +694,8 @@ def _plot_pr(rows: list[dict], bits: int, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from server.plots import save_figure
+
     fig, axes = plt.subplots(
         1, len(methods), figsize=(5 * len(methods), 4), squeeze=False
     )
@@ -718,9 +720,7 @@ def _plot_pr(rows: list[dict], bits: int, path: Path) -> None:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.suptitle(f"PR over Hamming radius, {bits} bits")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path, dpi=110)
 
 
 if __name__ == "__main__":

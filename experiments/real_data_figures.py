@@ -51,6 +51,8 @@ def plot_curves(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # noqa: PLC0415
 
+    from server.plots import save_figure  # noqa: PLC0415
+
     mine = [
         r for r in rows if r.get("curves") and r["partitioning"] in (partitioning, "-")
     ]
@@ -80,8 +82,5 @@ def plot_curves(
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
     fig.suptitle(f"{partitioning}, {bits} bits")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path, dpi=110)
     return path

@@ -173,6 +173,8 @@ def plot(rows: list[dict[str, Any]], path: Path, partitions: list[str]) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from server.plots import save_figure
+
     fig, axes = plt.subplots(1, len(partitions), figsize=(5 * len(partitions), 4))
     axes = [axes] if len(partitions) == 1 else list(axes)
     ceiling = [r["map_all"] for r in rows if r["method"] == CENTRALIZED]
@@ -205,9 +207,7 @@ def plot(rows: list[dict[str, Any]], path: Path, partitions: list[str]) -> None:
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:  # a partitioning not run yet is empty
             ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def main() -> None:

@@ -12,6 +12,26 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 
+def save_figure(fig: Any, path: Path, *, dpi: int = 120) -> Path:
+    """Lay out, write and close ``fig``: every figure of the project is saved here.
+
+    The PNG is written beside ``path`` and renamed over it, so an interrupted run
+    leaves the previous figure or the new one, never half a file. The folder is made
+    if missing. Returns ``path``.
+    """
+    path = Path(path)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    part = path.with_name(f".{path.name}.part")
+    try:
+        fig.savefig(part, dpi=dpi, format=path.suffix.lstrip(".") or "png")
+        part.replace(path)
+    finally:
+        plt.close(fig)
+        part.unlink(missing_ok=True)
+    return path
+
+
 def plot_map_per_round(
     rounds: Sequence[dict[str, Any]], top_k: int, path: Path
 ) -> None:
@@ -34,9 +54,7 @@ def plot_map_per_round(
     ax.set_ylim(0, 1)
     ax.grid(alpha=0.3)
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def plot_pr_curve(pr: dict[str, Sequence[float]], title: str, path: Path) -> None:
@@ -49,9 +67,7 @@ def plot_pr_curve(pr: dict[str, Sequence[float]], title: str, path: Path) -> Non
     ax.set_ylim(0, 1)
     ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def plot_precision_at_k(
@@ -66,6 +82,4 @@ def plot_precision_at_k(
     ax.set_ylim(0, 1)
     ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
