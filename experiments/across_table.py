@@ -270,6 +270,43 @@ def plot(rows: list[dict[str, Any]], path: Path, across: str) -> None:
     save_figure(fig, path)
 
 
+def _names(text: str) -> list[str]:
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def keep_only(
+    rows: list[dict[str, Any]], partitions: list[str], methods: list[str]
+) -> list[dict[str, Any]]:
+    """Keep the rows of the given partitionings and methods (empty: all).
+
+    The ceiling's rows (partitioning ``-``) stay whatever the filter. Raises
+    ``ValueError`` naming a partitioning or method no table has, and the ones
+    they have.
+    """
+    have_parts = sorted({r["partitioning"] for r in rows} - {"-"})
+    have_methods = sorted({r["method"] for r in rows if r["method"] != CENTRALIZED})
+    for flag, asked, have, what in (
+        ("--partitions", partitions, have_parts, "partitioning"),
+        ("--methods", methods, have_methods, "method"),
+    ):
+        unknown = [x for x in asked if x not in have]
+        if unknown:
+            raise ValueError(
+                f"{flag} {unknown[0]!r}: no table has this {what}; they have: "
+                + ", ".join(have)
+            )
+    return [
+        r
+        for r in rows
+        if (
+            r["partitioning"] == "-"
+            or not partitions
+            or r["partitioning"] in partitions
+        )
+        and (r["method"] == CENTRALIZED or not methods or r["method"] in methods)
+    ]
+
+
 def main() -> None:
     """CLI (see the module docstring)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -287,6 +324,18 @@ def main() -> None:
         help="a folder written by real_data_table or rounds_sweep (repeat, one "
         "per value of --across)",
     )
+    parser.add_argument(
+        "--partitions",
+        default="",
+        help="comma-separated partitionings to keep (iid, non-iid; default: all "
+        "the tables have), e.g. iid for the paper's client-count table",
+    )
+    parser.add_argument(
+        "--methods",
+        default="",
+        help="comma-separated methods to keep (default: all; the ceiling and the "
+        "floor always stay)",
+    )
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     try:
@@ -300,6 +349,10 @@ def main() -> None:
         for setup, table_rows in loaded.values()
         for row in table_rows
     ]
+    try:
+        rows = keep_only(rows, _names(args.partitions), _names(args.methods))
+    except ValueError as exc:
+        parser.error(str(exc))
     args.out.mkdir(parents=True, exist_ok=True)
     summary = {
         "across": args.across,

@@ -172,3 +172,40 @@ def test_a_summary_without_setup_is_refused_with_the_way_out(tmp_path):
         across_table.load_table(folder)
     with pytest.raises(ValueError, match="cannot read"):
         across_table.load_table(tmp_path / "missing")
+
+
+def test_partitions_and_methods_filters_keep_the_ceiling_and_name_bad_values(
+    tmp_path, monkeypatch, capsys
+) -> None:
+    rows = [
+        _rdt_row("FedHAP", "iid", 0, 0.72),
+        _rdt_row("FedHAP", "non-iid", 0, 0.68),
+        _rdt_row("HashNet (FedAvg)", "iid", 0, 0.64),
+        _rdt_row(across_table.CENTRALIZED, "-", 0, 0.74),
+    ]
+    kept = across_table.keep_only(rows, ["iid"], ["FedHAP"])
+    assert [(r["method"], r["partitioning"]) for r in kept] == [
+        ("FedHAP", "iid"),
+        (across_table.CENTRALIZED, "-"),
+    ]
+    assert across_table.keep_only(rows, [], []) == rows
+    with pytest.raises(
+        ValueError, match=r"--partitions 'IID'.*they have: iid, non-iid"
+    ):
+        across_table.keep_only(rows, ["IID"], [])
+    with pytest.raises(ValueError, match=r"--methods 'DCH'.*FedHAP, HashNet"):
+        across_table.keep_only(rows, [], ["DCH"])
+    # through the command line: the non-IID section and HashNet's row are gone
+    at20 = _table_folder(tmp_path, "c20", 48, rows)
+    out = tmp_path / "out"
+    argv = ["across_table", "--across", "clients", "--table", str(at20)]
+    argv += ["--partitions", "iid", "--methods", "FedHAP", "--out", str(out)]
+    monkeypatch.setattr(sys, "argv", argv)
+    across_table.main()
+    text = (out / "table.md").read_text()
+    assert "**iid**" in text and "non-iid** (" not in text
+    assert "HashNet" not in text and "| FedHAP | 72.00" in text
+    monkeypatch.setattr(sys, "argv", [*argv[:-4], "--partitions", "x", "--out", "o"])
+    with pytest.raises(SystemExit):
+        across_table.main()
+    assert "--partitions 'x': no table has this partitioning" in capsys.readouterr().err
