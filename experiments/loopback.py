@@ -16,10 +16,11 @@ does not need (``docs/deployment.md`` has the secure deployment).
 ``python -m experiments.loopback --clients 3 --set rounds=2`` runs one from the
 command line and prints the results directory.
 
-A driver stopped by SIGTERM (``timeout``, a scheduler) must not leave SuperLinks
-and SuperNodes behind: they run in their own sessions, so they would outlive it.
-:func:`stop_deployments_on_sigterm` (called by the command-line drivers) makes
-SIGTERM stop every deployment this process started, then exit with 143.
+A driver stopped by SIGTERM (``timeout``, a scheduler) or Ctrl-C must not leave
+SuperLinks and SuperNodes behind: they run in their own sessions, so they would
+outlive it. :func:`stop_deployments_on_signals` (called by the command-line
+drivers) makes SIGTERM and SIGINT stop every deployment this process started, then
+exit with 128 + the signal number (143, 130).
 """
 
 from __future__ import annotations
@@ -79,8 +80,8 @@ _LIVE_LOCK = threading.RLock()  # re-entrant: the handler runs in the main threa
 _STOPPING = threading.Event()
 
 
-def stop_deployments_on_sigterm() -> None:
-    """On SIGTERM, stop every live deployment of this process, then exit 143.
+def stop_deployments_on_signals() -> None:
+    """On SIGTERM or SIGINT, stop every live deployment, then exit 128 + signum.
 
     Call it from the main thread (Python's rule for signal handlers). Rows a
     driver has already appended stay; the runs in flight are lost, as on any
@@ -99,7 +100,8 @@ def stop_deployments_on_sigterm() -> None:
         _stop(procs)
         os._exit(128 + signum)  # worker threads would wait on dead deployments
 
-    signal.signal(signal.SIGTERM, handler)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, handler)
 
 
 def _stop(procs: list[subprocess.Popen]) -> None:
@@ -253,7 +255,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "loopback")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args()
-    stop_deployments_on_sigterm()
+    stop_deployments_on_signals()
     cfg = parse_overrides(args.set)
     resolved_settings(cfg)  # a bad value fails here, before any process starts
     summary = run_loopback(cfg, args.clients, args.out)

@@ -420,9 +420,9 @@ def main() -> None:
         read_tuned_from(args.tuned_from, args) if args.tuned_from is not None else None
     )
     if args.backend == "loopback":
-        from experiments.loopback import stop_deployments_on_sigterm
+        from experiments.loopback import stop_deployments_on_signals
 
-        stop_deployments_on_sigterm()
+        stop_deployments_on_signals()
     args.out.mkdir(parents=True, exist_ok=True)
     args.protocol = _protocol(args)  # loads the data: once, not after every run
     rows_path = args.out / "rows.jsonl"

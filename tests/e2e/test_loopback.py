@@ -104,9 +104,10 @@ def _processes_with_home(home_root: Path) -> list[int]:
 
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads /proc (Linux)")
-def test_sigterm_to_the_driver_stops_every_deployment_process(tmp_path):
-    # what `timeout` does to a driver on the GPU machine: before, the SuperLink,
-    # SuperNodes and `flwr run` (each in its own session) outlived it
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_to_the_driver_stops_every_deployment_process(tmp_path, signum):
+    # what `timeout` (SIGTERM) or Ctrl-C (SIGINT) does to a driver: before, the
+    # SuperLink, SuperNodes and `flwr run` (each in its own session) outlived it
     tmp = tmp_path / "tmp"  # the deployment's FLWR_HOME is made under TMPDIR
     tmp.mkdir()
     run = tmp_path / "run"
@@ -129,8 +130,8 @@ def test_sigterm_to_the_driver_stops_every_deployment_process(tmp_path):
         pids = _processes_with_home(tmp)
         # the SuperLink, 2 SuperNodes and `flwr run`, and what they started
         assert len(pids) >= 4
-        driver.send_signal(signal.SIGTERM)
-        assert driver.wait(timeout=60) == 128 + signal.SIGTERM
+        driver.send_signal(signum)
+        assert driver.wait(timeout=60) == 128 + signum
         assert b"stopping 4 deployment process(es)" in driver.stderr.read()
         deadline = time.monotonic() + 20
         while _processes_with_home(tmp) and time.monotonic() < deadline:
