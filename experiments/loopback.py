@@ -176,7 +176,7 @@ def run_loopback(
     procs: list[subprocess.Popen] = []
 
     def start(name: str, cmd: list[str]) -> subprocess.Popen:
-        # started and registered under the lock: once SIGTERM's handler holds it
+        # started and registered under the lock: once the signal handler holds it
         # and has set _STOPPING, no deployment of another thread can start
         with _LIVE_LOCK, (logs / f"{name}.log").open("wb") as out:
             if _STOPPING.is_set():
