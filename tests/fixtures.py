@@ -7,11 +7,16 @@
 * :func:`write_npz` - save arbitrary arrays as a ``.npz`` file.
 * :func:`write_feature_npz` - a small, class-separable feature dataset in the layout
   :func:`hashdata.load_dataset` expects for ``dataset="npz"``.
+* :func:`modules_after_import` - the modules a fresh interpreter holds after
+  importing one module of this repository (what an import pulls in).
 """
 
 from __future__ import annotations
 
+import json
 import pickle
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -209,3 +214,19 @@ def write_feature_npz(
             n=n, num_classes=num_classes, dims=dims, multi_label=multi_label, seed=seed
         ),
     )
+
+
+def modules_after_import(module: str) -> set[str]:
+    """Names in ``sys.modules`` of a fresh interpreter after ``import module``.
+
+    Run from the repository root, so the import sees this checkout.
+    """
+    code = f"import json, sys; import {module}; print(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=Path(__file__).resolve().parents[1],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return set(json.loads(out.stdout.strip().splitlines()[-1]))
