@@ -160,7 +160,7 @@ def _tune_jobs(args: argparse.Namespace) -> list[dict[str, Any]]:
             "kind": "tune",
             "method": method,
             "strategy": strategy,
-            "bits": args.bits_list[0],
+            "bits": args.tune_bits,
             "seed": args.tune_seed,
             "lr": lr,
         }
@@ -376,11 +376,18 @@ def main() -> None:
         "--lr-grid",
         default="",
         help="comma-separated learning rates: each federated method is tuned over "
-        "them on --tune-seed (the table's config, the first --bits, final mAP@ALL) "
+        "them on --tune-seed (the table's config, --tune-bits, final mAP@ALL) "
         "before the table runs; the ceiling takes DPSH's. Empty: the run config's "
         "learning rate",
     )
     parser.add_argument("--tune-seed", type=int, default=99)
+    parser.add_argument(
+        "--tune-bits",
+        type=int,
+        default=None,
+        help="code length the --lr-grid tuning runs at (default: the first --bits); "
+        "its rates serve every --bits",
+    )
     parser.add_argument(
         "--tuned-from",
         type=Path,
@@ -400,6 +407,10 @@ def main() -> None:
     args.seeds_list = [int(s) for s in args.seeds.split(",")]
     args.bits_list = [int(b) for b in args.bits.split(",")]
     args.eps_list = [float(e) for e in args.epsilons.split(",")]
+    if args.tune_bits is None:
+        args.tune_bits = args.bits_list[0]
+    elif args.tune_bits < 1:
+        parser.error(f"--tune-bits {args.tune_bits}: must be >= 1")
     if 0.0 not in args.eps_list:
         parser.error(
             f"--epsilons {args.epsilons!r}: must include 0 (the non-private row)"
@@ -672,9 +683,9 @@ def _write(all_rows: list[dict], args: argparse.Namespace) -> str:
 def _tuning_lines(tuning: list[dict], args: argparse.Namespace) -> list[str]:
     """Render the tuning table (final mAP@ALL % per method and lr), best in bold."""
     lines = [
-        f"**Learning-rate tuning** (seed {args.tune_seed}, {args.bits_list[0]} bits, "
+        f"**Learning-rate tuning** (seed {args.tune_seed}, {args.tune_bits} bits, "
         f"the same clients and rounds, final mAP@ALL %; the best is bold and used for "
-        f"every table run; the ceiling takes DPSH's):",
+        f"every table run, at every code length; the ceiling takes DPSH's):",
         "",
         *lr_grid_lines(tuning, METHODS, args.lr_grid, args.tuned, lr_key="lr"),
     ]

@@ -108,6 +108,7 @@ def test_tuning_picks_each_methods_best_lr_and_the_table_says_so(tmp_path) -> No
         out=tmp_path,
         lr_grid=[1e-4, 1e-3],
         tune_seed=99,
+        tune_bits=32,
     )
     tune = [
         {"kind": "tune", "method": "DPSH (FedAvg)", "lr": 1e-4, "map_all": 0.3},
@@ -131,6 +132,20 @@ def test_tuning_picks_each_methods_best_lr_and_the_table_says_so(tmp_path) -> No
         pt.tuned_lrs(tune[:3], args)
     args.lr_grid = []
     assert set(pt.tuned_lrs([], args).values()) == {None}
+
+
+def test_tuning_runs_at_tune_bits_and_the_table_says_so(tmp_path) -> None:
+    """--tune-bits 32 with --bits 12,32: tuning jobs at 32 bits, named as such."""
+    args = argparse.Namespace(
+        bits_list=[12, 32], lr_grid=[1e-4, 1e-3], tune_seed=99, tune_bits=32
+    )
+    jobs = pt._tune_jobs(args)
+    assert {j["bits"] for j in jobs} == {32}
+    assert len(jobs) == 2 * len(pt.METHODS)
+    args.tuned = {"DPSH (FedAvg)": 1e-4, "FedHAP": 1e-3, pt.CEILING: 1e-4}
+    text = "\n".join(pt._tuning_lines([], args))
+    assert "(seed 99, 32 bits," in text
+    assert "at every code length" in text
 
 
 def test_execute_skips_done_jobs_records_failures_and_appends_rows(
