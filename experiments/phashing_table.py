@@ -57,6 +57,7 @@ from experiments.overrides import parse_overrides, resolved_settings
 from experiments.real_data_figures import report_curves
 from experiments.real_data_table import best_tuned_lr, lr_grid_lines
 from experiments.sweep import ROOT, run_centralized, run_federated
+from experiments.sweep_runner import resume_refusal, setup_differences
 from hashing.codes import sign_codes
 from hashing.retrieval import evaluate_retrieval
 from hashing.train import encode, select_device
@@ -191,12 +192,71 @@ def tuned_lrs(rows: list[dict[str, Any]], args: argparse.Namespace) -> dict[str,
     return chosen
 
 
+def setup_of(args: argparse.Namespace) -> dict[str, Any]:
+    """Return the settings every run of a table shares (``summary.json["setup"]``).
+
+    Rows are keyed by method, bits and seed, so these are what ``--resume`` and
+    ``--tuned-from`` compare. ``data-path`` counts by file name: the same file
+    sits in another folder on another machine.
+    """
+    return {
+        "clients": args.clients,
+        "rounds": args.rounds,
+        "epsilons": sorted(args.eps_list),
+        **{f"--set {k}": _data_name(k, v) for k, v in args.base.items()},
+    }
+
+
+def _data_name(key: str, value: Any) -> Any:
+    return Path(str(value)).name if key == "data-path" else value
+
+
+def recorded_setup(summary: dict[str, Any]) -> dict[str, Any]:
+    """Return the setup a ``summary.json`` records, or rebuild it from older keys.
+
+    Tables written before setups were recorded give their clients, rounds, run
+    config overrides and, where they have table rows, the epsilons of those rows.
+    """
+    if isinstance(summary.get("setup"), dict):
+        return summary["setup"]
+    setup = {
+        "clients": summary.get("clients"),
+        "rounds": summary.get("rounds"),
+        **{
+            f"--set {k}": _data_name(k, v)
+            for k, v in dict(summary.get("base_overrides", {})).items()
+        },
+    }
+    eps = {r["eps"] for r in summary.get("rows", []) if r.get("kind") != "tune"}
+    if eps:
+        setup["epsilons"] = sorted(eps)
+    return setup
+
+
+def check_resume(args: argparse.Namespace) -> None:
+    """Refuse ``--resume`` into a folder whose runs share another setup.
+
+    Raises
+    ------
+    SystemExit
+        A setting differs; the message names it and both values.
+    """
+    try:
+        summary = json.loads((args.out / "summary.json").read_text())
+    except (OSError, ValueError):
+        return  # nothing written yet: nothing to mix with
+    recorded = recorded_setup(summary)
+    ignore = () if "epsilons" in recorded else ("epsilons",)
+    differ = setup_differences(recorded, setup_of(args), ignore)
+    if differ:
+        raise SystemExit(resume_refusal(args.out, *differ[0]))
+
+
 def read_tuned_from(folder: Path, args: argparse.Namespace) -> dict[str, Any]:
     """Return the learning rates another PHashing table tuned, and where.
 
-    The folder must be a ``--lr-grid`` table of the same setup: the same clients,
-    rounds and run config overrides (``data-path`` compared by file name, since the
-    same file sits in another folder on another machine). Returns ``{"rates":
+    The folder must be a ``--lr-grid`` table of the same setup (:func:`setup_of`;
+    the epsilons aside, since tuning is non-private). Returns ``{"rates":
     {method: lr}, "folder", "bits", "seed", "hardware"}``.
 
     Raises
@@ -216,27 +276,15 @@ def read_tuned_from(folder: Path, args: argparse.Namespace) -> dict[str, Any]:
             f"--tuned-from {folder}: no tuned learning rates for every method in "
             f"{path} ({exc!r}); run experiments.phashing_table --lr-grid there first"
         ) from None
-    theirs = dict(summary.get("base_overrides", {}))
-    mine = dict(args.base)
-    for cfg in (theirs, mine):
-        if "data-path" in cfg:
-            cfg["data-path"] = Path(str(cfg["data-path"])).name
-    differ = [
-        f"{key}: {there!r} there, {here!r} here"
-        for key, there, here in (
-            ("clients", summary.get("clients"), args.clients),
-            ("rounds", summary.get("rounds"), args.rounds),
-            *(
-                (f"--set {k}", theirs.get(k), mine.get(k))
-                for k in sorted(set(theirs) | set(mine))
-            ),
-        )
-        if there != here
-    ]
+    differ = setup_differences(
+        recorded_setup(summary), setup_of(args), ignore=("epsilons",)
+    )
     if differ:
         raise SystemExit(
             f"--tuned-from {folder}: its setup differs from this table's ("
-            + "; ".join(differ)
+            + "; ".join(
+                f"{k}: {there!r} there, {here!r} here" for k, there, here in differ
+            )
             + "); rates tuned there do not carry over"
         )
     tunes = [r for r in summary.get("rows", []) if r.get("kind") == "tune"]
@@ -434,6 +482,8 @@ def main() -> None:
         from experiments.loopback import stop_deployments_on_signals
 
         stop_deployments_on_signals()
+    if args.resume:
+        check_resume(args)
     args.out.mkdir(parents=True, exist_ok=True)
     args.protocol = _protocol(args)  # loads the data: once, not after every run
     rows_path = args.out / "rows.jsonl"
@@ -659,6 +709,7 @@ def _write(all_rows: list[dict], args: argparse.Namespace) -> str:
                 "backend": args.backend,
                 "hardware": hardware(),
                 "calibration": "paper (beta = e^-eps)",
+                "setup": setup_of(args),
                 **({"base_overrides": args.base} if args.base else {}),
                 **({"tuned_learning_rates": args.tuned} if _lr_text(args) else {}),
                 **(

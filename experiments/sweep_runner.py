@@ -119,6 +119,29 @@ def write_tables(out: Path, summary: dict[str, Any], text: str) -> str:
     return text
 
 
+def setup_differences(
+    there: dict[str, Any], here: dict[str, Any], ignore: tuple[str, ...] = ()
+) -> list[tuple[str, Any, Any]]:
+    """Return ``(setting, value there, value here)`` for each setting that differs.
+
+    A setting one side lacks differs (its value there is ``None``); settings in
+    ``ignore`` are not compared. Sorted by setting name.
+    """
+    return [
+        (key, there.get(key), here.get(key))
+        for key in sorted((set(there) | set(here)) - set(ignore))
+        if there.get(key) != here.get(key)
+    ]
+
+
+def resume_refusal(out: Path, key: str, there: Any, here: Any) -> str:
+    """Return the message refusing ``--resume`` into ``out`` over one setting."""
+    return (
+        f"--resume into {out}: its runs have {key} = {there!r}, this command "
+        f"{here!r}; resume with the same settings or give another --out"
+    )
+
+
 def check_resume_setup(out: Path, setup: dict[str, Any]) -> None:
     """Refuse to resume into ``out`` when its recorded setup differs from ``setup``.
 
@@ -138,13 +161,9 @@ def check_resume_setup(out: Path, setup: dict[str, Any]) -> None:
         return
     if not isinstance(recorded, dict):
         return
-    for key in sorted(set(recorded) | set(setup)):
-        if recorded.get(key) != setup.get(key):
-            raise ValueError(
-                f"--resume into {out}: its runs have {key} = {recorded.get(key)!r}, "
-                f"this command {setup.get(key)!r}; resume with the same settings "
-                "or give another --out"
-            )
+    differ = setup_differences(recorded, setup)
+    if differ:
+        raise ValueError(resume_refusal(out, *differ[0]))
 
 
 def exit_if_failed(failed: list[str]) -> None:

@@ -274,3 +274,43 @@ def test_tuned_from_refuses_another_setup_naming_the_setting(
 def test_tuned_from_refuses_a_folder_without_a_summary(tmp_path) -> None:
     with pytest.raises(SystemExit, match="no tuned learning rates"):
         pt.read_tuned_from(tmp_path / "nowhere", _args(tmp_path))
+
+
+def test_resume_refuses_another_setup_and_accepts_more_code_lengths(
+    tmp_path,
+) -> None:
+    """--resume compares the shared setup, not bits or seeds (rows key on those)."""
+    args = _args(tmp_path, eps_list=[0.0, 1.0], bits_list=[12, 24, 32])
+    args.tuned = {"DPSH (FedAvg)": 1e-4, "FedHAP": 3e-4, pt.CEILING: 1e-4}
+    args.protocol = "Protocol."
+    pt.check_resume(args)  # nothing written yet: nothing to compare
+    pt._write([], args)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["setup"] == {
+        "clients": 10,
+        "rounds": 10,
+        "epsilons": [0.0, 1.0],
+        "--set model": "cnn",
+        "--set data-path": "cifar.npz",
+    }
+    pt.check_resume(_args(tmp_path, eps_list=[1.0, 0.0], bits_list=[48]))
+    # the same file in another folder is the same data
+    moved = {"model": "cnn", "data-path": "/elsewhere/cifar.npz"}
+    pt.check_resume(_args(tmp_path, eps_list=[0.0, 1.0], base=moved))
+    with pytest.raises(SystemExit, match=re.escape("its runs have rounds = 10, ")):
+        pt.check_resume(_args(tmp_path, eps_list=[0.0, 1.0], rounds=30))
+    with pytest.raises(SystemExit, match=re.escape("epsilons = [0.0, 1.0], this")):
+        pt.check_resume(_args(tmp_path, eps_list=[0.0, 2.0]))
+
+
+def test_resume_checks_a_table_written_before_setups_were_recorded(
+    tmp_path,
+) -> None:
+    """An older summary's clients, rounds, overrides and row epsilons count."""
+    folder = _tuned_folder(tmp_path)  # no "setup" key; table rows at eps 0
+    pt.check_resume(_args(folder))
+    with pytest.raises(SystemExit, match=re.escape("--set model = 'cnn', this")):
+        other = {"model": "resnet18", "data-path": "/x/cifar.npz"}
+        pt.check_resume(_args(folder, base=other))
+    with pytest.raises(SystemExit, match=re.escape("epsilons = [0.0], this")):
+        pt.check_resume(_args(folder, eps_list=[0.0, 1.0]))
