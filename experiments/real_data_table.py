@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.real_data_figures import plot_curves, report_curves
-from experiments.sweep import ROOT, run_centralized, run_federated
+from experiments.sweep import ROOT, check_partitions, run_centralized, run_federated
 from experiments.sweep_runner import (
     check_resume_setup,
     exit_if_failed,
@@ -151,6 +151,13 @@ def main() -> None:
             parser.error(str(exc))
     part_cfg = partition_configs(args.classes_per_client)
     base = base_config(args.data_path, args.bits, args.rounds, args.train_size)
+    runs = [(p, s) for p in partitions for s in seeds] + [("iid", args.tune_seed)]
+    try:  # an impossible partitioning fails here, not in every run
+        check_partitions(
+            ({**base, "seed": s, **part_cfg[p]} for p, s in runs), args.clients
+        )
+    except ValueError as exc:
+        parser.error(str(exc))
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
 

@@ -43,7 +43,7 @@ from experiments.real_data_table import (
     safe_name,
     setup_of,
 )
-from experiments.sweep import ROOT, run_centralized, run_federated
+from experiments.sweep import ROOT, check_partitions, run_centralized, run_federated
 from experiments.sweep_runner import (
     check_resume_setup,
     exit_if_failed,
@@ -261,6 +261,13 @@ def main() -> None:
         args.data_path, args.bits, args.rounds, args.train_size, args.eval_every
     )
     parts = partition_configs(args.classes_per_client)
+    try:  # an impossible partitioning fails here, not in every run
+        check_partitions(
+            ({**base, "seed": s, **parts[p]} for p in args.partitions for s in seeds),
+            args.clients,
+        )
+    except ValueError as exc:
+        parser.error(str(exc))
     args.out.mkdir(parents=True, exist_ok=True)
     jobs = [(p, seed, m) for p in args.partitions for seed in seeds for m in methods]
     jobs += [("-", seed, CENTRALIZED) for seed in seeds]

@@ -17,9 +17,11 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from experiments.overrides import resolved_settings
 from experiments.progress import SweepProgress
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,6 +37,70 @@ def _sets(cfg: dict[str, Any]) -> list[str]:
     for k, v in cfg.items():
         out += ["--set", f"{k}={json.dumps(v) if isinstance(v, str) else v}"]
     return out
+
+
+def check_partitions(configs: Iterable[dict[str, Any]], clients: int) -> None:
+    """Partition each run config's database over ``clients`` once, before any run.
+
+    A partitioning the data cannot give (three label shards per client over 100
+    clients, where a class has fewer rows than the clients that draw it) refuses
+    every ClientApp of every run at discovery, a few minutes into each. This finds
+    it in the driver, in seconds. Configs with the same data, partitioning and
+    seed are checked once.
+
+    Raises
+    ------
+    ValueError
+        The message names the config keys, the seed and what the data allows.
+    """
+    from hashdata.partition import partition_indices
+    from hashdata.split import load_split
+
+    checked: set[str] = set()
+    for cfg in configs:
+        settings = resolved_settings(cfg)
+        options = settings.split_options()
+        scheme = {
+            "partitioning": settings.partitioning,
+            "dirichlet-alpha": settings.dirichlet_alpha,
+            "classes-per-client": settings.classes_per_client,
+            "partition-repeats": settings.partition_repeats,
+        }
+        key = json.dumps(
+            [settings.dataset, options, scheme], sort_keys=True, default=str
+        )
+        if key in checked:
+            continue
+        checked.add(key)
+        split = load_split(settings.dataset, **options)
+        try:
+            partition_indices(
+                split.dataset.labels[split.database_index],
+                scheme=settings.partitioning,
+                num_partitions=clients,
+                partition_id=0,  # computes every partition (cached for the rest)
+                seed=settings.seed,
+                alpha=settings.dirichlet_alpha,
+                classes_per_client=settings.classes_per_client,
+                repeats=settings.partition_repeats,
+            )
+        except ValueError as exc:
+            read = {
+                "dirichlet": "dirichlet-alpha",
+                "pathological": "classes-per-client",
+            }
+            named = {
+                k: v
+                for k, v in scheme.items()
+                if k == "partitioning"
+                or k == read.get(settings.partitioning)
+                or (k == "partition-repeats" and v != 1)
+            }
+            raise ValueError(
+                f"{clients} clients, seed {settings.seed}, "
+                + ", ".join(f"{k} = {v!r}" for k, v in named.items())
+                + f": {exc}"
+            ) from None
 
 
 def run_federated(

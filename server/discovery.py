@@ -10,6 +10,7 @@ are logged and left out; the run goes on if at least ``min_nodes`` remain.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from dataclasses import dataclass
 from logging import INFO, WARNING
 
@@ -55,10 +56,12 @@ def describe_nodes(
     Raises
     ------
     RuntimeError
-        If fewer than ``min_nodes`` usable nodes answered in time.
+        If fewer than ``min_nodes`` usable nodes answered in time; the message
+        gives the refusals' reasons, most common first, with their counts.
     """
     found: dict[int, NodeInfo] = {}
     refused: set[int] = set()
+    reasons: Counter[str] = Counter()
     expected: int | None = None
     deadline = time.monotonic() + wait_s
     while True:
@@ -68,7 +71,7 @@ def describe_nodes(
                 [_describe_message(n) for n in new], timeout=timeout_s
             )
             for reply in replies:
-                info = _read_describe_reply(reply, found)
+                info = _read_describe_reply(reply, found, reasons)
                 node_id = reply.metadata.src_node_id
                 if info is None:
                     refused.add(node_id)
@@ -83,6 +86,7 @@ def describe_nodes(
                         info.num_partitions,
                         expected,
                     )
+                    reasons["num-partitions differs from the first node's"] += 1
                     refused.add(node_id)
                     continue
                 found[node_id] = info
@@ -94,6 +98,7 @@ def describe_nodes(
         raise RuntimeError(
             f"only {len(found)} usable node(s) answered discovery (need "
             f"min-train-nodes={min_nodes}); {len(refused)} refused"
+            + refusal_summary(reasons)
         )
     ordered = sorted(found.values(), key=lambda i: i.partition_id)
     log(
@@ -105,6 +110,31 @@ def describe_nodes(
         sorted({i.device for i in found.values()}),
     )
     return found
+
+
+#: a discovery error quotes this many distinct refusal reasons, each cut to
+#: ``_REASON_CHARS`` characters
+_REASONS, _REASON_CHARS = 3, 600
+
+
+def refusal_summary(reasons: Counter[str]) -> str:
+    """``": 100 x <reason>; 2 x <reason>"``: the most common refusals, or ``""``."""
+    if not reasons:
+        return ""
+    shown = [
+        f"{count} x {_shorten(reason)}"
+        for reason, count in reasons.most_common(_REASONS)
+    ]
+    rest = len(reasons) - len(shown)
+    more = f"; and {rest} other reason(s) in the log" if rest > 0 else ""
+    return ": " + "; ".join(shown) + more
+
+
+def _shorten(reason: str) -> str:
+    one_line = " ".join(reason.split())
+    if len(one_line) <= _REASON_CHARS:
+        return one_line
+    return one_line[: _REASON_CHARS - 3] + "..."
 
 
 #: up to this many nodes, the log lists every database size
@@ -137,10 +167,14 @@ def _describe_message(node_id: int) -> Message:
     )
 
 
-def _read_describe_reply(reply: Message, found: dict[int, NodeInfo]) -> NodeInfo | None:
+def _read_describe_reply(
+    reply: Message, found: dict[int, NodeInfo], reasons: Counter[str]
+) -> NodeInfo | None:
+    """Return the node's description, or ``None`` (logged, counted in ``reasons``)."""
     node_id = reply.metadata.src_node_id
     if reply.has_error():
         log(WARNING, "node %d failed discovery: %s", node_id, reply.error.reason)
+        reasons[reply.error.reason] += 1
         return None
     try:
         cfg = reply.content[K.CONFIG]
@@ -153,6 +187,7 @@ def _read_describe_reply(reply: Message, found: dict[int, NodeInfo]) -> NodeInfo
         )
     except (KeyError, TypeError, ValueError) as exc:
         log(WARNING, "node %d sent a malformed describe reply: %r", node_id, exc)
+        reasons["a malformed describe reply"] += 1
         return None
     taken = {i.partition_id: i.node_id for i in found.values()}
     if info.partition_id in taken:
@@ -163,5 +198,6 @@ def _read_describe_reply(reply: Message, found: dict[int, NodeInfo]) -> NodeInfo
             info.partition_id,
             taken[info.partition_id],
         )
+        reasons["a partition another node already holds"] += 1
         return None
     return info

@@ -186,8 +186,13 @@ def test_discovery_leaves_bad_nodes_out_and_goes_on(keys, tmp_path, caplog):
         assert "node 22 failed discovery" in text and "lacks partition-id" in text
         # too few good nodes left: the run stops with a clear error
         grid = ClientAppGrid({**bad, 10: good[10], 11: good[11]}, dphe_run(keys))
-        with pytest.raises(RuntimeError, match="only 2 usable node"):
+        with pytest.raises(RuntimeError, match="only 2 usable node") as err:
             describe_nodes(grid, min_nodes=3, wait_s=0)
+        # the error itself says why the others were refused, not only the log
+        message = str(err.value)
+        assert "3 refused: 1 x " in message
+        for why in ("dphe-key-bundle", "partition-id=5", "lacks partition-id"):
+            assert why in message
     finally:
         flwr_logger.removeHandler(caplog.handler)
 

@@ -9,6 +9,7 @@ import pytest
 
 from experiments import dphe_map, dphe_users, fedhap_sweep
 from experiments.sweep_runner import exit_if_failed, load_rows, run_sweep
+from tests.fixtures import write_feature_npz
 
 
 def _run(job):
@@ -276,6 +277,14 @@ def test_rounds_sweep_reads_each_runs_curve_and_uses_the_tuned_rates(
 
     monkeypatch.setattr(rounds_sweep, "run_federated", fake_federated)
     monkeypatch.setattr(rounds_sweep, "run_centralized", fake_centralized)
+    checked = []  # the partitions are checked once, before any run
+    monkeypatch.setattr(
+        rounds_sweep,
+        "check_partitions",
+        lambda cfgs, clients: checked.extend(
+            (c["seed"], c["partitioning"], clients, len(asked)) for c in cfgs
+        ),
+    )
     argv = [
         "rounds_sweep",
         "--data-path",
@@ -296,6 +305,7 @@ def test_rounds_sweep_reads_each_runs_curve_and_uses_the_tuned_rates(
     monkeypatch.setattr(sys, "argv", argv)
     rounds_sweep.main()
     assert asked == [(0.01, 4, 2), (0.0005, 4, 2), ("centralized", "dpsh", 4, 5e-4)]
+    assert checked == [(0, "iid", 20, 0)]
     text = (tmp_path / "out" / "table.md").read_text()
     assert "| r = 0 | r = 2 | r = 4 |" in text
     assert (
@@ -351,6 +361,7 @@ def test_rounds_sweep_records_its_setup_and_says_when_rates_come_from_another_le
         (run_dir / "rounds.jsonl").write_text(json.dumps(line) + "\n")
         return {"final": {"map_all": 0.4}, "run_dir": str(run_dir)}
 
+    monkeypatch.setattr(rounds_sweep, "check_partitions", lambda cfgs, clients: None)
     monkeypatch.setattr(rounds_sweep, "run_federated", fake_federated)
     monkeypatch.setattr(
         rounds_sweep, "run_centralized", lambda cfg, out: {"final": {"map_all": 0.5}}
@@ -421,3 +432,49 @@ def test_resume_into_a_folder_of_another_setup_is_refused_before_any_run(
     err = capsys.readouterr().err
     assert "its runs have bits = 24, this command 12" in err
     assert not started and (out / "rows.jsonl").read_text() == '{"kept": true}\n'
+
+
+def test_check_partitions_refuses_shards_the_data_cannot_give(tmp_path) -> None:
+    """3 label shards per client over 30 clients need 30 rows of each of 3 classes."""
+    from experiments.sweep import check_partitions
+
+    data = write_feature_npz(tmp_path / "f.npz", n=90, num_classes=3)
+    base = {"dataset": "npz", "data-path": str(data), "query-fraction": 0.2}
+    shards = {"partitioning": "pathological", "classes-per-client": 3}
+    check_partitions([{**base, "seed": 0, **shards}], 3)  # 3 clients: fine
+    check_partitions([{**base, "seed": 0, "partitioning": "iid"}], 30)
+    with pytest.raises(ValueError) as err:
+        check_partitions([{**base, "seed": 1, **shards}], 30)
+    message = str(err.value)
+    assert message.startswith("30 clients, seed 1, partitioning = 'pathological', ")
+    assert "classes-per-client = 3:" in message and "impossible" in message
+    assert "dirichlet-alpha" not in message  # a key this scheme does not read
+
+
+def test_rounds_sweep_stops_before_any_run_on_an_impossible_partitioning(
+    tmp_path, monkeypatch, capsys
+) -> None:
+    from experiments import rounds_sweep
+
+    tuned = tmp_path / "tuned"
+    tuned.mkdir()
+    rates = {"DPSH (FedAvg)": 0.01}
+    (tuned / "summary.json").write_text(json.dumps({"tuned_learning_rates": rates}))
+    data = write_feature_npz(tmp_path / "f.npz", n=90, num_classes=3)
+
+    def no_run(*args, **kwargs):
+        raise AssertionError("a run started")
+
+    monkeypatch.setattr(rounds_sweep, "run_federated", no_run)
+    monkeypatch.setattr(rounds_sweep, "run_centralized", no_run)
+    argv = ["rounds_sweep", "--data-path", str(data), "--tuned-from", str(tuned)]
+    argv += ["--clients", "30", "--partitions", "iid,non-iid", "--rounds", "1"]
+    argv += ["--eval-every", "1", "--methods", "DPSH (FedAvg)"]
+    argv += ["--out", str(tmp_path / "out")]
+    monkeypatch.setattr(sys, "argv", argv)
+    with pytest.raises(SystemExit) as stop:
+        rounds_sweep.main()
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert "30 clients, seed 0, partitioning = 'pathological'" in err
+    assert not (tmp_path / "out").exists()  # nothing written
