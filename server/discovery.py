@@ -112,29 +112,33 @@ def describe_nodes(
     return found
 
 
-#: a discovery error quotes this many distinct refusal reasons, each cut to
-#: ``_REASON_CHARS`` characters
-_REASONS, _REASON_CHARS = 3, 600
+#: a discovery error quotes this many distinct refusal reasons
+_REASONS = 3
+#: a reason longer than this keeps its end: a ClientApp's error from the
+#: simulation engine is a traceback whose message comes last
+_REASON_CHARS = 400
 
 
 def refusal_summary(reasons: Counter[str]) -> str:
     """``": 100 x <reason>; 2 x <reason>"``: the most common refusals, or ``""``."""
     if not reasons:
         return ""
-    shown = [
-        f"{count} x {_shorten(reason)}"
-        for reason, count in reasons.most_common(_REASONS)
-    ]
+    shown = [f"{n} x {reason}" for reason, n in reasons.most_common(_REASONS)]
     rest = len(reasons) - len(shown)
     more = f"; and {rest} other reason(s) in the log" if rest > 0 else ""
     return ": " + "; ".join(shown) + more
 
 
-def _shorten(reason: str) -> str:
+def refusal_reason(reason: str) -> str:
+    """One line, its last ``_REASON_CHARS`` characters: the key refusals count by.
+
+    The end is kept, so the same error from many nodes counts as one reason even
+    where each traceback's start names another process.
+    """
     one_line = " ".join(reason.split())
     if len(one_line) <= _REASON_CHARS:
         return one_line
-    return one_line[: _REASON_CHARS - 3] + "..."
+    return "..." + one_line[-(_REASON_CHARS - 3) :]
 
 
 #: up to this many nodes, the log lists every database size
@@ -174,7 +178,7 @@ def _read_describe_reply(
     node_id = reply.metadata.src_node_id
     if reply.has_error():
         log(WARNING, "node %d failed discovery: %s", node_id, reply.error.reason)
-        reasons[reply.error.reason] += 1
+        reasons[refusal_reason(reply.error.reason)] += 1
         return None
     try:
         cfg = reply.content[K.CONFIG]

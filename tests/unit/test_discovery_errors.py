@@ -2,7 +2,7 @@
 
 from collections import Counter
 
-from server.discovery import refusal_summary
+from server.discovery import refusal_reason, refusal_summary
 
 
 def test_no_refusals_add_nothing() -> None:
@@ -16,9 +16,16 @@ def test_reasons_most_common_first_with_counts_and_the_rest_counted() -> None:
     assert text.endswith("; and 2 other reason(s) in the log")
 
 
-def test_a_long_multiline_reason_is_one_short_line() -> None:
-    reason = "pathological partitioning is impossible\n" + "x" * 5000
-    text = refusal_summary(Counter({reason: 100}))
-    assert "\n" not in text
-    assert text.startswith(": 100 x pathological partitioning is impossible x")
-    assert text.endswith("...") and len(text) < 700
+def test_a_long_traceback_keeps_its_message_and_counts_as_one_reason() -> None:
+    """Each node's traceback starts with its own pid; the message ends it."""
+    message = "pathological partitioning ... is impossible for this data"
+
+    def traceback(pid: int) -> str:
+        return f"ray::ClientAppActor.run() (pid={pid})\n" + "  File x\n" * 300 + message
+
+    short = refusal_reason(traceback(1))
+    assert "\n" not in short and short.startswith("...") and len(short) == 400
+    assert short.endswith(message)
+    reasons = Counter(refusal_reason(traceback(pid)) for pid in range(100))
+    assert refusal_summary(reasons) == f": 100 x {short}"
+    assert refusal_reason("short\n  reason") == "short reason"
