@@ -122,7 +122,7 @@ def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
         "local-epochs epochs (the longest run's budget); mean ± sample std over "
         f"the seeds run of {args.seeds} (column seeds).",
     ]
-    for part in args.partitions:
+    for part in shown_partitions(rows, args.partitions):
         mine = [r for r in rows if r.get("partitioning") == part]
         if not mine:
             continue
@@ -164,6 +164,15 @@ def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
             f"{statistics.mean(walls) / 60:.1f} min per run)."
         )
     return "\n".join(lines)
+
+
+def shown_partitions(rows: list[dict[str, Any]], asked: list[str]) -> list[str]:
+    """Return the partitionings asked for and those in the rows, in table order.
+
+    A ``--resume`` with fewer ``--partitions`` keeps the others in the table.
+    """
+    have = {r.get("partitioning") for r in rows}
+    return [p for p in PARTITIONS if p in asked or p in have]
 
 
 def plot(rows: list[dict[str, Any]], path: Path, partitions: list[str]) -> None:
@@ -323,7 +332,9 @@ def main() -> None:
             "tuned_learning_rates": tuned,
         }
         write_tables(args.out, summary, table(current, args))
-        plot(current, args.out / "rounds.png", args.partitions)
+        plot(
+            current, args.out / "rounds.png", shown_partitions(current, args.partitions)
+        )
 
     rows, failed = run_sweep(
         jobs,

@@ -478,3 +478,44 @@ def test_rounds_sweep_stops_before_any_run_on_an_impossible_partitioning(
     err = capsys.readouterr().err
     assert "30 clients, seed 0, partitioning = 'pathological'" in err
     assert not (tmp_path / "out").exists()  # nothing written
+
+
+def test_rounds_sweep_resumed_with_another_partitioning_keeps_both_in_the_table(
+    tmp_path, monkeypatch
+) -> None:
+    from experiments import rounds_sweep
+
+    tuned = tmp_path / "tuned"
+    tuned.mkdir()
+    rates = {"DPSH (FedAvg)": 0.01}
+    (tuned / "summary.json").write_text(json.dumps({"tuned_learning_rates": rates}))
+    data = tmp_path / "x.npz"
+    data.write_bytes(b"")
+
+    def fake_federated(cfg, clients, run_dir):
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "rounds.jsonl").write_text(
+            json.dumps({"round": 0, "map_all": 0.3})
+            + "\n"
+            + json.dumps({"round": 1, "map_all": 0.4})
+            + "\n"
+        )
+        return {"final": {"map_all": 0.4}, "run_dir": str(run_dir)}
+
+    monkeypatch.setattr(rounds_sweep, "run_federated", fake_federated)
+    monkeypatch.setattr(
+        rounds_sweep, "run_centralized", lambda cfg, out: {"final": {"map_all": 0.5}}
+    )
+    monkeypatch.setattr(rounds_sweep, "check_partitions", lambda cfgs, clients: None)
+    out = tmp_path / "out"
+    argv = ["rounds_sweep", "--data-path", str(data), "--tuned-from", str(tuned)]
+    argv += ["--rounds", "1", "--eval-every", "1", "--methods", "DPSH (FedAvg)"]
+    argv += ["--out", str(out), "--runs", str(tmp_path / "runs")]
+    monkeypatch.setattr(sys, "argv", [*argv, "--partitions", "iid"])
+    rounds_sweep.main()
+    monkeypatch.setattr(sys, "argv", [*argv, "--partitions", "non-iid", "--resume"])
+    rounds_sweep.main()
+    text = (out / "table.md").read_text()
+    assert text.index("**iid**") < text.index("**non-iid**")
+    summary = json.loads((out / "summary.json").read_text())
+    assert {r["partitioning"] for r in summary["rows"]} == {"iid", "non-iid", "-"}
