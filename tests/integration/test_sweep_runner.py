@@ -337,6 +337,38 @@ def test_rounds_sweep_reads_each_runs_curve_and_uses_the_tuned_rates(
     assert "no tuned learning rate for HashNet (FedAvg)" in capsys.readouterr().err
 
 
+def _fake_rounds_sweep(
+    tmp_path, monkeypatch, tuned, *, rounds: int, out: Path
+) -> list[str]:
+    """Point rounds_sweep at fake runs writing to ``out``; return its argv.
+
+    Each federated run's curve is 0.3 at round 0 and 0.4 at ``rounds``; the
+    ceiling scores 0.5; the data file is empty, so partitions go unchecked.
+    """
+    from experiments import rounds_sweep
+
+    data = tmp_path / "x.npz"
+    data.write_bytes(b"")
+
+    def fake_federated(cfg, clients, run_dir):
+        run_dir.mkdir(parents=True, exist_ok=True)
+        lines = [{"round": 0, "map_all": 0.3}, {"round": rounds, "map_all": 0.4}]
+        (run_dir / "rounds.jsonl").write_text(
+            "".join(json.dumps(x) + "\n" for x in lines)
+        )
+        return {"final": {"map_all": 0.4}, "run_dir": str(run_dir)}
+
+    monkeypatch.setattr(rounds_sweep, "check_partitions", lambda cfgs, clients: None)
+    monkeypatch.setattr(rounds_sweep, "run_federated", fake_federated)
+    monkeypatch.setattr(
+        rounds_sweep, "run_centralized", lambda cfg, out: {"final": {"map_all": 0.5}}
+    )
+    argv = ["rounds_sweep", "--data-path", str(data), "--tuned-from", str(tuned)]
+    argv += ["--rounds", str(rounds), "--eval-every", str(rounds)]
+    argv += ["--methods", "DPSH (FedAvg)", "--runs", str(tmp_path / "runs")]
+    return [*argv, "--out", str(out)]
+
+
 def test_rounds_sweep_records_its_setup_and_says_when_rates_come_from_another_length(
     tmp_path, monkeypatch
 ):
@@ -352,24 +384,8 @@ def test_rounds_sweep_records_its_setup_and_says_when_rates_come_from_another_le
             }
         )
     )
-    data = tmp_path / "x.npz"
-    data.write_bytes(b"")
-
-    def fake_federated(cfg, clients, run_dir):
-        run_dir.mkdir(parents=True, exist_ok=True)
-        line = {"round": 0, "map_all": 0.3}
-        (run_dir / "rounds.jsonl").write_text(json.dumps(line) + "\n")
-        return {"final": {"map_all": 0.4}, "run_dir": str(run_dir)}
-
-    monkeypatch.setattr(rounds_sweep, "check_partitions", lambda cfgs, clients: None)
-    monkeypatch.setattr(rounds_sweep, "run_federated", fake_federated)
-    monkeypatch.setattr(
-        rounds_sweep, "run_centralized", lambda cfg, out: {"final": {"map_all": 0.5}}
-    )
     out = tmp_path / "out"
-    argv = ["rounds_sweep", "--data-path", str(data), "--tuned-from", str(tuned)]
-    argv += ["--rounds", "2", "--eval-every", "2", "--methods", "DPSH (FedAvg)"]
-    argv += ["--out", str(out), "--runs", str(tmp_path / "runs")]
+    argv = _fake_rounds_sweep(tmp_path, monkeypatch, tuned, rounds=2, out=out)
     monkeypatch.setattr(sys, "argv", [*argv, "--bits", "12"])
     rounds_sweep.main()
     text = (out / "table.md").read_text()
@@ -489,28 +505,8 @@ def test_rounds_sweep_resumed_with_another_partitioning_keeps_both_in_the_table(
     tuned.mkdir()
     rates = {"DPSH (FedAvg)": 0.01}
     (tuned / "summary.json").write_text(json.dumps({"tuned_learning_rates": rates}))
-    data = tmp_path / "x.npz"
-    data.write_bytes(b"")
-
-    def fake_federated(cfg, clients, run_dir):
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "rounds.jsonl").write_text(
-            json.dumps({"round": 0, "map_all": 0.3})
-            + "\n"
-            + json.dumps({"round": 1, "map_all": 0.4})
-            + "\n"
-        )
-        return {"final": {"map_all": 0.4}, "run_dir": str(run_dir)}
-
-    monkeypatch.setattr(rounds_sweep, "run_federated", fake_federated)
-    monkeypatch.setattr(
-        rounds_sweep, "run_centralized", lambda cfg, out: {"final": {"map_all": 0.5}}
-    )
-    monkeypatch.setattr(rounds_sweep, "check_partitions", lambda cfgs, clients: None)
     out = tmp_path / "out"
-    argv = ["rounds_sweep", "--data-path", str(data), "--tuned-from", str(tuned)]
-    argv += ["--rounds", "1", "--eval-every", "1", "--methods", "DPSH (FedAvg)"]
-    argv += ["--out", str(out), "--runs", str(tmp_path / "runs")]
+    argv = _fake_rounds_sweep(tmp_path, monkeypatch, tuned, rounds=1, out=out)
     monkeypatch.setattr(sys, "argv", [*argv, "--partitions", "iid"])
     rounds_sweep.main()
     monkeypatch.setattr(sys, "argv", [*argv, "--partitions", "non-iid", "--resume"])
