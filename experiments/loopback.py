@@ -78,6 +78,10 @@ def _bin(name: str) -> str:
 _LIVE: set[subprocess.Popen] = set()
 _LIVE_LOCK = threading.RLock()  # re-entrant: the handler runs in the main thread
 _STOPPING = threading.Event()
+#: A signal that reached the main thread while it was between ``Popen`` and
+#: registering the new process in ``_LIVE``: the handler defers to the end of the
+#: registration, or the new process (in its own session) would outlive the driver.
+_MAIN_STARTING: dict[str, Any] = {"active": False, "deferred": None}
 
 
 def stop_deployments_on_signals() -> None:
@@ -89,19 +93,52 @@ def stop_deployments_on_signals() -> None:
     """
 
     def handler(signum: int, _frame: Any) -> None:
-        with _LIVE_LOCK:
-            _STOPPING.set()
-            procs = list(_LIVE)
-        print(
-            f"loopback: signal {signum}: stopping {len(procs)} deployment process(es)",
-            file=sys.stderr,
-            flush=True,
-        )
-        _stop(procs)
-        os._exit(128 + signum)  # worker threads would wait on dead deployments
+        if _MAIN_STARTING["active"]:
+            _MAIN_STARTING["deferred"] = signum
+            return
+        _stop_all_and_exit(signum)
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, handler)
+
+
+def _stop_all_and_exit(signum: int) -> None:
+    with _LIVE_LOCK:
+        _STOPPING.set()
+        procs = list(_LIVE)
+    print(
+        f"loopback: signal {signum}: stopping {len(procs)} deployment process(es)",
+        file=sys.stderr,
+        flush=True,
+    )
+    _stop(procs)
+    os._exit(128 + signum)  # worker threads would wait on dead deployments
+
+
+def start_registered(cmd: list[str], **popen_kwargs: Any) -> subprocess.Popen:
+    """``subprocess.Popen(cmd, **popen_kwargs)``, registered for the signal handler.
+
+    Started and registered under the lock: once the handler holds it and has set
+    ``_STOPPING``, no other thread can start a process. In the main thread a signal
+    arriving mid-start is handled once the process is registered, so it is stopped
+    with the rest.
+    """
+    main = threading.current_thread() is threading.main_thread()
+    try:
+        with _LIVE_LOCK:
+            if _STOPPING.is_set():
+                raise RuntimeError("loopback: stopping on a signal; nothing started")
+            if main:
+                _MAIN_STARTING["active"] = True
+            proc = subprocess.Popen(cmd, **popen_kwargs)
+            _LIVE.add(proc)
+    finally:
+        if main:
+            _MAIN_STARTING["active"] = False
+            signum, _MAIN_STARTING["deferred"] = _MAIN_STARTING["deferred"], None
+            if signum is not None:
+                _stop_all_and_exit(signum)
+    return proc
 
 
 def _stop(procs: list[subprocess.Popen]) -> None:
@@ -176,12 +213,8 @@ def run_loopback(
     procs: list[subprocess.Popen] = []
 
     def start(name: str, cmd: list[str]) -> subprocess.Popen:
-        # started and registered under the lock: once the signal handler holds it
-        # and has set _STOPPING, no deployment of another thread can start
-        with _LIVE_LOCK, (logs / f"{name}.log").open("wb") as out:
-            if _STOPPING.is_set():
-                raise RuntimeError("loopback: stopping on a signal; nothing started")
-            proc = subprocess.Popen(
+        with (logs / f"{name}.log").open("wb") as out:
+            proc = start_registered(
                 cmd,
                 cwd=home,
                 env=env,
@@ -189,7 +222,6 @@ def run_loopback(
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-            _LIVE.add(proc)
         procs.append(proc)
         return proc
 

@@ -103,6 +103,20 @@ def _processes_with_home(home_root: Path) -> list[int]:
     return found
 
 
+def _flwr_run_started(home_root: Path) -> bool:
+    """Whether a process under ``home_root``'s FLWR_HOME runs ``flwr run``."""
+    for pid in _processes_with_home(home_root):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        # a console script: `<python> <venv>/bin/flwr run ...`
+        pairs = zip(argv[:-1], argv[1:], strict=True)
+        if any(os.path.basename(a) == b"flwr" and b == b"run" for a, b in pairs):
+            return True
+    return False
+
+
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads /proc (Linux)")
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_to_the_driver_stops_every_deployment_process(tmp_path, signum):
@@ -123,7 +137,8 @@ def test_a_signal_to_the_driver_stops_every_deployment_process(tmp_path, signum)
     pids: list[int] = []
     try:
         deadline = time.monotonic() + 120
-        while not (run / "logs" / "flwr-run.log").exists():
+        # `flwr run` exec'd: the driver has started (and so registered) all 4
+        while not _flwr_run_started(tmp):
             assert driver.poll() is None, driver.stderr.read().decode()[-2000:]
             assert time.monotonic() < deadline, "the run was never submitted"
             time.sleep(0.2)
