@@ -10,7 +10,9 @@
    ``--tune-seed`` (not one of the table's seeds); the learning rate with the best
    final mAP@ALL is kept for the table. The tuning scores on the same query set as
    the table: this favours the baselines and the ceiling, never FedHAP (whose
-   learning rate is the default, untuned).
+   learning rate is the default, untuned). With ``--fedhap-lr-grid`` FedHAP is tuned
+   the same way over its own grid, so every method gets the same treatment (the
+   fair protocol where the best rate moves, e.g. with the number of clients).
 2. **The table**, after all tuning runs, partitioning by partitioning, seed by seed
    (a table cut short holds whole partitionings). For every seed and partitioning
    (``iid``; ``non-iid``: FedHAP's label shards, ``--classes-per-client`` classes per
@@ -111,6 +113,12 @@ def main() -> None:
         default=None,
         help="learning rates tried for the centralized ceiling (default: --lr-grid)",
     )
+    parser.add_argument(
+        "--fedhap-lr-grid",
+        default=None,
+        help="tune FedHAP too, over these learning rates (default: FedHAP runs "
+        f"untuned at {DEFAULT_LR})",
+    )
     parser.add_argument("--tune-seed", type=int, default=99)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--runs", type=Path, default=ROOT / "results/real-data")
@@ -131,9 +139,17 @@ def main() -> None:
         ceiling_grid = parse_lr_grid(
             args.ceiling_lr_grid or args.lr_grid, "--ceiling-lr-grid"
         )
+        fedhap_grid = (
+            parse_lr_grid(args.fedhap_lr_grid, "--fedhap-lr-grid")
+            if args.fedhap_lr_grid is not None
+            else None
+        )
     except ValueError as exc:
         parser.error(str(exc))
+    # the tuned methods and their grids (FedHAP only with --fedhap-lr-grid)
     grids = {m: ceiling_grid if m == CENTRALIZED else lr_grid for m in TUNED}
+    if fedhap_grid is not None:
+        grids["FedHAP"] = fedhap_grid
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     partitions = [p.strip() for p in args.partitions.split(",") if p.strip()]
     for m in methods:
@@ -183,7 +199,7 @@ def main() -> None:
         _merge_legacy_tuning(args.out)
     known: list[dict[str, Any]] = load_rows(rows_path) if args.resume else []
     tune_jobs: list[tuple[Any, ...]] = [
-        ("tune", m, lr) for m in methods if m in TUNED for lr in grids[m]
+        ("tune", m, lr) for m in methods if m in grids for lr in grids[m]
     ]
     table_jobs: list[tuple[Any, ...]] = []
     for i, part in enumerate(partitions):
@@ -196,7 +212,7 @@ def main() -> None:
                 table_jobs.append(("table", seed, part, m))
 
     def best_lr(method: str) -> float:
-        if method not in TUNED:
+        if method not in grids:
             return DEFAULT_LR
         lr = tuned_lr(known, method, grids[method])
         if lr is None:
@@ -261,7 +277,7 @@ def main() -> None:
         }
 
     def tables(rows: list[dict[str, Any]]) -> None:
-        tuned = {m: tuned_lr(rows, m, grids[m]) for m in TUNED}
+        tuned = {m: tuned_lr(rows, m, grids[m]) for m in grids}
         tuned = {m: lr for m, lr in tuned.items() if lr is not None}
         table_rows = [r for r in rows if r.get("kind", "table") == "table"]
         _write(table_rows, _tuning(rows), tuned, args, methods, partitions, started)
@@ -396,10 +412,11 @@ def supersede_stale_rows(
 ) -> list[str]:
     """Mark the table rows run at a learning rate that is no longer tuned.
 
-    A baseline's table row whose ``learning_rate`` differs from
-    :func:`tuned_lr` (its tuning covers ``grids[method]``) gets ``kind`` "superseded"
-    and its name prefixed ``superseded:``, so a resumed sweep runs it again at the
-    tuned rate; nothing is deleted. The file is rewritten atomically.
+    A table row of a tuned method (a key of ``grids``) whose ``learning_rate``
+    differs from :func:`tuned_lr` (its tuning covers ``grids[method]``) gets
+    ``kind`` "superseded" and its name prefixed ``superseded:``, so a resumed sweep
+    runs it again at the tuned rate; nothing is deleted. The file is rewritten
+    atomically.
 
     Returns
     -------
@@ -409,7 +426,7 @@ def supersede_stale_rows(
     rows = load_rows(rows_path)
     stale = []
     for row in rows:
-        if row.get("kind", "table") != "table" or row.get("method") not in TUNED:
+        if row.get("kind", "table") != "table" or row.get("method") not in grids:
             continue
         lr = tuned_lr(rows, row["method"], grids[row["method"]])
         if lr is not None and row["learning_rate"] != lr:
@@ -492,13 +509,19 @@ def _write(
             "ours; the paper's queries but not its 10,000-sample training subset: "
             "every client trains on its whole partition, see docs/data.md"
         )
+    fedhap_tuned = args.fedhap_lr_grid is not None
+    tuning = (
+        f"every method's learning rate, FedHAP's included, tuned on seed "
+        f"{args.tune_seed} (federated methods IID); "
+        if fedhap_tuned
+        else "the baselines' and the ceiling's learning rates tuned on seed "
+        f"{args.tune_seed} (baselines IID), FedHAP's the default {DEFAULT_LR}; "
+    )
     head = (
         f"Protocol ({split}): "
         f"{args.clients} clients, {args.bits} bits, {args.rounds} rounds, "
         f"non-iid = {args.classes_per_client} label shards per client (a "
-        "multi-label sample under its lowest label); the baselines' and the "
-        f"ceiling's learning rates tuned on seed {args.tune_seed} (baselines IID), "
-        f"FedHAP's the default {DEFAULT_LR}; "
+        f"multi-label sample under its lowest label); {tuning}"
         "centralized = the same network trained with DPSH's loss on the union of "
         "the database, same epoch budget; untrained floor = the federated runs' "
         f"round-0 mAP; mean ± sample std over seeds {args.seeds}."
@@ -553,10 +576,16 @@ def _write(
         lines.append("")
     if tuned_rows:
         lines += [
-            f"**Learning-rate tuning** (seed {args.tune_seed}, federated baselines "
-            "IID, final mAP@ALL %; the chosen learning rate in bold)",
+            f"**Learning-rate tuning** (seed {args.tune_seed}, federated "
+            f"{'methods' if fedhap_tuned else 'baselines'} IID, final mAP@ALL %; "
+            "the chosen learning rate in bold)",
             "",
-            *lr_grid_lines(tuned_rows, TUNED, _lrs(tuned_rows), tuned),
+            *lr_grid_lines(
+                tuned_rows,
+                ("FedHAP", *TUNED) if fedhap_tuned else TUNED,
+                _lrs(tuned_rows),
+                tuned,
+            ),
         ]
         lines.append("")
     total = sum(r["seconds"] for r in rows) + sum(r["seconds"] for r in tuned_rows)

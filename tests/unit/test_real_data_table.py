@@ -60,6 +60,7 @@ def test_tables_state_protocol_tuning_ceiling_and_floor(tmp_path) -> None:
         seeds="0,1",
         out=tmp_path,
         train_size=0,
+        fedhap_lr_grid=None,
     )
     methods = ["DPSH (FedAvg)", "FedHAP", rdt.CENTRALIZED]
     rdt._write(
@@ -95,6 +96,26 @@ def test_tables_state_protocol_tuning_ceiling_and_floor(tmp_path) -> None:
     text = (tmp_path / "table.md").read_text()
     assert text.startswith("Protocol (FedHAP Table 1's split: the file's queries;")
     assert "a seeded random 10000 of the database rows" in text
+    assert "FedHAP's the default 0.0005" in text
+    # --fedhap-lr-grid: FedHAP is tuned too, and the protocol and tuning table say so
+    args.fedhap_lr_grid = "0.0005,0.002"
+    tuning.append(
+        {"method": "FedHAP", "learning_rate": 2e-3, "map_all": 0.72, "seconds": 5.0}
+    )
+    rdt._write(
+        rows,
+        tuning,
+        {"DPSH (FedAvg)": 2e-3, "FedHAP": 2e-3},
+        args,
+        methods,
+        ["iid"],
+        0.0,
+    )
+    text = (tmp_path / "table.md").read_text()
+    assert "every method's learning rate, FedHAP's included, tuned on seed 99" in text
+    assert "FedHAP's the default" not in text
+    assert "federated methods IID" in text
+    assert "| FedHAP | - | **72.00** |" in text
 
 
 def test_curve_figure_is_written_with_means_over_seeds(tmp_path) -> None:
@@ -186,6 +207,15 @@ def test_a_grown_grid_supersedes_table_rows_at_the_old_rate(tmp_path) -> None:
     assert [r["method"] for r in after if r.get("kind", "table") == "table"] == [
         "FedHAP"
     ]
+    # tuned too (--fedhap-lr-grid): its row at the untuned default goes once its
+    # grid is run
+    with path.open("a") as f:
+        for lr, m in ((5e-4, 0.7), (2e-3, 0.75)):
+            f.write(json.dumps({**tune(lr, m), "method": "FedHAP"}) + "\n")
+    fedhap_grid = {**grids([2e-3, 1e-2]), "FedHAP": [5e-4]}
+    assert rdt.supersede_stale_rows(path, fedhap_grid) == []  # 5e-4 is its rate
+    fedhap_grid["FedHAP"] = [5e-4, 2e-3]
+    assert rdt.supersede_stale_rows(path, fedhap_grid) == ["FedHAP iid s0"]
 
 
 @pytest.mark.parametrize("bad", ["", "0", "-1", "abc", "nan", "0.002,,0.01", "inf"])
