@@ -6,10 +6,11 @@
 federated method of :mod:`experiments.real_data_table` (FedHAP and the FedAvg
 baselines) once per seed and partitioning for ``--rounds`` rounds, evaluating every
 ``--eval-every`` rounds, with the learning rates that table tuned (read from
-``<tuned-from>/summary.json``; FedHAP keeps its default) and the same data, clients
-and code length. Beside them, the centralized ceiling of the same network and loss
-as the table's (DPSH) at the same epoch budget as the longest run, at the table's
-tuned rate for it (the default where that table did not tune it).
+``<tuned-from>/summary.json``; FedHAP keeps its default unless that table tuned it
+too) and the same data, clients and code length. Beside them, the centralized
+ceiling of the same network and loss as the table's (DPSH) at the same epoch budget
+as the longest run, at the table's tuned rate for it (the default where that table
+did not tune it).
 
 One long run per method gives its whole curve: the mAP after r rounds of a 30-round
 run is the mAP a run stopped at r would have (the learning rate is constant, and
@@ -115,8 +116,12 @@ def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
         )
         + "learning rates: the baselines' and the ceiling's tuned in "
         f"{args.tuned_from} (its tune seed{retuning_note(args.tuned_setup, args)}), "
-        f"FedHAP's the default {DEFAULT_LR:g}; "
-        "non-iid = "
+        + (
+            "FedHAP's tuned there too; "
+            if "FedHAP" in args.tuned
+            else f"FedHAP's the default {DEFAULT_LR:g}; "
+        )
+        + "non-iid = "
         f"{args.classes_per_client} label shards per client; centralized = the same "
         f"network trained with DPSH's loss on the training rows for {args.rounds} x "
         "local-epochs epochs (the longest run's budget); mean ± sample std over "
@@ -254,6 +259,7 @@ def main() -> None:
         if m not in FEDERATED:
             parser.error(f"--methods: unknown {m!r}; accepted: {', '.join(FEDERATED)}")
     tuned, args.tuned_setup = read_tuned(args.tuned_from)
+    args.tuned = tuned
     untuned = [m for m in methods if m in BASELINES and m not in tuned]
     if untuned:
         parser.error(

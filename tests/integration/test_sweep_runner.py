@@ -330,6 +330,16 @@ def test_rounds_sweep_reads_each_runs_curve_and_uses_the_tuned_rates(
     assert "| FedHAP | 0.0005 |" in text
     assert "Centralized ceiling (DPSH) (lr 0.002): 50.00 ± 0.00" in text
     assert len((tmp_path / "out" / "rows.jsonl").read_text().splitlines()) == 5
+    assert "FedHAP's the default 0.0005" in text
+    # that table tuned FedHAP too (--fedhap-lr-grid): FedHAP runs again at its rate
+    rates["FedHAP"] = 0.002
+    (tuned / "summary.json").write_text(json.dumps({"tuned_learning_rates": rates}))
+    asked.clear()
+    rounds_sweep.main()
+    assert asked == [(0.002, 4, 2)]
+    text = (tmp_path / "out" / "table.md").read_text()
+    assert "| FedHAP | 0.002 |" in text and "| FedHAP | 0.0005 |" not in text
+    assert "FedHAP's tuned there too" in text and "FedHAP's the default" not in text
     # a baseline without a tuned rate is refused before anything runs
     monkeypatch.setattr(sys, "argv", [*argv[:-5], "HashNet (FedAvg)", *argv[-4:]])
     with pytest.raises(SystemExit):
