@@ -223,3 +223,20 @@ def test_a_bad_learning_rate_grid_is_refused_naming_the_value(bad) -> None:
     with pytest.raises(ValueError, match="--lr-grid: .* is not a learning rate"):
         rdt.parse_lr_grid(bad, "--lr-grid")
     assert rdt.parse_lr_grid("0.002, 0.01", "--lr-grid") == [0.002, 0.01]
+
+
+def test_fedprox_baselines_are_tuned_but_run_only_when_named() -> None:
+    assert rdt.METHODS["CSQ (FedProx)"] == {"strategy": "fedprox", "loss": "csq"}
+    assert "CSQ (FedProx)" in rdt.BASELINES and "CSQ (FedProx)" in rdt.TUNED
+    assert not any("(FedProx)" in m for m in rdt.DEFAULT_METHODS)
+    assert {"FedHAP", rdt.CENTRALIZED, "DCH (FedAvg)"} <= set(rdt.DEFAULT_METHODS)
+    assert "FedHAP" not in rdt.BASELINES and rdt.CENTRALIZED not in rdt.BASELINES
+
+
+def test_a_resume_that_adds_methods_keeps_the_folders_others_in_the_table() -> None:
+    rows = [_row("DCH (FedAvg)", "iid", 0, 0.7), _row(rdt.CENTRALIZED, "-", 0, 0.8)]
+    assert rdt.shown_methods(rows, ["CSQ (FedProx)"]) == [
+        rdt.CENTRALIZED,
+        "DCH (FedAvg)",
+        "CSQ (FedProx)",
+    ]
