@@ -171,6 +171,7 @@ def main() -> None:
     if args.resume:
         try:
             check_resume_setup(args.out, setup_of(args))
+            check_fedhap_tuning(load_rows(args.out / "rows.jsonl"), fedhap_grid)
         except ValueError as exc:
             parser.error(str(exc))
     part_cfg = partition_configs(args.classes_per_client)
@@ -317,13 +318,39 @@ def main() -> None:
 
 
 def shown_methods(rows: list[dict[str, Any]], methods: Sequence[str]) -> list[str]:
-    """Return the methods a table shows (``methods`` and any with rows), in order.
+    """Return the methods a table shows: ``methods`` and any with rows (METHODS order).
 
     A ``--resume`` that adds methods (``--methods "DPSH (FedProx)"``) keeps the
     folder's other methods in ``table.md``.
     """
     have = set(methods) | {r["method"] for r in rows}
     return [m for m in METHODS if m in have]
+
+
+def check_fedhap_tuning(
+    rows: list[dict[str, Any]], fedhap_grid: Sequence[float] | None
+) -> None:
+    """Refuse to resume a folder that tuned FedHAP without ``--fedhap-lr-grid``.
+
+    Its FedHAP rows are at the tuned rate, and a resume without the grid would run
+    new ones at the default and state the default in the protocol.
+
+    Raises
+    ------
+    ValueError
+        Naming the folder's FedHAP rates and the flag to pass.
+    """
+    tuned = sorted(
+        {r["learning_rate"] for r in _tuning(rows) if r.get("method") == "FedHAP"}
+    )
+    if tuned and fedhap_grid is None:
+        raise ValueError(
+            "--resume: this folder tuned FedHAP (rates "
+            + ",".join(f"{lr:g}" for lr in tuned)
+            + "); pass --fedhap-lr-grid again (e.g. --fedhap-lr-grid "
+            + ",".join(f"{lr:g}" for lr in tuned)
+            + ")"
+        )
 
 
 def setup_of(args: argparse.Namespace) -> dict[str, Any]:

@@ -240,3 +240,14 @@ def test_a_resume_that_adds_methods_keeps_the_folders_others_in_the_table() -> N
         "DCH (FedAvg)",
         "CSQ (FedProx)",
     ]
+
+
+def test_a_resume_of_a_folder_that_tuned_fedhap_needs_its_grid() -> None:
+    rows = [
+        {"kind": "tune", "method": "FedHAP", "learning_rate": lr, "map_all": 0.7}
+        for lr in (5e-4, 2e-3)
+    ] + [{"kind": "tune", "method": "CSQ (FedAvg)", "learning_rate": 1e-2}]
+    with pytest.raises(ValueError, match=r"tuned FedHAP \(rates 0.0005,0.002\)"):
+        rdt.check_fedhap_tuning(rows, None)
+    rdt.check_fedhap_tuning(rows, [5e-4, 2e-3])
+    rdt.check_fedhap_tuning(rows[2:], None)  # FedHAP untuned there: nothing to pass
