@@ -218,7 +218,7 @@ def load_local_data(
             if hit is not None:
                 return hit
     if entry is None:
-        loaded = _CacheEntry(split=_load_split(key[0]), partitions={})
+        loaded = _CacheEntry(split=load_key_split(key[0]), partitions={})
         with _LOCK:
             entry = _CACHE.setdefault(key, loaded)
             _CACHE.move_to_end(key)
@@ -249,7 +249,8 @@ def clear_cache() -> None:
         _CACHE.clear()
 
 
-def _load_split(key: DataKey) -> ProtocolSplit:
+def load_key_split(key: DataKey) -> ProtocolSplit:
+    """Load, split and scale the dataset of ``key`` (:func:`data_key`), uncached."""
     return load_split(
         key.dataset,
         data_path=key.data_path,
@@ -263,13 +264,18 @@ def _load_split(key: DataKey) -> ProtocolSplit:
     )
 
 
-def _cut_partition(
+def database_partition(
     split: ProtocolSplit, key: DataKey, partition_id: int, num_partitions: int
-) -> LocalData:
-    labels, db_idx = split.dataset.labels, split.database_index
-    local = db_idx[
+) -> np.ndarray:
+    """Dataset indices of partition ``partition_id`` of ``split``'s database.
+
+    Raises ``ValueError`` (from :func:`hashdata.partition.partition_indices`) where
+    the data cannot be partitioned so.
+    """
+    db_idx = split.database_index
+    return db_idx[
         partition_indices(
-            labels[db_idx],
+            split.dataset.labels[db_idx],
             scheme=key.partitioning,
             num_partitions=num_partitions,
             partition_id=partition_id,
@@ -279,6 +285,13 @@ def _cut_partition(
             repeats=key.partition_repeats,
         )
     ]
+
+
+def _cut_partition(
+    split: ProtocolSplit, key: DataKey, partition_id: int, num_partitions: int
+) -> LocalData:
+    labels, db_idx = split.dataset.labels, split.database_index
+    local = database_partition(split, key, partition_id, num_partitions)
     publishes = publishes_codes(partition_id, num_partitions, key.partition_repeats)
     if not key.multimodal:
         train = None

@@ -53,38 +53,26 @@ def check_partitions(configs: Iterable[dict[str, Any]], clients: int) -> None:
     ValueError
         The message names the config keys, the seed and what the data allows.
     """
-    from hashdata.partition import partition_indices
-    from hashdata.split import load_split
+    from clients.data import data_key, database_partition, load_key_split
 
-    checked: set[str] = set()
+    checked: set[Any] = set()
     for cfg in configs:
         settings = resolved_settings(cfg)
-        options = settings.split_options()
-        scheme = {
-            "partitioning": settings.partitioning,
-            "dirichlet-alpha": settings.dirichlet_alpha,
-            "classes-per-client": settings.classes_per_client,
-            "partition-repeats": settings.partition_repeats,
-        }
-        key = json.dumps(
-            [settings.dataset, options, scheme], sort_keys=True, default=str
-        )
+        key = data_key(settings)
         if key in checked:
             continue
         checked.add(key)
-        split = load_split(settings.dataset, **options)
+        split = load_key_split(key)
         try:
-            partition_indices(
-                split.dataset.labels[split.database_index],
-                scheme=settings.partitioning,
-                num_partitions=clients,
-                partition_id=0,  # computes every partition (cached for the rest)
-                seed=settings.seed,
-                alpha=settings.dirichlet_alpha,
-                classes_per_client=settings.classes_per_client,
-                repeats=settings.partition_repeats,
-            )
+            # as a ClientApp cuts its partition (partition 0 computes them all)
+            database_partition(split, key, 0, clients)
         except ValueError as exc:
+            scheme = {
+                "partitioning": key.partitioning,
+                "dirichlet-alpha": key.dirichlet_alpha,
+                "classes-per-client": key.classes_per_client,
+                "partition-repeats": key.partition_repeats,
+            }
             read = {
                 "dirichlet": "dirichlet-alpha",
                 "pathological": "classes-per-client",
