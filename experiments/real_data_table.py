@@ -54,6 +54,7 @@ from experiments.sweep_runner import (
     exit_if_failed,
     load_rows,
     run_sweep,
+    shown_in_table,
     write_tables,
 )
 
@@ -289,7 +290,7 @@ def main() -> None:
         tuned = {m: tuned_lr(rows, m, grids[m]) for m in grids}
         tuned = {m: lr for m, lr in tuned.items() if lr is not None}
         table_rows = [r for r in rows if r.get("kind", "table") == "table"]
-        shown = shown_methods(table_rows, methods)
+        shown = shown_in_table(METHODS, methods, table_rows, "method")
         _write(table_rows, _tuning(rows), tuned, args, shown, partitions, started)
 
     sweep = {
@@ -315,16 +316,6 @@ def main() -> None:
         plot_curves(table_rows, part, args.out / f"curves-{part}.png", bits=args.bits)
     print((args.out / "table.md").read_text())
     exit_if_failed(failed)
-
-
-def shown_methods(rows: list[dict[str, Any]], methods: Sequence[str]) -> list[str]:
-    """Return the methods a table shows: ``methods`` and any with rows (METHODS order).
-
-    A ``--resume`` that adds methods (``--methods "DPSH (FedProx)"``) keeps the
-    folder's other methods in ``table.md``.
-    """
-    have = set(methods) | {r["method"] for r in rows}
-    return [m for m in METHODS if m in have]
 
 
 def check_fedhap_tuning(

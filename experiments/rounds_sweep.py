@@ -49,6 +49,7 @@ from experiments.sweep_runner import (
     check_resume_setup,
     exit_if_failed,
     run_sweep,
+    shown_in_table,
     write_tables,
 )
 
@@ -127,7 +128,7 @@ def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
         "local-epochs epochs (the longest run's budget); mean ± sample std over "
         f"the seeds run of {args.seeds} (column seeds).",
     ]
-    for part in shown_partitions(rows, args.partitions):
+    for part in shown_in_table(PARTITIONS, args.partitions, rows, "partitioning"):
         mine = [r for r in rows if r.get("partitioning") == part]
         if not mine:
             continue
@@ -169,15 +170,6 @@ def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
             f"{statistics.mean(walls) / 60:.1f} min per run)."
         )
     return "\n".join(lines)
-
-
-def shown_partitions(rows: list[dict[str, Any]], asked: list[str]) -> list[str]:
-    """Return the partitionings asked for and those in the rows, in table order.
-
-    A ``--resume`` with fewer ``--partitions`` keeps the others in the table.
-    """
-    have = {r.get("partitioning") for r in rows}
-    return [p for p in PARTITIONS if p in asked or p in have]
 
 
 def plot(rows: list[dict[str, Any]], path: Path, partitions: list[str]) -> None:
@@ -338,9 +330,8 @@ def main() -> None:
             "tuned_learning_rates": tuned,
         }
         write_tables(args.out, summary, table(current, args))
-        plot(
-            current, args.out / "rounds.png", shown_partitions(current, args.partitions)
-        )
+        parts = shown_in_table(PARTITIONS, args.partitions, current, "partitioning")
+        plot(current, args.out / "rounds.png", parts)
 
     rows, failed = run_sweep(
         jobs,

@@ -119,6 +119,18 @@ def write_tables(out: Path, summary: dict[str, Any], text: str) -> str:
     return text
 
 
+def shown_in_table(
+    order: Sequence[str], asked: Sequence[str], rows: list[Row], field: str
+) -> list[str]:
+    """Return the names of ``order`` asked for or found in the rows' ``field``.
+
+    A ``--resume`` that asks for fewer methods or partitionings, or other ones,
+    keeps the folder's others in its table.
+    """
+    have = set(asked) | {r.get(field) for r in rows}
+    return [name for name in order if name in have]
+
+
 def setup_differences(
     there: dict[str, Any], here: dict[str, Any], ignore: tuple[str, ...] = ()
 ) -> list[tuple[str, Any, Any]]:

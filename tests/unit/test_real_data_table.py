@@ -235,7 +235,7 @@ def test_fedprox_baselines_are_tuned_but_run_only_when_named() -> None:
 
 def test_a_resume_that_adds_methods_keeps_the_folders_others_in_the_table() -> None:
     rows = [_row("DCH (FedAvg)", "iid", 0, 0.7), _row(rdt.CENTRALIZED, "-", 0, 0.8)]
-    assert rdt.shown_methods(rows, ["CSQ (FedProx)"]) == [
+    assert rdt.shown_in_table(rdt.METHODS, ["CSQ (FedProx)"], rows, "method") == [
         rdt.CENTRALIZED,
         "DCH (FedAvg)",
         "CSQ (FedProx)",
