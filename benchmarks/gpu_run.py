@@ -64,6 +64,7 @@ class Plan:
     code_length: int = 32
     batch_size: int = 64
     finetune_lr: float = 1e-4
+    finetune_epochs: int = 1
 
     @classmethod
     def tiny(cls) -> Plan:
@@ -301,10 +302,19 @@ def main() -> None:  # noqa: C901 -- one linear script, step after step
     parser.add_argument(
         "--steps", default="", help="comma-separated subset of the steps to run"
     )
+    parser.add_argument("--finetune-rounds", type=int, default=None)
+    parser.add_argument("--finetune-epochs", type=int, default=None)
+    parser.add_argument("--finetune-lr", type=float, default=None)
     args = parser.parse_args()
 
     budget = Budget(args.budget)
     plan = Plan.tiny() if args.tiny else Plan()
+    if args.finetune_rounds is not None:
+        plan.finetune_rounds = args.finetune_rounds
+    if args.finetune_epochs is not None:
+        plan.finetune_epochs = args.finetune_epochs
+    if args.finetune_lr is not None:
+        plan.finetune_lr = args.finetune_lr
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     work: Path = args.work or (out.parent / (out.name + "-work"))
@@ -469,7 +479,7 @@ def main() -> None:  # noqa: C901 -- one linear script, step after step
                 "--set",
                 f"learning-rate={plan.finetune_lr}",
                 "--set",
-                "local-epochs=1",
+                f"local-epochs={plan.finetune_epochs}",
                 "--set",
                 f"rounds={plan.finetune_rounds}",
                 "--set",
