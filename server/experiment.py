@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from logging import INFO, WARNING
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -43,7 +44,7 @@ from server.discovery import describe_nodes
 from server.evaluation import Evaluation, QuerySet, RetrievalEvaluator
 from server.plots import plot_map_per_round, plot_pr_curve, plot_precision_at_k
 from server.results import RunResults
-from server.state_key import server_key
+from server.state_key import KEY_NAME, server_key
 from settings import keys as K
 from settings.run_model import build_run_model, initial_global_state
 from settings.run_settings import ConfigError, RunSettings
@@ -339,8 +340,10 @@ def run_experiment(
         resumed = resume_dir(settings)
         key = server_key(resumed.parent, create=False)
         checkpoint = read_checkpoint(resumed, settings, key=key)
-    else:
-        key = server_key(settings.results_dir)
+    else:  # an existing key that is unusable is refused before any work
+        key = b""
+        if (Path(settings.results_dir) / KEY_NAME).exists():
+            key = server_key(settings.results_dir, create=False)
     data = prepare_data(settings)  # missing/bad files -> errors
     model_name = method(settings).model_name or resolve_model_name(
         settings.model, data.input_shape
@@ -403,6 +406,7 @@ def run_experiment(
     else:
         results = RunResults(settings.results_dir, default_run_id(settings))
         _write_config(results, settings, model_name, protocol, data, nodes, device)
+        key = key or server_key(results.root)  # created by a folder's first run
         ledger = open_ledger(results.dir, key)
     log(INFO, "Protocol: %s", protocol)
     log(INFO, "Results: %s", results.dir)
