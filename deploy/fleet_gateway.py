@@ -26,15 +26,32 @@ this gateway instead. It is a separate listener that serves exactly the Fleet AP
 
 The gateway has no credentials of its own beyond its TLS certificate; it does not
 weaken SuperNode authentication, which the SuperLink still checks.
+
+Anyone who reaches the gateway's port can send it bodies before any authentication
+(the SuperLink checks the node's signature only once the request is complete), so
+the gateway bounds what one sender can make it hold:
+
+* request bodies are **streamed** to the SuperLink as they arrive, never buffered
+  whole; a body longer than ``--max-body-bytes`` (default 16 MiB) is cut off and
+  answered ``413``, one whose ``Content-Length`` says so before any byte is read.
+  Flower 1.42 sends arrays in chunks of at most ``FLWR_PRIVATE_MAX_ARRAY_CHUNK_SIZE``
+  (5 MiB) per ``push-object`` request, so an honest node stays below it; raise the
+  limit with the chunk size;
+* a body that stalls for ``--body-idle-seconds`` (default 30) is answered ``408``;
+* at most ``--max-connections`` (default 256; at least two per SuperNode)
+  connections and requests at once: uvicorn's ``limit_concurrency`` answers ``503``
+  beyond it, and the gateway itself answers ``503`` to a request beyond as many in
+  flight.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import ssl
 import sys
-from collections.abc import Awaitable, Callable, MutableMapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping, Sequence
 from typing import Any
 
 import httpx
@@ -55,7 +72,9 @@ HOP_BY_HOP = frozenset(
         "host",
     }
 )
-DEFAULT_MAX_BODY = 512 * 1024 * 1024  # bytes of one request
+DEFAULT_MAX_BODY = 16 * 1024 * 1024  # bytes of one request (Flower: 5 MiB chunks)
+DEFAULT_MAX_CONNECTIONS = 256  # connections / requests at once (>= 2 per node)
+DEFAULT_BODY_IDLE_S = 30.0  # longest wait for the next piece of a request body
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -91,11 +110,16 @@ class FleetGateway:
         verify: ssl.SSLContext | bool = True,
         fleet: frozenset[str] | None = None,
         max_body: int = DEFAULT_MAX_BODY,
+        max_active: int = DEFAULT_MAX_CONNECTIONS,
+        body_idle_s: float = DEFAULT_BODY_IDLE_S,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.upstream = upstream.rstrip("/")
         self.fleet = fleet if fleet is not None else fleet_paths()
         self.max_body = max_body
+        self.max_active = max_active
+        self.body_idle_s = body_idle_s
+        self.active = 0  # requests being forwarded now
         self._verify = verify
         self._transport = transport
         self._client: httpx.AsyncClient | None = None
@@ -128,26 +152,67 @@ class FleetGateway:
             log.warning("refused %s %r from %s", method, raw_path, client[0])
             await _respond(send, 404, b'{"detail":"Not Found"}')
             return
-        body = bytearray()
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if len(body) > self.max_body:
-                await _respond(send, 413, b'{"detail":"Request too large"}')
-                return
-            if not message.get("more_body"):
-                break
+        declared = _header(scope, b"content-length")
+        if declared is not None and (
+            not declared.isdigit() or int(declared) > self.max_body
+        ):
+            await _respond(send, 413, b'{"detail":"Request too large"}')
+            return
+        if self.active >= self.max_active:
+            log.warning("busy: %d requests in flight; 503 to %s", self.active, path)
+            await _respond(send, 503, b'{"detail":"Gateway busy"}')
+            return
+        self.active += 1
+        try:
+            await self._forward(scope, receive, send)
+        finally:
+            self.active -= 1
+
+    async def _forward(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Stream the request body to the SuperLink and its response back."""
+        method, path = scope["method"], scope["path"]
+        cut: list[int] = []  # the status that cut the body off (413, 408, 400)
+
+        async def body() -> AsyncIterator[bytes]:
+            size = 0
+            while True:
+                try:
+                    message = await asyncio.wait_for(receive(), self.body_idle_s)
+                except TimeoutError:
+                    cut.append(408)
+                    raise _BodyCut from None
+                if message["type"] == "http.disconnect":
+                    cut.append(400)
+                    raise _BodyCut
+                chunk = message.get("body", b"")
+                size += len(chunk)
+                if size > self.max_body:
+                    cut.append(413)
+                    raise _BodyCut
+                if chunk:
+                    yield chunk
+                if not message.get("more_body"):
+                    return
+
         headers = [
             (k.decode("latin-1"), v.decode("latin-1"))
             for k, v in scope["headers"]
             if k.decode("latin-1").lower() not in HOP_BY_HOP
         ]
         request = self.client().build_request(
-            method, self.upstream + path, headers=headers, content=bytes(body)
+            method, self.upstream + path, headers=headers, content=body()
         )
         try:
             response = await self.client().send(request, stream=True)
-        except httpx.HTTPError as error:
+        except (_BodyCut, httpx.HTTPError) as error:
+            if cut:
+                detail = {
+                    413: b"Request too large",
+                    408: b"Request body timed out",
+                    400: b"Client went away",
+                }[cut[0]]
+                await _respond(send, cut[0], b'{"detail":"' + detail + b'"}')
+                return
             log.error("SuperLink unreachable: %s", error)
             await _respond(send, 502, b'{"detail":"SuperLink unreachable"}')
             return
@@ -181,6 +246,18 @@ class FleetGateway:
                     await self._client.aclose()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+
+class _BodyCut(Exception):
+    """The request body was cut off (too large, stalled, or the client left)."""
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    """Return the first value of header ``name`` (lower case), or ``None``."""
+    for key, value in scope["headers"]:
+        if key.lower() == name:
+            return value.decode("latin-1").strip()
+    return None
 
 
 async def _respond(send: Send, status: int, body: bytes) -> None:
@@ -220,7 +297,24 @@ def build_parser() -> argparse.ArgumentParser:
         help="plain HTTP on both sides (deploy/docker-compose.insecure.yml only)",
     )
     parser.add_argument(
-        "--max-body-bytes", type=int, default=DEFAULT_MAX_BODY, help="request limit"
+        "--max-body-bytes",
+        type=int,
+        default=DEFAULT_MAX_BODY,
+        help="largest request body, streamed (default 16 MiB: Flower sends arrays in "
+        "5 MiB chunks)",
+    )
+    parser.add_argument(
+        "--max-connections",
+        type=int,
+        default=DEFAULT_MAX_CONNECTIONS,
+        help="connections and requests at once; 503 beyond (default 256, at least "
+        "2 per SuperNode)",
+    )
+    parser.add_argument(
+        "--body-idle-seconds",
+        type=float,
+        default=DEFAULT_BODY_IDLE_S,
+        help="longest wait for the next piece of a body; 408 after (default 30)",
     )
     return parser
 
@@ -228,6 +322,17 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the gateway; 2 on a refused argument."""
     args = build_parser().parse_args(argv)
+    for flag, value in (
+        ("--max-body-bytes", args.max_body_bytes),
+        ("--max-connections", args.max_connections),
+        ("--body-idle-seconds", args.body_idle_seconds),
+    ):
+        if not value > 0:
+            print(
+                f"fleet_gateway: {flag}={value}: accepted is a number > 0",
+                file=sys.stderr,
+            )
+            return 2
     if args.insecure:
         scheme, verify = "http", False
     else:
@@ -244,7 +349,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.INFO, format="%(levelname)s %(name)s: %(message)s"
     )
     app = FleetGateway(
-        f"{scheme}://{args.superlink}", verify=verify, max_body=args.max_body_bytes
+        f"{scheme}://{args.superlink}",
+        verify=verify,
+        max_body=args.max_body_bytes,
+        max_active=args.max_connections,
+        body_idle_s=args.body_idle_seconds,
     )
     log.info(
         "serving the Fleet API of %s://%s on %s:%d (%d routes); all else 404",
@@ -264,6 +373,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ssl_keyfile=None if args.insecure else args.ssl_keyfile,
         log_level="info",
         access_log=False,
+        limit_concurrency=args.max_connections,
     )
     return 0
 

@@ -36,6 +36,7 @@ Nothing here downloads anything unless ``download=True`` is passed for ``cifar10
 
 from __future__ import annotations
 
+import hashlib
 import os
 import pickle
 import warnings
@@ -84,9 +85,9 @@ def load_dataset(
     download : bool, optional
         ``cifar10`` only: fetch the official archive when any expected file is
         missing under ``data_path`` (needs network access). Files that are all
-        present are never re-downloaded or overwritten; if their md5 differs from
-        the official archive they are loaded with a ``UserWarning``. Default
-        ``False``.
+        present are never re-downloaded or overwritten. Every file must have the
+        official archive's md5; one that does not is refused before it is
+        unpickled (a pickle can run code). Default ``False``.
     image_shape : tuple of int (H, W, C), optional
         ``npz`` only (the ``image-shape`` config key): each row of a 2-D ``x_image``
         is one H x W x C image stored in HWC order (CIFAR-style flat pixels); it is
@@ -106,7 +107,9 @@ def load_dataset(
     Raises
     ------
     ValueError
-        Unknown ``name`` or malformed data (the message names the config key).
+        Unknown ``name`` or malformed data (the message names the config key); a
+        CIFAR-10 file whose md5 is not the official one (the message names the
+        file and the md5 expected).
     FileNotFoundError
         The file or folder given by ``data-path`` does not exist / is incomplete.
 
@@ -471,33 +474,42 @@ def _cifar_missing_files(root: Path) -> list[str]:
     return [f for f in names if not (root / CIFAR10.base_folder / f).is_file()]
 
 
-def _cifar_class() -> type:
-    """Build the lenient CIFAR-10 subclass (imports torchvision lazily)."""
+def official_cifar10_md5() -> dict[str, str]:
+    """Return ``{file name: md5}`` of the official ``cifar-10-python.tar.gz``.
+
+    The sums are torchvision's (``CIFAR10.train_list``, ``test_list``, ``meta``).
+    """
     from torchvision.datasets import CIFAR10
-    from torchvision.datasets.utils import check_integrity
+
+    sums = dict(CIFAR10.train_list + CIFAR10.test_list)
+    sums[CIFAR10.meta["filename"]] = CIFAR10.meta["md5"]
+    return sums
+
+
+def _cifar_class() -> type:
+    """Build the checked CIFAR-10 subclass (imports torchvision lazily)."""
+    from torchvision.datasets import CIFAR10
     from torchvision.datasets.vision import VisionDataset
 
-    class LenientCIFAR10(CIFAR10):
-        """torchvision ``CIFAR10`` that accepts complete but unofficial files.
+    class CheckedCIFAR10(CIFAR10):
+        """torchvision ``CIFAR10`` that unpickles only the official files.
 
-        torchvision refuses files whose md5 differs from the official archive. This
-        subclass still loads them when every expected file is present (a small test
-        fixture, a re-pickled copy) and warns that they are not the official
-        archive. Pickles with ``bytes`` keys (``b"data"``) and ``str`` keys
-        (``"data"``) are both accepted. ``download=True`` only downloads when files
-        are missing, so present files are never overwritten. ``data`` is kept as
+        Each file is read once, its md5 compared with the official archive's
+        (:func:`official_cifar10_md5`), and only then unpickled from the bytes
+        read (no second read that could see another file). A file with another
+        md5 (a re-pickled copy, anything written into the data folder) is refused
+        before ``pickle`` sees it: a pickle can run code. Keys are decoded from
+        ``bytes`` to ``str``. ``download=True`` only downloads when files are
+        missing, so present files are never overwritten. ``data`` is kept as
         stored: ``(n, 3, 32, 32)`` uint8 (CHW, not torchvision's HWC).
         """
 
-        def __init__(
-            self, root: str, *, train: bool, download: bool, warn: bool = True
-        ) -> None:
+        def __init__(self, root: str, *, train: bool, download: bool) -> None:
             VisionDataset.__init__(self, root)
             self.train = train
-            self._warn = warn
             if download:
                 self.download()
-            if not self._check_integrity():
+            if _cifar_missing_files(Path(self.root)):
                 raise FileNotFoundError(
                     "CIFAR-10 files missing under "
                     f"{os.path.join(self.root, self.base_folder)!r}: "
@@ -506,39 +518,18 @@ def _cifar_class() -> type:
             parts = self.train_list if train else self.test_list
             data: list[np.ndarray] = []
             targets: list[int] = []
+            official = official_cifar10_md5()
+            folder = os.path.join(self.root, self.base_folder)
             for file_name, _ in parts:
-                entry = _unpickle(os.path.join(self.root, self.base_folder, file_name))
+                entry = _unpickle(os.path.join(folder, file_name), official[file_name])
                 data.append(np.asarray(entry["data"], dtype=np.uint8))
                 targets.extend(int(t) for t in entry["labels"])
             self.data = np.vstack(data).reshape(-1, 3, 32, 32)
             self.targets = targets
-            meta = _unpickle(
-                os.path.join(self.root, self.base_folder, self.meta["filename"])
-            )
+            name = self.meta["filename"]
+            meta = _unpickle(os.path.join(folder, name), official[name])
             self.classes = [str(c) for c in meta[self.meta["key"]]]
             self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
-
-        def official_integrity(self) -> bool:
-            """Return whether all files match the official md5 sums."""
-            meta_path = os.path.join(self.root, self.base_folder, self.meta["filename"])
-            return super()._check_integrity() and check_integrity(
-                meta_path, self.meta["md5"]
-            )
-
-        def _check_integrity(self) -> bool:
-            if _cifar_missing_files(Path(self.root)):
-                return False
-            if self.official_integrity():
-                return True
-            if self._warn:
-                warnings.warn(
-                    "CIFAR-10 files under "
-                    f"{os.path.join(self.root, self.base_folder)!r} are not the "
-                    "official archive (md5 mismatch); loading them anyway",
-                    UserWarning,
-                    stacklevel=5,
-                )
-            return True
 
         def download(self) -> None:
             """Download and extract the official archive if any file is missing."""
@@ -550,13 +541,27 @@ def _cifar_class() -> type:
             """Return ``(image (3, 32, 32) uint8, label)``."""
             return self.data[index], self.targets[index]
 
-    return LenientCIFAR10
+    return CheckedCIFAR10
 
 
-def _unpickle(file_path: str) -> dict:
-    """Load a CIFAR pickle; ``bytes`` keys are decoded to ``str``."""
+def _unpickle(file_path: str, md5: str) -> dict:
+    """Load a CIFAR pickle whose bytes have md5 ``md5``; keys decoded to ``str``.
+
+    Raises
+    ------
+    ValueError
+        Before unpickling, naming the file and the md5 expected, if it differs.
+    """
     with open(file_path, "rb") as f:
-        entry = pickle.load(f, encoding="latin1")
+        raw = f.read()
+    got = hashlib.md5(raw, usedforsecurity=False).hexdigest()
+    if got != md5:
+        raise ValueError(
+            f"CIFAR-10 file {file_path!r} has md5 {got}, not the official {md5}: "
+            "refused before unpickling (a pickle can run code); accepted: the files "
+            "of the official cifar-10-python.tar.gz, or the data as dataset='npz'"
+        )
+    entry = pickle.loads(raw, encoding="latin1")  # noqa: S301 (official bytes only)
     return {
         (k.decode("latin1") if isinstance(k, bytes) else k): v for k, v in entry.items()
     }
@@ -579,7 +584,7 @@ def _load_cifar10(data_path: str, *, download: bool) -> HashDataset:
         root.mkdir(parents=True, exist_ok=True)
     cls = _cifar_class()
     train = cls(str(root), train=True, download=download)
-    test = cls(str(root), train=False, download=False, warn=False)
+    test = cls(str(root), train=False, download=False)
     images_u8 = np.concatenate([train.data, test.data], axis=0)
     labels = np.asarray(train.targets + test.targets, dtype=np.int64)
     if labels.min() < 0 or labels.max() > 9:

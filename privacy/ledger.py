@@ -16,11 +16,17 @@ their sum bounds nothing. Convert a charge to a common unit first (for example
 ``epsilon_per_code`` turns a per-bit flip charge into a per-code one) or ask for the
 total of one unit.
 
+A ledger can keep a :class:`LedgerJournal`: every charge is then appended to an
+HMAC-chained file and fsynced before :meth:`PrivacyLedger.charge` returns, so a
+crash right after a release loses no charge and an edit of the file is detected.
+
 Pure Python and numpy; no Flower.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import math
 import os
@@ -152,12 +158,21 @@ class PrivacyLedger:
     Parameters
     ----------
     charges : iterable of PrivacyCharge, optional
-        Charges to start from (e.g. read back from JSON).
+        Charges to start from (e.g. read back from JSON or from ``journal``).
+    journal : LedgerJournal, optional
+        Where every new charge is appended durably before :meth:`charge` returns
+        (``charges`` are not appended again: they are what it already holds).
 
     """
 
-    def __init__(self, charges: Iterable[PrivacyCharge] = ()) -> None:
+    def __init__(
+        self,
+        charges: Iterable[PrivacyCharge] = (),
+        *,
+        journal: LedgerJournal | None = None,
+    ) -> None:
         self._charges: list[PrivacyCharge] = []
+        self._journal = journal
         for item in charges:
             if not isinstance(item, PrivacyCharge):
                 raise ValueError(f"expected PrivacyCharge, got {type(item).__name__}")
@@ -202,14 +217,23 @@ class PrivacyLedger:
         ------
         ValueError
             If a value is invalid; nothing is recorded then.
+        OSError
+            If the journal cannot be written; the charge is not recorded then.
 
         """
         item = PrivacyCharge(client, round, mechanism, epsilon, delta, unit, note)
+        if self._journal is not None:
+            self._journal.append(item)
         self._charges.append(item)
         return item
 
     def __len__(self) -> int:
         return len(self._charges)
+
+    @property
+    def journal(self) -> LedgerJournal | None:
+        """Where new charges are appended durably, if anywhere."""
+        return self._journal
 
     @property
     def charges(self) -> tuple[PrivacyCharge, ...]:
@@ -377,6 +401,118 @@ class PrivacyLedger:
         notes = sorted({c.note for c in self._charges if c.note})
         lines += [f"note: {note}" for note in notes]
         return "\n".join(lines)
+
+
+class JournalError(ValueError):
+    """A journal line that is not what this server's key wrote there."""
+
+
+_JOURNAL_DOMAIN = b"fedhash privacy-ledger journal v1\0"
+
+
+class LedgerJournal:
+    """An append-only file of charges: one JSON line each, HMAC-SHA256 chained.
+
+    Line ``i`` is ``{"charge": {...}, "mac": hex}`` with
+    ``mac_i = HMAC(key, mac_{i-1} || canonical JSON of charge i)`` and ``mac_{-1} =
+    HMAC(key, domain || context)``: ``context`` names the run, so a journal copied
+    from another run fails at its first line. Each :meth:`append` writes one line
+    with one ``write`` on an ``O_APPEND`` descriptor and fsyncs it before returning.
+
+    Whom it protects: the clients whose spent epsilon the server's ledger states,
+    against anyone who can change files in the run directory but cannot read the
+    key. An edited, reordered, inserted or removed line fails the chain; the only
+    undetectable edit is cutting lines off the end, which :meth:`head` lets a
+    checkpoint catch up to the charges it covers (``server/checkpoint.py``).
+
+    Use :meth:`open`; it creates the file or verifies what is there.
+    """
+
+    def __init__(self, path: Path, key: bytes, context: str) -> None:
+        self.path = path
+        self._key = key
+        self._start = hmac.new(key, _JOURNAL_DOMAIN + context.encode(), hashlib.sha256)
+        self._macs: list[bytes] = []
+
+    @classmethod
+    def open(
+        cls, path: str | os.PathLike[str], key: bytes, context: str
+    ) -> tuple[LedgerJournal, list[PrivacyCharge]]:
+        """Open (or create) the journal at ``path``; return it and its charges.
+
+        Raises
+        ------
+        JournalError
+            Naming the file and the first line that is malformed or whose MAC
+            does not verify under ``key`` and ``context``.
+
+        """
+        if len(key) < 16:
+            raise ValueError("a journal key must have at least 16 bytes")
+        journal = cls(Path(path), key, context)
+        charges: list[PrivacyCharge] = []
+        if journal.path.exists():
+            text = journal.path.read_bytes().decode("utf-8", errors="replace")
+            for number, line in enumerate(text.splitlines(), start=1):
+                charges.append(journal._verify(number, line))
+            if text and not text.endswith("\n"):
+                raise JournalError(
+                    f"{journal.path}: line {len(charges)} is incomplete (no newline): "
+                    "not written by this server in one piece"
+                )
+        else:
+            fd = os.open(journal.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            os.close(fd)
+        return journal, charges
+
+    def _previous(self) -> bytes:
+        return self._macs[-1] if self._macs else self._start.digest()
+
+    def _mac(self, charge: PrivacyCharge) -> bytes:
+        body = json.dumps(charge.to_dict(), sort_keys=True, separators=(",", ":"))
+        return hmac.new(
+            self._key, self._previous() + body.encode(), hashlib.sha256
+        ).digest()
+
+    def _verify(self, number: int, line: str) -> PrivacyCharge:
+        bad = f"{self.path}: line {number} "
+        try:
+            data = json.loads(line)
+            charge = PrivacyCharge.from_dict(data["charge"])
+            mac = bytes.fromhex(data["mac"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise JournalError(bad + f"is not a journal entry ({exc})") from None
+        if not hmac.compare_digest(mac, self._mac(charge)):
+            raise JournalError(
+                bad + "fails its HMAC: the journal was edited, or was written for "
+                "another run or with another server key"
+            )
+        self._macs.append(mac)
+        return charge
+
+    def append(self, charge: PrivacyCharge) -> None:
+        """Append ``charge`` and fsync; only then is it part of :meth:`head`."""
+        mac = self._mac(charge)
+        line = json.dumps({"charge": charge.to_dict(), "mac": mac.hex()}) + "\n"
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        try:
+            data = line.encode()
+            if os.write(fd, data) != len(data):
+                raise OSError(f"{self.path}: short write of a journal line")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        self._macs.append(mac)
+
+    def head(self) -> tuple[int, str]:
+        """Return ``(number of charges, MAC of the last one)`` (start MAC if empty)."""
+        return len(self._macs), self._previous().hex()
+
+    def mac_at(self, count: int) -> str:
+        """Return the chain's MAC after its first ``count`` charges."""
+        if not 0 <= count <= len(self._macs):
+            raise ValueError(f"count {count} outside 0..{len(self._macs)}")
+        return (self._macs[count - 1] if count else self._start.digest()).hex()
 
 
 def _row(

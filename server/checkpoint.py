@@ -7,9 +7,20 @@ After every completed round ``r < rounds`` the server writes, inside the run's
   global prototypes, PFMH centralized / per-client prototype sets) and the torch
   RNG state; written first, under a temporary name, then renamed;
 * ``checkpoint.json`` -- the commit point, replaced atomically: round number, the
-  npz's name and SHA-256, the run config and a hash of the app's code, the
-  strategy's histories, the rows of ``rounds.jsonl``, the privacy ledger and the
-  Python / NumPy RNG states.
+  run's id, the npz's name and SHA-256, the run config and a hash of the app's code,
+  the strategy's histories, the rows of ``rounds.jsonl``, the length and head MAC of
+  the privacy-ledger journal and the Python / NumPy RNG states, authenticated by an
+  HMAC-SHA256 under the server's local key (``server/state_key.py``).
+
+The privacy ledger is not in the checkpoint: every charge is appended to the
+journal ``privacy_charges.jsonl`` (``privacy.ledger.LedgerJournal``) the moment its
+reply reaches the ServerApp (``server/charging_grid.py``). A resume keeps every
+charge of the journal, those of the round that crashed included, and charges the
+redo again: a client that released three times is charged three times.
+
+A checkpoint whose HMAC fails (edited, or from another run or server), a journal
+with an edited line, or one shorter than the checkpoint says, is refused with one
+line: editing them cannot reset a client's spent epsilon.
 
 A crash at any moment leaves the previous checkpoint intact (the old npz is
 removed only after the new ``checkpoint.json`` is in place). No pickle is read
@@ -26,6 +37,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import hmac
 import json
 import os
 import random
@@ -37,13 +49,15 @@ import numpy as np
 import torch
 from flwr.app import Array, ArrayRecord
 
-from privacy.ledger import PrivacyLedger
+from privacy.ledger import JournalError, LedgerJournal, PrivacyLedger
 from server.results import INCOMPLETE
 from settings.run_settings import ConfigError, RunSettings
 from strategies.state import pack, unpack
 
 CHECKPOINT = "checkpoint.json"
-FORMAT = 1
+JOURNAL = "privacy_charges.jsonl"
+FORMAT = 2
+_MAC_DOMAIN = b"fedhash checkpoint v2\0"
 #: the packages whose code decides a run's numbers (hashed into every checkpoint)
 APP_PACKAGES = (
     "clients", "crypto", "hashdata", "hashing", "privacy", "server", "settings",
@@ -76,7 +90,12 @@ def run_config(settings: RunSettings) -> dict[str, Any]:
 
 @dataclass
 class Checkpoint:
-    """A run's state after ``round`` (see the module docstring)."""
+    """A run's state after ``round`` (see the module docstring).
+
+    ``ledger`` holds every charge of the run's journal and appends new ones to it;
+    ``after`` of them were charged after this checkpoint was written (releases of
+    the round that crashed).
+    """
 
     round: int
     arrays: ArrayRecord
@@ -84,6 +103,7 @@ class Checkpoint:
     rows: list[dict[str, Any]]
     ledger: PrivacyLedger
     rng: dict[str, Any]
+    after: int = 0
 
     def restore_rng(self) -> None:
         """Put the server process's Python, NumPy and torch RNGs back."""
@@ -113,9 +133,14 @@ def write_checkpoint(
     arrays: ArrayRecord,
     strategy_state: dict[str, Any],
     rows: list[dict[str, Any]],
-    ledger: PrivacyLedger,
+    journal: LedgerJournal,
+    key: bytes,
 ) -> Path:
-    """Write the checkpoint of ``server_round`` atomically; return its json path."""
+    """Write the checkpoint of ``server_round`` atomically; return its json path.
+
+    ``journal``: the run's privacy-ledger journal, whose length and head MAC the
+    checkpoint records; ``key``: the server's key (``server/state_key.py``).
+    """
     npz: dict[str, np.ndarray] = {}
     names = list(arrays.keys())
     for i, name in enumerate(names):
@@ -130,8 +155,10 @@ def write_checkpoint(
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, run_dir / data_name)
+    count, head = journal.head()
     payload = {
         "format": FORMAT,
+        "run": _run_id(run_dir),
         "round": server_round,
         "data": data_name,
         "sha256": _sha256(run_dir / data_name),
@@ -140,12 +167,17 @@ def write_checkpoint(
         "global_names": names,
         "strategy": strategy,
         "rows": packed_rows,
-        "ledger": json.loads(ledger.to_json()),
+        "journal": {"charges": count, "mac": head},
         "rng": rng,
     }
+    payload = json.loads(json.dumps(payload, allow_nan=True))  # as read back
+    payload["hmac"] = _mac(key, payload)
     path = run_dir / CHECKPOINT
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(payload, allow_nan=True))
+    with tmp.open("w") as fh:
+        fh.write(json.dumps(payload, allow_nan=True))
+        fh.flush()
+        os.fsync(fh.fileno())
     os.replace(tmp, path)
     for old in run_dir.glob("checkpoint-r*.npz"):
         if old.name != data_name:
@@ -153,15 +185,20 @@ def write_checkpoint(
     return path
 
 
-def read_checkpoint(run_dir: Path, settings: RunSettings) -> Checkpoint:
+def read_checkpoint(run_dir: Path, settings: RunSettings, *, key: bytes) -> Checkpoint:
     """Read and check the checkpoint in ``run_dir`` against this run's settings.
+
+    ``key`` is the server's key (``server/state_key.py``). The checkpoint's HMAC is
+    checked first, then the journal against it; ``ledger`` of the result appends to
+    that journal.
 
     Raises
     ------
     ConfigError
-        Naming ``resume`` and the reason: no checkpoint, a damaged one, or one
-        written with another config (the differing keys are listed) or another
-        version of the code.
+        Naming ``resume`` and the reason: no checkpoint, a damaged one, one whose
+        HMAC fails (edited, another run's or another server's), a journal that was
+        edited or cut below the checkpoint's length, or one written with another
+        config (the differing keys are listed) or another version of the code.
     """
     path = run_dir / CHECKPOINT
     if not path.is_file():
@@ -169,11 +206,25 @@ def read_checkpoint(run_dir: Path, settings: RunSettings) -> Checkpoint:
             f"{_RESUME}={str(run_dir)!r}: no {CHECKPOINT} there (a run writes one "
             "after each completed round before its last)"
         )
-    payload = json.loads(path.read_text())
-    if payload.get("format") != FORMAT:
+    try:
+        payload = json.loads(path.read_text())
+    except ValueError:
+        payload = None
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+        found = payload.get("format") if isinstance(payload, dict) else "unreadable"
         raise ConfigError(
-            f"{_RESUME}: checkpoint format {payload.get('format')!r}, this code "
-            f"reads format {FORMAT}"
+            f"{_RESUME}: checkpoint format {found!r}, this code reads format {FORMAT}"
+        )
+    given = payload.pop("hmac", None)
+    if (
+        not isinstance(given, str)
+        or not hmac.compare_digest(given, _mac(key, payload))
+        or payload.get("run") != _run_id(run_dir)
+    ):
+        raise ConfigError(
+            f"{_RESUME}={str(run_dir)!r}: {CHECKPOINT} fails its HMAC under this "
+            "server's key: it was edited, or written for another run or by another "
+            "server; refused (a checkpoint's ledger position cannot be trusted)"
         )
     ours = json.loads(json.dumps(run_config(settings)))
     if payload["config"] != ours:
@@ -207,14 +258,52 @@ def read_checkpoint(run_dir: Path, settings: RunSettings) -> Checkpoint:
             for i, name in enumerate(payload["global_names"])
         }
     )
+    ledger, after = _resumed_ledger(run_dir, payload["journal"], key)
     return Checkpoint(
         round=int(payload["round"]),
         arrays=global_arrays,
         strategy=unpack(payload["strategy"], arrays),
         rows=unpack(payload["rows"], arrays),
-        ledger=PrivacyLedger.from_json(json.dumps(payload["ledger"])),
+        ledger=ledger,
         rng={**payload["rng"], "torch": arrays["rng.torch"]},
+        after=after,
     )
+
+
+def open_ledger(run_dir: Path, key: bytes) -> PrivacyLedger:
+    """Return a new run's ledger, appending to a new journal in ``run_dir``."""
+    journal, charges = LedgerJournal.open(run_dir / JOURNAL, key, _run_id(run_dir))
+    if charges:
+        raise ConfigError(f"{run_dir / JOURNAL}: a new run's journal must be empty")
+    return PrivacyLedger(journal=journal)
+
+
+def _resumed_ledger(
+    run_dir: Path, mark: dict[str, Any], key: bytes
+) -> tuple[PrivacyLedger, int]:
+    """Every charge of the journal; how many came after the checkpoint."""
+    where = f"{_RESUME}={str(run_dir)!r}"
+    try:
+        journal, charges = LedgerJournal.open(run_dir / JOURNAL, key, _run_id(run_dir))
+    except JournalError as exc:
+        raise ConfigError(f"{where}: privacy-ledger journal refused: {exc}") from None
+    count = int(mark["charges"])
+    if len(charges) < count or journal.mac_at(count) != mark["mac"]:
+        raise ConfigError(
+            f"{where}: {JOURNAL} holds {len(charges)} charges, not the {count} the "
+            "checkpoint covers (or other ones): charges were removed; refused"
+        )
+    return PrivacyLedger(charges, journal=journal), len(charges) - count
+
+
+def _run_id(run_dir: Path) -> str:
+    return run_dir.name.removesuffix(INCOMPLETE)
+
+
+def _mac(key: bytes, payload: dict[str, Any]) -> str:
+    """HMAC-SHA256 of the payload's canonical JSON (sorted keys, no spaces)."""
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), allow_nan=True)
+    return hmac.new(key, _MAC_DOMAIN + text.encode(), hashlib.sha256).hexdigest()
 
 
 def resume_dir(settings: RunSettings) -> Path:

@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from logging import INFO, WARNING
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -31,8 +32,10 @@ from hashing.models import resolve_model_name
 from hashing.train import select_device
 from privacy.ledger import PrivacyLedger
 from privacy.noise import SEEDED_WARNING
+from server.charging_grid import ChargingGrid
 from server.checkpoint import (
     Checkpoint,
+    open_ledger,
     read_checkpoint,
     resume_dir,
     write_checkpoint,
@@ -41,6 +44,7 @@ from server.discovery import describe_nodes
 from server.evaluation import Evaluation, QuerySet, RetrievalEvaluator
 from server.plots import plot_map_per_round, plot_pr_curve, plot_precision_at_k
 from server.results import RunResults
+from server.state_key import KEY_NAME, server_key
 from settings import keys as K
 from settings.run_model import build_run_model, initial_global_state
 from settings.run_settings import ConfigError, RunSettings
@@ -165,6 +169,8 @@ class RoundReporter:
         evaluator: RetrievalEvaluator,
         strategy: HashingStrategy,
         results: RunResults,
+        ledger: PrivacyLedger,
+        key: bytes,
     ) -> None:
         self.settings = settings
         self.evaluator = evaluator
@@ -173,7 +179,9 @@ class RoundReporter:
         self.start = time.perf_counter()
         self._since = self.start  # end of the previous call: what follows is training
         self.rows: list[dict[str, Any]] = []
-        self.ledger = PrivacyLedger()
+        # charged by the ChargingGrid as replies arrive, appended to its journal
+        self.ledger = ledger
+        self.key = key
         self.last: Evaluation | None = None
         self.last_round = -1
 
@@ -193,7 +201,6 @@ class RoundReporter:
             "train_round_s": time.perf_counter() - self._since if server_round else 0.0,
         }
         row.update(strategy.comm_history.get(server_round, {}))
-        self._charge(server_round, strategy.privacy_history.get(server_round, []))
         secure = strategy.secure_aggregation
         if secure is not None and server_round in secure.history:
             row["dphe"] = secure.history[server_round]
@@ -206,7 +213,6 @@ class RoundReporter:
         if self.due(server_round):
             ev = self.evaluator.evaluate(server_round, arrays)
             self.last, self.last_round = ev, server_round
-            self._charge(server_round, ev.disclosures)
             rep = ev.report
             values = {k: v for k, v in ev.per_client.items() if v is not None}
             if rep is not None:
@@ -234,34 +240,24 @@ class RoundReporter:
                 arrays=arrays,
                 strategy_state=self.strategy.state_dict(),
                 rows=self.rows,
-                ledger=self.ledger,
+                journal=self.ledger.journal,
+                key=self.key,
             )
         log(INFO, "%s", self.progress_line(row))
         self._since = time.perf_counter()
         return metrics
 
     def resume_from(self, checkpoint: Checkpoint) -> None:
-        """Continue after ``checkpoint``: its rows, its ledger, its elapsed time."""
+        """Continue after ``checkpoint``: its rows, its elapsed time.
+
+        The ledger is the checkpoint's (every charge of the journal, the crashed
+        round's included); it was handed to the constructor.
+        """
         self.rows = list(checkpoint.rows)
-        self.ledger = checkpoint.ledger
         elapsed = self.rows[-1]["elapsed_s"] if self.rows else 0.0
         self.start = time.perf_counter() - elapsed
         self._since = time.perf_counter()
         self.results.rewrite_rounds(self.rows)
-
-    def _charge(self, server_round: int, disclosures: Any) -> None:
-        """Record what each client reported applying this round in the ledger."""
-        for pid, uses in disclosures:
-            for u in uses:
-                self.ledger.charge(
-                    pid,
-                    server_round,
-                    u.mechanism,
-                    epsilon=u.epsilon,
-                    delta=u.delta,
-                    unit=u.unit,
-                    note=SEEDED_WARNING if self.settings.seeded_noise else "",
-                )
 
     def progress_line(self, row: dict[str, Any]) -> str:
         """``round  3/15 | mAP@ALL 0.512 | ... | 12.3 s | ETA 49 s``.
@@ -340,9 +336,14 @@ def run_experiment(
     """
     strategy = build_strategy(settings)  # unknown strategy -> ConfigError
     checkpoint = None
-    if settings.resume:  # wrong dir, config or code version -> ConfigError
+    if settings.resume:  # wrong dir, config, code version or HMAC -> ConfigError
         resumed = resume_dir(settings)
-        checkpoint = read_checkpoint(resumed, settings)
+        key = server_key(resumed.parent, create=False)
+        checkpoint = read_checkpoint(resumed, settings, key=key)
+    else:  # an existing key that is unusable is refused before any work
+        key = b""
+        if (Path(settings.results_dir) / KEY_NAME).exists():
+            key = server_key(settings.results_dir, create=False)
     data = prepare_data(settings)  # missing/bad files -> errors
     model_name = method(settings).model_name or resolve_model_name(
         settings.model, data.input_shape
@@ -390,19 +391,32 @@ def run_experiment(
     protocol = protocol_text(settings, data, len(nodes))
     if checkpoint is not None:
         results = RunResults.reopen(resumed)
+        ledger = checkpoint.ledger
         log(
             INFO,
-            "Resuming %s after round %d of %d",
+            "Resuming %s after round %d of %d; the privacy ledger keeps all %d "
+            "charges, %d of them for releases after that checkpoint (before the "
+            "crash); the redo is charged again",
             results.dir,
             checkpoint.round,
             settings.rounds,
+            len(ledger),
+            checkpoint.after,
         )
     else:
         results = RunResults(settings.results_dir, default_run_id(settings))
         _write_config(results, settings, model_name, protocol, data, nodes, device)
+        key = key or server_key(results.root)  # created by a folder's first run
+        ledger = open_ledger(results.dir, key)
     log(INFO, "Protocol: %s", protocol)
     log(INFO, "Results: %s", results.dir)
     try:
+        grid = ChargingGrid(
+            grid,
+            ledger,
+            {n: i.partition_id for n, i in nodes.items()},
+            note=SEEDED_WARNING if settings.seeded_noise else "",
+        )
         args = (grid, nodes, data.queries, model_factory)
         kwargs: dict[str, Any] = {
             "bits": settings.code_length,
@@ -413,7 +427,7 @@ def run_experiment(
             "timeout_s": settings.round_timeout,
         }
         evaluator = method(settings).evaluator(settings, *args, **kwargs)
-        reporter = RoundReporter(settings, evaluator, strategy, results)
+        reporter = RoundReporter(settings, evaluator, strategy, results, ledger, key)
         arrays, first_round = ArrayRecord(initial_state), 1
         if checkpoint is not None:
             reporter.resume_from(checkpoint)

@@ -89,7 +89,8 @@ class PartitionOrderedMixin:
         self.comm_history: dict[int, dict[str, float]] = {}
         self.kept_nodes: list[int] = []  # nodes whose replies the last round used
         # {round: [(partition id, mechanisms applied)]} from kept replies' privacy
-        # records, for the privacy ledger
+        # records (the ledger itself charges every reply as it arrives:
+        # server/charging_grid.py)
         self.privacy_history: dict[int, list[tuple[int, list[MechanismUse]]]] = {}
         self._privacy: dict[int, list[MechanismUse]] = {}
         self.required_mechanisms: tuple[str, ...] = ()

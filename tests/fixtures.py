@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import pickle
 import subprocess
@@ -99,6 +100,22 @@ def write_cifar10_fixture(
     with open(folder / "batches.meta", "wb") as f:
         pickle.dump(meta, f, protocol=2)
     return root
+
+
+def cifar10_fixture_md5(root: str | Path) -> dict[str, str]:
+    """Return ``{file name: md5}`` of a :func:`write_cifar10_fixture` folder.
+
+    The loader unpickles only files with the official archive's md5
+    (``hashdata.loaders.official_cifar10_md5``); a test that loads the fixture
+    patches that function to return these sums instead (the fixture stands in for
+    the official archive; the refusal of any other file is tested on its own).
+    """
+    folder = Path(root) / "cifar-10-batches-py"
+    names = [*CIFAR10_TRAIN_FILES, CIFAR10_TEST_FILE, "batches.meta"]
+    return {
+        n: hashlib.md5((folder / n).read_bytes(), usedforsecurity=False).hexdigest()
+        for n in names
+    }
 
 
 def read_cifar10_fixture(root: str | Path) -> tuple[np.ndarray, np.ndarray]:

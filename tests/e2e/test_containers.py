@@ -35,10 +35,11 @@ import subprocess
 import sys
 import time
 import tomllib
-import zipfile
 from pathlib import Path
 
 import pytest
+
+from tests.container_kit import app_from_fab, run_config_file
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("FEDHASH_CONTAINER_TESTS") != "1",
@@ -491,23 +492,15 @@ def test_supernodes_reach_neither_the_control_api_nor_the_keyholder(session: Ses
 
 def _variant(s: Session, name: str) -> Path:
     """This app plus one file: a FAB of its own hash (the SuperLink keeps one
-    signature set per FAB hash)."""
-    folder = s.work.parent / "apps" / name
+    signature set per FAB hash); built as tests/container_kit.py says."""
     fab = next((s.work / "deploy" / "fabs").rglob("*.fab"))
-    with zipfile.ZipFile(fab) as bundle:
-        for member in bundle.namelist():
-            if not member.startswith(".info/"):
-                bundle.extract(member, folder)
-    (folder / "VARIANT.md").write_text(f"{name}\n")
-    return folder
+    return app_from_fab(fab, s.work.parent / "apps" / name, name)
 
 
 def _run_config(s: Session, name: str, **extra) -> Path:
-    config = tomllib.loads((s.work / "deploy" / "smoke-run.toml").read_text())
-    config.update(extra)
-    path = s.work.parent / f"{name}.toml"
-    path.write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in config.items()))
-    return path
+    return run_config_file(
+        s.work / "deploy" / "smoke-run.toml", s.work.parent / f"{name}.toml", **extra
+    )
 
 
 def _submit(s: Session, app: str, name: str, config: Path) -> tuple:

@@ -6,6 +6,8 @@ FedAvg under DPHE, all on the Ray head of ``tests/e2e/conftest.py``. Split from
 (``--dist loadfile``) can share the end-to-end runs.
 """
 
+from collections import Counter
+
 import pytest
 
 from experiments.simulate import load_run
@@ -55,17 +57,23 @@ def test_random_flipping_end_to_end_with_ledger_and_resume(
     assert summary["final"]["map_all"] > summary["initial_map_all"] + 0.1
 
     # the same run, SIGKILLed after its round-1 checkpoint and resumed: the same
-    # rounds, final metrics and ledger (FedHAP's global prototypes, the flips'
-    # seeded noise and the ledger all come back from the checkpoint)
+    # rounds and final metrics (FedHAP's global prototypes and the flips' seeded
+    # noise come back from the checkpoint). The ledger holds every charge of the
+    # uninterrupted run; a release of round 2 that reached the server before the
+    # kill stays charged, and its redo is charged again
     resumed = kill_and_resume(
         FLIPPING, clients=3, results=tmp_path / "killed", ray_address=ray_head
     )
     assert rows_without_timing(resumed) == rows_without_timing(run_dir)
     again = load_run(resumed)[2]
-    for key in ("final", "initial_map_all", "best_round", "best_map_all", "privacy"):
+    for key in ("final", "initial_map_all", "best_round", "best_map_all"):
         assert again[key] == summary[key], key
-    charges = PrivacyLedger.read(resumed / "privacy_ledger.json").charges
-    assert charges == ledger.charges  # each client and round charged once
+    charges = Counter(PrivacyLedger.read(resumed / "privacy_ledger.json").charges)
+    assert not Counter(ledger.charges) - charges  # nothing lost
+    extra = list((charges - Counter(ledger.charges)).elements())
+    assert all(c.round == 2 for c in extra), extra  # only the crashed round repeats
+    if not extra:
+        assert again["privacy"] == summary["privacy"]
 
 
 @pytest.mark.parametrize("strategy", ["fedavg", "fedhap"])

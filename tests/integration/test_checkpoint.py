@@ -10,7 +10,7 @@ import pytest
 import torch
 from flwr.app import Array, ArrayRecord, MetricRecord
 
-from privacy.ledger import MechanismUse, PrivacyLedger
+from privacy.ledger import LedgerJournal, MechanismUse, PrivacyLedger
 from server import checkpoint as ck
 from server.results import RunResults
 from settings.run_settings import ConfigError, RunSettings
@@ -59,8 +59,12 @@ def test_pfmh_state_moves_to_new_node_ids_by_partition():
         u.load_state_dict(state)
 
 
+KEY = bytes(range(32))
+
+
 def _write(run_dir, settings, **over):
-    ledger = PrivacyLedger()
+    journal, charges = LedgerJournal.open(run_dir / ck.JOURNAL, KEY, run_dir.name)
+    ledger = PrivacyLedger(charges, journal=journal)
     ledger.charge(0, 1, "random-flipping/codes", epsilon=1.0, unit="per bit")
     kwargs = {
         "server_round": 2,
@@ -69,7 +73,8 @@ def _write(run_dir, settings, **over):
         "strategy_state": {"own": {}, "train_history": {}, "comm_history": {},
                            "privacy_history": {}, "prototype_history": {}},
         "rows": [{"round": 0, "precision_at_k": {10: 0.5}}],
-        "ledger": ledger,
+        "journal": ledger.journal,
+        "key": KEY,
         **over,
     }
     return ck.write_checkpoint(run_dir, **kwargs)
@@ -82,13 +87,14 @@ def test_checkpoint_round_trip_rng_and_only_the_newest_data_file(tmp_path):
     _write(tmp_path, settings)
     draws = (random.random(), np.random.rand(), torch.rand(1).item())
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "checkpoint-r2.npz", "checkpoint.json",
+        "checkpoint-r2.npz", "checkpoint.json", "privacy_charges.jsonl",
     ]
-    back = ck.read_checkpoint(tmp_path, settings)
+    back = ck.read_checkpoint(tmp_path, settings, key=KEY)
     assert back.round == 2
     assert np.array_equal(back.arrays["w"].numpy(), np.ones((2, 2), np.float32))
     assert back.rows[0]["precision_at_k"] == {10: 0.5}  # int keys kept
-    assert len(back.ledger) == 1
+    assert len(back.ledger) == 2  # both charges of the journal
+    assert back.after == 0  # the second checkpoint covers them both
     back.restore_rng()
     assert (random.random(), np.random.rand(), torch.rand(1).item()) == draws
 
@@ -99,19 +105,21 @@ def test_another_config_code_or_damaged_file_is_refused(tmp_path, monkeypatch):
     other = RunSettings.from_config({"rounds": 7, "fedhap.mu": 0.5})
     with pytest.raises(ConfigError, match=r"another config; differing keys: "
                        r"fedhap.mu, rounds"):
-        ck.read_checkpoint(tmp_path, other)
+        ck.read_checkpoint(tmp_path, other, key=KEY)
     # the resume key itself may differ
-    ck.read_checkpoint(tmp_path, RunSettings.from_config({"resume": str(tmp_path)}))
+    ck.read_checkpoint(
+        tmp_path, RunSettings.from_config({"resume": str(tmp_path)}), key=KEY
+    )
     monkeypatch.setattr(ck, "code_version", lambda: "0" * 64)
     with pytest.raises(ConfigError, match="another version of the app's code"):
-        ck.read_checkpoint(tmp_path, settings)
+        ck.read_checkpoint(tmp_path, settings, key=KEY)
     monkeypatch.undo()
     data = tmp_path / "checkpoint-r2.npz"
     data.write_bytes(data.read_bytes()[:-8] + b"tampered")
     with pytest.raises(ConfigError, match="does not match the SHA-256"):
-        ck.read_checkpoint(tmp_path, settings)
+        ck.read_checkpoint(tmp_path, settings, key=KEY)
     with pytest.raises(ConfigError, match="no checkpoint.json"):
-        ck.read_checkpoint(tmp_path / "nope", settings)
+        ck.read_checkpoint(tmp_path / "nope", settings, key=KEY)
 
 
 def test_resume_dir_refusals_and_suffix(tmp_path):

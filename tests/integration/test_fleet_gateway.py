@@ -23,7 +23,8 @@ from flwr.supernode.start_client_internal import _verify_fab
 
 from deploy.fab_registry import create_app as create_registry
 from deploy.fab_registry import fab_paths, publish, sign_fab
-from deploy.fleet_gateway import FleetGateway, allowed, fleet_paths
+from deploy.fleet_gateway import DEFAULT_MAX_BODY, FleetGateway, allowed, fleet_paths
+from deploy.fleet_gateway import main as gateway_main
 from deploy.generate import make_fab_signing_key, trusted_entities_yaml
 from tests.compose_local import ROOT
 
@@ -135,6 +136,120 @@ def test_gateway_refuses_everything_else_without_calling_the_superlink(
 def test_gateway_limits_the_request_size():
     status, _, seen = _gateway_call("POST", b"/v1/fleet/push-object", b"x" * 2048)
     assert status == 413 and seen == []
+
+
+class _Recorder(httpx.AsyncBaseTransport):
+    """A SuperLink that notes, for each body piece it gets, how far the client is."""
+
+    def __init__(self, progress: list[int], gate: asyncio.Event | None = None):
+        self.progress, self.gate, self.got = progress, gate, []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        async for piece in request.stream:
+            self.got.append((len(piece), self.progress[0]))
+        if self.gate is not None:
+            await self.gate.wait()
+        return httpx.Response(200, stream=_Reply())
+
+
+class _Reply(httpx.AsyncByteStream):  # streamed, as from a real SuperLink
+    async def __aiter__(self):
+        yield b"ok"
+
+
+def _scope(path=b"/v1/fleet/push-object", headers=()):
+    return {
+        "type": "http", "method": "POST", "path": path.decode(), "raw_path": path,
+        "query_string": b"", "headers": [(b"host", b"gw"), *headers],
+        "client": ("127.0.0.1", 1),
+    }
+
+
+def _pieces(n: int, size: int, progress: list[int]):
+    async def receive():
+        progress[0] += 1
+        await asyncio.sleep(0)
+        return {"type": "http.request", "body": b"x" * size,
+                "more_body": progress[0] < n}
+    return receive
+
+
+def _collector(sent: list):
+    async def send(message):
+        sent.append(message)
+    return send
+
+
+def test_gateway_streams_bodies_instead_of_buffering_them():
+    # the old gateway read the whole body (up to 512 MiB) before forwarding a byte
+    progress = [0]
+    upstream = _Recorder(progress)
+    gateway = FleetGateway("https://superlink:8000", fleet=fleet_paths(),
+                           transport=upstream, max_body=10_000)
+    sent: list = []
+    asyncio.run(gateway(_scope(), _pieces(4, 1000, progress), _collector(sent)))
+    assert sent[0]["status"] == 200
+    # each piece reached the SuperLink before the client sent the next one
+    assert upstream.got == [(1000, 1), (1000, 2), (1000, 3), (1000, 4)]
+
+
+def test_gateway_cuts_a_long_body_and_refuses_a_declared_one_unread():
+    progress = [0]
+    upstream = _Recorder(progress)
+    gateway = FleetGateway("https://superlink:8000", fleet=fleet_paths(),
+                           transport=upstream, max_body=2500)
+    assert gateway.max_body < 512 * 1024 * 1024
+    sent: list = []
+    asyncio.run(gateway(_scope(), _pieces(10, 1000, progress), _collector(sent)))
+    assert sent[0]["status"] == 413 and progress[0] == 3  # cut at the 3rd piece
+    progress[0], sent[:] = 0, []
+    scope = _scope(headers=[(b"content-length", b"300000000")])
+    asyncio.run(gateway(scope, _pieces(10, 1000, progress), _collector(sent)))
+    assert sent[0]["status"] == 413 and progress[0] == 0  # not one byte read
+    # the defaults: below the old 512 MiB, above Flower's 5 MiB array chunks
+    assert 5 * 1024 * 1024 < DEFAULT_MAX_BODY <= 64 * 1024 * 1024
+
+
+def test_gateway_caps_requests_in_flight_and_stalled_bodies():
+    async def scenario():
+        gate = asyncio.Event()
+        progress = [0]
+        gateway = FleetGateway("https://superlink:8000", fleet=fleet_paths(),
+                               transport=_Recorder(progress, gate), max_active=1,
+                               body_idle_s=0.05)
+        first: list = []
+        task = asyncio.create_task(
+            gateway(_scope(), _pieces(1, 10, progress), _collector(first))
+        )
+        while gateway.active == 0:
+            await asyncio.sleep(0.001)
+        second: list = []
+        await gateway(_scope(), _pieces(1, 10, [0]), _collector(second))
+        gate.set()
+        await task
+        stalled: list = []
+
+        async def never():
+            await asyncio.Event().wait()
+
+        await gateway(_scope(), never, _collector(stalled))
+        return first[0]["status"], second[0]["status"], stalled[0]["status"]
+
+    assert asyncio.run(scenario()) == (200, 503, 408)
+
+
+def test_gateway_cli_passes_the_connection_cap_to_uvicorn(monkeypatch, capsys):
+    import uvicorn
+
+    seen = {}
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: seen.update(kw, app=app))
+    assert gateway_main(["--superlink", "s:8000", "--insecure",
+                         "--max-connections", "7"]) == 0
+    assert seen["limit_concurrency"] == 7 and seen["app"].max_active == 7
+    assert seen["app"].max_body == DEFAULT_MAX_BODY
+    assert gateway_main(["--superlink", "s:8000", "--insecure",
+                         "--max-body-bytes", "0"]) == 2
+    assert "--max-body-bytes=0: accepted is a number > 0" in capsys.readouterr().err
 
 
 def test_registry_signatures_verify_with_flowers_supernode_code(tmp_path: Path):

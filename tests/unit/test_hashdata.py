@@ -23,6 +23,7 @@ from hashdata.partition import _all_partitions
 
 try:
     from tests.fixtures import (
+        cifar10_fixture_md5,
         make_features,
         read_cifar10_fixture,
         write_cifar10_fixture,
@@ -31,6 +32,7 @@ try:
     )
 except ImportError:  # tests/ on sys.path instead of the repository root
     from fixtures import (  # type: ignore[no-redef]
+        cifar10_fixture_md5,
         make_features,
         read_cifar10_fixture,
         write_cifar10_fixture,
@@ -174,10 +176,15 @@ def test_npz_missing_file_and_empty_path(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("bytes_keys", [True, False])
-def test_cifar10_fixture_loads(tmp_path: Path, bytes_keys: bool) -> None:
+def test_cifar10_fixture_loads(
+    tmp_path: Path, bytes_keys: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     root = write_cifar10_fixture(tmp_path, images_per_file=3, bytes_keys=bytes_keys)
-    with pytest.warns(UserWarning, match="md5 mismatch"):
-        ds = load_dataset("cifar10", data_path=str(root))
+    with pytest.raises(ValueError, match="data_batch_1.*not the official"):
+        load_dataset("cifar10", data_path=str(root))
+    sums = cifar10_fixture_md5(root)  # the fixture stands in for the archive
+    monkeypatch.setattr("hashdata.loaders.official_cifar10_md5", lambda: sums)
+    ds = load_dataset("cifar10", data_path=str(root))
     raw, labels = read_cifar10_fixture(root)
     assert ds.name == "cifar10" and ds.kind == "image" and ds.num_classes == 10
     assert ds.inputs["image"].shape == (18, 3, 32, 32)

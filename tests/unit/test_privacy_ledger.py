@@ -184,3 +184,37 @@ def test_table_contains_numbers() -> None:
 
 def test_empty_table() -> None:
     assert PrivacyLedger().table().splitlines()[0].startswith("client")
+
+
+def test_journal_appends_durably_and_detects_every_edit(tmp_path):
+    from privacy.ledger import JournalError, LedgerJournal
+
+    key, path = b"k" * 32, tmp_path / "j.jsonl"
+    journal, charges = LedgerJournal.open(path, key, "run-a")
+    assert charges == [] and path.stat().st_mode & 0o777 == 0o600
+    ledger = PrivacyLedger(journal=journal)
+    ledger.charge(0, 1, "dp-sgd/model", epsilon=0.5, delta=1e-5, unit="per record")
+    ledger.charge(1, 1, "dp-sgd/model", epsilon=0.7, delta=1e-5, unit="per record")
+    with pytest.raises(ValueError):  # an invalid charge is neither kept nor written
+        ledger.charge(1, 1, "dp-sgd/model", epsilon=-1.0, unit="per record")
+    again, back = LedgerJournal.open(path, key, "run-a")
+    assert back == list(ledger.charges) and again.head() == journal.head()
+    assert again.mac_at(2) == journal.head()[1]
+    lines = path.read_text().splitlines()
+    for bad, where in (
+        ([lines[1], lines[0]], "line 1 fails"),  # reordered
+        ([lines[0].replace("0.5", "0.05"), lines[1]], "line 1 fails"),  # edited
+        ([lines[1]], "line 1 fails"),  # the first removed
+        ([lines[0], "{"], "line 2 is not a journal entry"),
+    ):
+        path.write_text("\n".join(bad) + "\n")
+        with pytest.raises(JournalError, match=where):
+            LedgerJournal.open(path, key, "run-a")
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(JournalError, match="another run or with another server key"):
+        LedgerJournal.open(path, key, "run-b")
+    with pytest.raises(JournalError, match="line 1 fails"):
+        LedgerJournal.open(path, b"x" * 32, "run-a")
+    path.write_text("\n".join(lines))  # last line torn (no newline)
+    with pytest.raises(JournalError, match="line 2 is incomplete"):
+        LedgerJournal.open(path, key, "run-a")
