@@ -24,7 +24,7 @@ from flwr.app import ConfigRecord, Context, Message, MessageType, RecordDict
 import clients.client_app as client_app_module
 from clients.client_app import build_client_app
 from hashing.codes import unpack_bytes
-from privacy.node_ledger import NodeLedger, node_ledger_path
+from privacy.ledger import PrivacyLedger
 from settings import keys as K
 from settings.run_settings import RunSettings
 from tests.integration.attacks.clientapp_calls import NUM_PARTITIONS, global_model
@@ -32,6 +32,8 @@ from tests.messages import request_to
 
 PID = 1
 NODE_ID = 7
+#: the node config key that names the policy file, as operators write it
+POLICY_KEY = "privacy-policy"
 BASE = {"model": "mlp", "code-length": 32, "hidden-dim": 32, "local-epochs": 1}
 
 
@@ -60,7 +62,7 @@ def _send(
         node_config={
             K.PARTITION_ID: PID,
             K.NUM_PARTITIONS: NUM_PARTITIONS,
-            K.PRIVACY_POLICY: str(policy),
+            POLICY_KEY: str(policy),
         },
         state=RecordDict(),
         run_config=dict(config),
@@ -113,9 +115,7 @@ def test_config_downgrade_unflipped_codes_are_refused(tmp_path):
         """,
     )
     # the server asks for the codes without flips (eps = inf per code)
-    refused = _send(
-        {**BASE, "privacy.code-flip-epsilon": 0.0}, K.QUERY_ENCODE, policy
-    )
+    refused = _send({**BASE, "privacy.code-flip-epsilon": 0.0}, K.QUERY_ENCODE, policy)
     _assert_refused(refused, "privacy.code-flip-epsilon=0.0", "max-epsilon.codes = 16")
     # ... or above the limit: 1.0 per bit is 32 per code
     _assert_refused(
@@ -185,12 +185,16 @@ def test_config_downgrade_budget_exhausted_across_runs(tmp_path):
     config = {**BASE, "privacy.code-flip-epsilon": 0.5}
     # run 1: two evaluations, each charged to the node's own ledger on its disk
     for server_round in (0, 1):
-        reply = _send(config, K.QUERY_ENCODE, policy, run_id=1,
-                      server_round=server_round)
+        reply = _send(
+            config, K.QUERY_ENCODE, policy, run_id=1, server_round=server_round
+        )
         assert not reply.has_error(), reply.error.reason
-    ledger = NodeLedger(node_ledger_path(tmp_path, PID), client=PID)
-    assert ledger.spent() == {"per code": pytest.approx(32.0)}
-    assert [c.note for c in ledger.charges()] == ["run 1 query.encode"] * 2
+    # the node's ledger, in its state folder (by default the policy's folder)
+    ledger = tmp_path / f"privacy-ledger-partition-{PID}.json"
+    charges = PrivacyLedger.read(ledger).charges
+    assert ledger.stat().st_mode & 0o077 == 0  # the node's alone
+    assert PrivacyLedger(charges).total(PID, "per code")[0] == pytest.approx(32.0)
+    assert [c.note for c in charges] == ["run 1 query.encode"] * 2
     # run 2 (a new run, same seed): the budget is spent, whatever the run says
     _assert_refused(
         _send(config, K.QUERY_DESCRIBE, policy, run_id=2),
@@ -202,4 +206,4 @@ def test_config_downgrade_budget_exhausted_across_runs(tmp_path):
         "0 left",
     )
     # nothing more was charged
-    assert ledger.spent() == {"per code": pytest.approx(32.0)}
+    assert PrivacyLedger.read(ledger).charges == charges
