@@ -3,8 +3,11 @@
 Every node answers a ``query`` message with ``op=describe`` with its
 ``partition-id``, ``num-partitions`` and local database size. Nodes whose reply is an
 error (e.g. a SuperNode started without a partition id, or without the data or DPHE
-key bundle its node config names: ``clients/node_inputs.py``) or a duplicate partition
-are logged and left out; the run goes on if at least ``min_nodes`` remain.
+key bundle its node config names: ``clients/node_inputs.py``), a node whose privacy
+policy refuses the run (``clients/node_policy.py``: each refusal is logged with the
+node's reasons) or a duplicate partition are logged and left out; the run goes on if
+at least ``min_nodes`` remain, else it stops with :class:`NodesRefusedError`, one line
+that counts the reasons.
 """
 
 from __future__ import annotations
@@ -18,7 +21,17 @@ from flwr.app import ConfigRecord, Message, RecordDict
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
+from privacy.policy import REFUSAL_PREFIX
 from settings import keys as K
+
+
+class NodesRefusedError(RuntimeError):
+    """Too few nodes accept the run; the message counts their reasons (one line)."""
+
+
+def is_policy_refusal(reason: str | None) -> bool:
+    """Whether an error reply is a node's privacy-policy refusal."""
+    return (reason or "").lstrip().startswith(REFUSAL_PREFIX)
 
 
 @dataclass(frozen=True)
@@ -55,7 +68,7 @@ def describe_nodes(
 
     Raises
     ------
-    RuntimeError
+    NodesRefusedError
         If fewer than ``min_nodes`` usable nodes answered in time; the message
         gives the refusals' reasons, most common first, with their counts.
     """
@@ -95,7 +108,7 @@ def describe_nodes(
             break
         time.sleep(0.5)
     if len(found) < min_nodes:
-        raise RuntimeError(
+        raise NodesRefusedError(
             f"only {len(found)} usable node(s) answered discovery (need "
             f"min-train-nodes={min_nodes}); {len(refused)} refused"
             + refusal_summary(reasons)
@@ -176,6 +189,10 @@ def _read_describe_reply(
 ) -> NodeInfo | None:
     """Return the node's description, or ``None`` (logged, counted in ``reasons``)."""
     node_id = reply.metadata.src_node_id
+    if reply.has_error() and is_policy_refusal(reply.error.reason):
+        log(WARNING, "node %d refuses the run: %s", node_id, reply.error.reason)
+        reasons[refusal_reason(reply.error.reason)] += 1
+        return None
     if reply.has_error():
         log(WARNING, "node %d failed discovery: %s", node_id, reply.error.reason)
         reasons[refusal_reason(reply.error.reason)] += 1
