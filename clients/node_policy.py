@@ -246,11 +246,15 @@ def policy_mod(
             node_ledger_path(state_dir(context.node_config, policy), pid), client=pid
         )
         if not reasons and policy.budget:
-            spent = ledger.spent()
-            units = charged_units(terms) if msg_type == K.QUERY_DESCRIBE else ()
-            reasons = check_budget(
-                policy, spent, expected_charges(terms, msg_type)
-            ) + exhausted_units(policy, spent, units)
+            try:
+                spent = ledger.spent()
+            except (OSError, ValueError) as exc:  # fail closed
+                reasons = [f"cannot read the node's ledger: {exc}"]
+            else:
+                units = charged_units(terms) if msg_type == K.QUERY_DESCRIBE else ()
+                reasons = check_budget(
+                    policy, spent, expected_charges(terms, msg_type)
+                ) + exhausted_units(policy, spent, units)
         if reasons:
             text = refusal(reasons, policy.source)
             logger.warning("partition %d: %s: %s", pid, msg_type, text)
@@ -265,12 +269,15 @@ def policy_mod(
             if (K.CONFIG in msg.content)
             else 0
         )
-        reasons = ledger.charge_if_within(
-            charges,
-            partial(check_budget, policy),
-            server_round=server_round,
-            note=f"run {context.run_id} {msg_type}",
-        )
+        try:
+            reasons = ledger.charge_if_within(
+                charges,
+                partial(check_budget, policy),
+                server_round=server_round,
+                note=f"run {context.run_id} {msg_type}",
+            )
+        except (OSError, ValueError) as exc:  # fail closed: nothing uncharged leaves
+            reasons = [f"cannot charge the node's ledger {str(ledger.path)!r}: {exc}"]
         if reasons:  # the reply is withheld: nothing of it leaves the node
             text = refusal(reasons, policy.source)
             logger.warning("partition %d: %s: reply withheld: %s", pid, msg_type, text)

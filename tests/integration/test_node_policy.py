@@ -233,3 +233,16 @@ def test_train_refusals_mid_run_stop_the_run_naming_the_reasons():
     with pytest.raises(NodesRefusedError, match="2 of 3 node") as err:
         s.aggregate_train(1, replies)
     assert "2 x node privacy policy refuses this run" in str(err.value)
+
+
+def test_an_unreadable_node_ledger_refuses_instead_of_forgetting(tmp_path):
+    # a ledger the node cannot read is never taken for "nothing spent"
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[budget]\n"per code" = 100.0\n')
+    node_ledger_path(tmp_path, 0).write_text("{not json")
+    node = {K.PARTITION_ID: 0, K.NUM_PARTITIONS: 3, K.PRIVACY_POLICY: str(policy)}
+    run = {"privacy.code-flip-epsilon": 1.0}
+    reply = build_client_app()(_describe_message(7), _context(node, run))
+    assert reply.has_error() and not reply.has_content()
+    assert "cannot read the node's ledger" in reply.error.reason
+    assert "restore it, never delete it" in reply.error.reason
