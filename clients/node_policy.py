@@ -256,7 +256,7 @@ def policy_mod(
                     policy, spent, expected_charges(terms, msg_type)
                 ) + exhausted_units(policy, spent, units)
         if reasons:
-            text = refusal(reasons, policy.source)
+            text = refusal(reasons, policy.source, partition_of(context))
             logger.warning("partition %d: %s: %s", pid, msg_type, text)
             return refusal_reply(msg, text)
         reply = call_next(msg, context)
@@ -279,7 +279,7 @@ def policy_mod(
         except (OSError, ValueError) as exc:  # fail closed: nothing uncharged leaves
             reasons = [f"cannot charge the node's ledger {str(ledger.path)!r}: {exc}"]
         if reasons:  # the reply is withheld: nothing of it leaves the node
-            text = refusal(reasons, policy.source)
+            text = refusal(reasons, policy.source, partition_of(context))
             logger.warning("partition %d: %s: reply withheld: %s", pid, msg_type, text)
             return refusal_reply(msg, text)
         return reply

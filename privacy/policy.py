@@ -37,6 +37,7 @@ Pure Python; no Flower, no torch.
 from __future__ import annotations
 
 import math
+import re
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -424,9 +425,31 @@ def charged_units(terms: RunTerms) -> tuple[str, ...]:
     return tuple(sorted(units))
 
 
-def refusal(reasons: Sequence[str], source: str) -> str:
-    """Return the one-line refusal a node replies with, naming every broken rule."""
-    return f"{REFUSAL_PREFIX} (policy {source}): " + "; ".join(reasons)
+def refusal(
+    reasons: Sequence[str], source: str, partition: tuple[int, int] | None = None
+) -> str:
+    """Return the one-line refusal a node replies with, naming every broken rule.
+
+    ``partition``: ``(partition id, number of partitions)``, appended as
+    `` [partition i of n]`` so the server's discovery knows how many nodes to wait
+    for even when every node refuses (:func:`split_refusal`).
+    """
+    text = f"{REFUSAL_PREFIX} (policy {source}): " + "; ".join(reasons)
+    if partition is not None:
+        text += f" [partition {int(partition[0])} of {int(partition[1])}]"
+    return text
+
+
+_PARTITION = re.compile(r" \[partition (\d+) of (\d+)\]$")
+
+
+def split_refusal(reason: str) -> tuple[str, tuple[int, int] | None]:
+    """Split a refusal into its text and its ``(partition id, partitions)``."""
+    match = _PARTITION.search(reason.rstrip())
+    if match is None:
+        return reason, None
+    text = reason.rstrip()[: match.start()]
+    return text, (int(match.group(1)), int(match.group(2)))
 
 
 def _left(total: float, used: float) -> float:

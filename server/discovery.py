@@ -21,7 +21,7 @@ from flwr.app import ConfigRecord, Message, RecordDict
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
-from privacy.policy import REFUSAL_PREFIX
+from privacy.policy import REFUSAL_PREFIX, split_refusal
 from settings import keys as K
 
 
@@ -88,6 +88,11 @@ def describe_nodes(
                 node_id = reply.metadata.src_node_id
                 if info is None:
                     refused.add(node_id)
+                    # a policy refusal says how many partitions there are: when
+                    # every node refuses, discovery need not wait for more
+                    part = _refused_partition(reply)
+                    if expected is None and part is not None:
+                        expected = part[1]
                     continue
                 if expected is None:
                     expected = info.num_partitions
@@ -176,6 +181,13 @@ def _sizes(sizes: list[int]) -> str:
     return f"min {min(sizes)}, mean {sum(sizes) / len(sizes):.1f}, max {max(sizes)}"
 
 
+def _refused_partition(reply: Message) -> tuple[int, int] | None:
+    """``(partition id, partitions)`` a policy refusal states, or ``None``."""
+    if not reply.has_error() or not is_policy_refusal(reply.error.reason):
+        return None
+    return split_refusal(reply.error.reason or "")[1]
+
+
 def _describe_message(node_id: int) -> Message:
     return Message(
         content=RecordDict({K.CONFIG: ConfigRecord()}),
@@ -191,7 +203,8 @@ def _read_describe_reply(
     node_id = reply.metadata.src_node_id
     if reply.has_error() and is_policy_refusal(reply.error.reason):
         log(WARNING, "node %d refuses the run: %s", node_id, reply.error.reason)
-        reasons[refusal_reason(reply.error.reason)] += 1
+        text, _ = split_refusal(reply.error.reason)
+        reasons[refusal_reason(text)] += 1
         return None
     if reply.has_error():
         log(WARNING, "node %d failed discovery: %s", node_id, reply.error.reason)

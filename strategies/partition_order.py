@@ -25,6 +25,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result
 
 from privacy.ledger import MechanismUse
+from privacy.policy import split_refusal
 from server.discovery import (
     NodesRefusedError,
     is_policy_refusal,
@@ -315,7 +316,7 @@ class PartitionOrderedMixin:
             replies, key=lambda m: self.order_key(m.metadata.src_node_id)
         ):
             if msg.has_error() and is_policy_refusal(msg.error.reason):
-                refusals[refusal_reason(msg.error.reason)] += 1
+                refusals[refusal_reason(split_refusal(msg.error.reason)[0])] += 1
                 problem = f"refused by its privacy policy: {msg.error.reason}"
             elif msg.has_error():  # the ClientApp raised, timed out or went away
                 reason = str(msg.error.reason).strip().splitlines()
