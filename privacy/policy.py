@@ -10,7 +10,7 @@ Format (every key optional; an absent key is no rule)::
 
     version = 1
     secure-aggregation = "dphe"      # model updates only under DPHE ("none": no rule)
-    refuse-seeded-noise = true       # default true when any epsilon rule is set
+    refuse-seeded-noise = true   # default true with any epsilon, DP-SGD, budget rule
 
     [max-epsilon]                    # the largest epsilon of ONE release, with its unit
     codes = { epsilon = 16.0, unit = "per code" }       # or unit = "per bit"
