@@ -31,9 +31,15 @@ from clients.data import load_local_data
 from clients.faults import fault_mod
 from clients.node_inputs import check_node_inputs, with_node_data_path
 from clients.node_log import record_nodes
-from clients.privacy_noise import PURPOSE_PUBLISH, PURPOSE_TRAIN, node_noise
+from clients.node_policy import policy_mod
+from clients.privacy_noise import (
+    PURPOSE_PUBLISH,
+    PURPOSE_TRAIN,
+    node_entropy,
+    node_noise,
+)
 from clients.publish import publish_codes
-from clients.trainers import TrainContext
+from clients.trainers import TrainContext, dp_noise_multiplier
 from clients.update_transport import update_transport_mod
 from hashing.codes import pack_bytes, sign_codes
 from hashing.train import encode, select_device
@@ -65,7 +71,11 @@ def node_partition(context: Context) -> tuple[int, int]:
 
 
 def derive_seed(*parts: int) -> int:
-    """Derive a 63-bit seed from (run seed, round, partition id, purpose)."""
+    """Derive a 63-bit seed from (run seed, round, partition id, purpose[, entropy]).
+
+    Where the run claims privacy, callers append :func:`node_entropy` words, so the
+    server, which knows every other part, cannot reproduce the draw.
+    """
     return int(np.random.SeedSequence(list(parts)).generate_state(1, np.uint64)[0] >> 1)
 
 
@@ -132,13 +142,23 @@ def _build(key: _AppKey) -> ClientApp:
 
     transport = update_transport_mod(settings_of, node_partition, derive_seed)
 
-    # fault_mod outermost: a "nan"/"oversize" fault corrupts the reply as sent
-    @app.train(mods=[fault_mod, transport])
+    def noise_multiplier_of(settings: RunSettings, context: Context) -> float:
+        pid, num = node_partition(context)
+        data = load_local_data(settings, partition_id=pid, num_partitions=num)
+        return dp_noise_multiplier(settings, len(data.training_view().inputs))
+
+    # the node's privacy policy outermost: a refused run reaches no handler
+    policy = policy_mod(settings_of, node_partition, noise_multiplier_of)
+
+    # fault_mod next: a "nan"/"oversize" fault corrupts the reply as sent
+    @app.train(mods=[policy, fault_mod, transport])
     def train(msg: Message, context: Context) -> Message:
         settings = settings_of(context)
         pid, num = node_partition(context)
         server_round = int(msg.content[K.CONFIG].get(K.SERVER_ROUND, 0))
-        seed = derive_seed(settings.seed, server_round, pid, 0)
+        # batch order and dropout: the run seed, plus fresh node entropy where the
+        # run claims privacy (no bit-identical update across runs)
+        seed = derive_seed(settings.seed, server_round, pid, 0, *node_entropy(settings))
         torch.manual_seed(seed)  # dropout and any other torch randomness
         device = select_device(settings.device)
         logger.info("partition %d round %d training on %s", pid, server_round, device)
@@ -165,7 +185,7 @@ def _build(key: _AppKey) -> ClientApp:
         reply = trainer(msg.content, ctx)
         return Message(reply, reply_to=msg)
 
-    @app.query("describe")
+    @app.query("describe", mods=[policy])
     def describe(msg: Message, context: Context) -> Message:
         settings = settings_of(context)
         pid, num = node_partition(context)
@@ -187,7 +207,7 @@ def _build(key: _AppKey) -> ClientApp:
         )
         return Message(reply, reply_to=msg)
 
-    @app.query("encode")
+    @app.query("encode", mods=[policy])
     def encode_database(msg: Message, context: Context) -> Message:
         settings = settings_of(context)
         pid, num = node_partition(context)
@@ -239,7 +259,7 @@ def _build(key: _AppKey) -> ClientApp:
         return run
 
     for action, handler in query_actions().items():
-        app.query(action)(method_query(handler))
+        app.query(action, mods=[policy])(method_query(handler))
 
     return app
 

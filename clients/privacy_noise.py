@@ -8,6 +8,8 @@ server's side, so a deployed client never lets it make its noise predictable.
 
 from __future__ import annotations
 
+import os
+
 from privacy.noise import SEEDED, NoiseSource
 from settings.run_settings import ConfigError, RunSettings
 from settings.runtime import client_in_simulation
@@ -56,3 +58,41 @@ def node_noise(
             "here: 'secure'"
         )
     return NoiseSource.seeded(settings.seed, server_round, partition_id, purpose)
+
+
+#: 32-bit words of fresh OS entropy mixed into one message's training seed
+ENTROPY_WORDS = 4
+
+
+def claims_privacy(settings: RunSettings) -> bool:
+    """Whether the run claims any privacy for this node's replies.
+
+    DPHE (updates hidden from the server), flipped codes or prototypes, or DP-SGD.
+    """
+    return (
+        settings.secure_aggregation == "dphe"
+        or settings.privacy.code_flip_epsilon > 0
+        or settings.privacy.prototype_flip_epsilon > 0
+        or settings.dp_sgd.enabled
+    )
+
+
+def node_entropy(settings: RunSettings) -> tuple[int, ...]:
+    """Words of fresh OS entropy to mix into training randomness, or ``()``.
+
+    Where the run claims privacy, a client's training randomness (batch order,
+    dropout, DPHE shard order and padding) must not be a function of what the
+    server knows (run seed, round, partition id): else two runs with the same seed
+    give bit-identical updates, and the difference of two aggregates over client
+    sets that differ in one client is that client's update (cross-run
+    differencing). Runs that claim no privacy keep the seed alone (the same seed,
+    the same metrics), and so does the simulation-only ``privacy.noise = "seeded"``
+    mode, whose runs are bit-for-bit repeatable by design and labelled as giving
+    no guarantee against the server.
+    """
+    if not claims_privacy(settings) or settings.privacy.noise == SEEDED:
+        return ()
+    raw = os.urandom(4 * ENTROPY_WORDS)
+    return tuple(
+        int.from_bytes(raw[i : i + 4], "little") for i in range(0, len(raw), 4)
+    )

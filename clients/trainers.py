@@ -42,6 +42,23 @@ Trainer = Callable[[RecordDict, TrainContext], RecordDict]
 DP_SGD_MECHANISM = K.MECH_DP_SGD
 
 
+def dp_noise_multiplier(settings: RunSettings, num_examples: int) -> float:
+    """DP-SGD's sigma on a node with ``num_examples``: the run's, or its target's.
+
+    With ``dp-sgd.target-epsilon`` the sigma that reaches it per round at the
+    sampling rate ``batch-size / n`` (Opacus RDP); else ``dp-sgd.noise-multiplier``.
+    """
+    s, n = settings, max(int(num_examples), 1)
+    if s.dp_sgd.target_epsilon <= 0:
+        return s.dp_sgd.noise_multiplier
+    return noise_for_target(
+        s.dp_sgd.target_epsilon,
+        delta=s.dp_sgd.delta,
+        sample_rate=min(s.batch_size, n) / n,
+        epochs=s.local_epochs,
+    )
+
+
 def dp_train(
     model: torch.nn.Module,
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
@@ -52,15 +69,7 @@ def dp_train(
     Returns the mean loss and the round's DP-SGD charge (epsilon per record).
     """
     s = ctx.settings
-    n = len(ctx.data.inputs)
-    noise = s.dp_sgd.noise_multiplier
-    if s.dp_sgd.target_epsilon > 0:
-        noise = noise_for_target(
-            s.dp_sgd.target_epsilon,
-            delta=s.dp_sgd.delta,
-            sample_rate=min(s.batch_size, n) / n,
-            epochs=s.local_epochs,
-        )
+    noise = dp_noise_multiplier(s, len(ctx.data.inputs))
     result = train_dp_sgd(
         model,
         ctx.data.inputs,

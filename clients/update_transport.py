@@ -263,9 +263,11 @@ def update_transport_mod(
     sparsified and/or DPHE-encrypted by :func:`finish_train_reply` (nothing
     happens for a dense plaintext run). ``settings_of``/``partition_of`` read the
     run's settings and the node's partition from the context; ``seed_of(seed,
-    round, partition, purpose)`` derives the shard-order seed.
+    round, partition, purpose, *entropy)`` derives the shard-order seed (with the
+    node's fresh entropy where the run claims privacy).
     """
     from clients.data import load_local_data
+    from clients.privacy_noise import node_entropy
 
     def mod(msg: Message, context: Context, call_next: ClientAppCallable) -> Message:
         reply = call_next(msg, context)
@@ -281,7 +283,9 @@ def update_transport_mod(
             global_arrays=msg.content[K.ARRAYS],
             settings=settings,
             partition_id=pid,
-            rng=np.random.default_rng(seed_of(settings.seed, server_round, pid, 2)),
+            rng=np.random.default_rng(
+                seed_of(settings.seed, server_round, pid, 2, *node_entropy(settings))
+            ),
             node_bundle=str(context.node_config.get(K.DPHE_KEY_BUNDLE, "")),
             num_classes=data.num_classes,
             train_config=config,

@@ -185,11 +185,14 @@ def run_loopback(
     run_dir: Path,
     *,
     timeout_s: float = 3600.0,
+    node_config: str = "",
 ) -> dict[str, Any]:
     """Run ``cfg`` on a fresh loopback deployment of ``clients`` SuperNodes.
 
     The ServerApp writes its results under ``run_dir`` (``results-dir``); the
-    processes' logs go to ``run_dir/logs/``. Returns the final ``summary.json``.
+    processes' logs go to ``run_dir/logs/``. ``node_config``: more node-config
+    entries of every SuperNode (e.g. ``privacy-policy='<file>'``). Returns the final
+    ``summary.json``.
     Raises ``RuntimeError`` (with the log tails) when the run does not complete.
     """
     if clients < 1:
@@ -250,7 +253,8 @@ def run_loopback(
                     "--port",
                     str(_free_port()),
                     "--node-config",
-                    f"partition-id={pid} num-partitions={clients}",
+                    f"partition-id={pid} num-partitions={clients} "
+                    f"{node_config}".strip(),
                 ],
             )
         run_cfg = {**cfg, "results-dir": str(run_dir)}

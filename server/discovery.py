@@ -3,8 +3,11 @@
 Every node answers a ``query`` message with ``op=describe`` with its
 ``partition-id``, ``num-partitions`` and local database size. Nodes whose reply is an
 error (e.g. a SuperNode started without a partition id, or without the data or DPHE
-key bundle its node config names: ``clients/node_inputs.py``) or a duplicate partition
-are logged and left out; the run goes on if at least ``min_nodes`` remain.
+key bundle its node config names: ``clients/node_inputs.py``), a node whose privacy
+policy refuses the run (``clients/node_policy.py``: each refusal is logged with the
+node's reasons) or a duplicate partition are logged and left out; the run goes on if
+at least ``min_nodes`` remain, else it stops with :class:`NodesRefusedError`, one line
+that counts the reasons.
 """
 
 from __future__ import annotations
@@ -18,7 +21,17 @@ from flwr.app import ConfigRecord, Message, RecordDict
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
+from privacy.policy import REFUSAL_PREFIX, split_refusal
 from settings import keys as K
+
+
+class NodesRefusedError(RuntimeError):
+    """Too few nodes accept the run; the message counts their reasons (one line)."""
+
+
+def is_policy_refusal(reason: str | None) -> bool:
+    """Whether an error reply is a node's privacy-policy refusal."""
+    return (reason or "").lstrip().startswith(REFUSAL_PREFIX)
 
 
 @dataclass(frozen=True)
@@ -55,7 +68,7 @@ def describe_nodes(
 
     Raises
     ------
-    RuntimeError
+    NodesRefusedError
         If fewer than ``min_nodes`` usable nodes answered in time; the message
         gives the refusals' reasons, most common first, with their counts.
     """
@@ -75,6 +88,11 @@ def describe_nodes(
                 node_id = reply.metadata.src_node_id
                 if info is None:
                     refused.add(node_id)
+                    # a policy refusal says how many partitions there are: when
+                    # every node refuses, discovery need not wait for more
+                    part = _refused_partition(reply)
+                    if expected is None and part is not None:
+                        expected = part[1]
                     continue
                 if expected is None:
                     expected = info.num_partitions
@@ -95,7 +113,7 @@ def describe_nodes(
             break
         time.sleep(0.5)
     if len(found) < min_nodes:
-        raise RuntimeError(
+        raise NodesRefusedError(
             f"only {len(found)} usable node(s) answered discovery (need "
             f"min-train-nodes={min_nodes}); {len(refused)} refused"
             + refusal_summary(reasons)
@@ -163,6 +181,13 @@ def _sizes(sizes: list[int]) -> str:
     return f"min {min(sizes)}, mean {sum(sizes) / len(sizes):.1f}, max {max(sizes)}"
 
 
+def _refused_partition(reply: Message) -> tuple[int, int] | None:
+    """``(partition id, partitions)`` a policy refusal states, or ``None``."""
+    if not reply.has_error() or not is_policy_refusal(reply.error.reason):
+        return None
+    return split_refusal(reply.error.reason or "")[1]
+
+
 def _describe_message(node_id: int) -> Message:
     return Message(
         content=RecordDict({K.CONFIG: ConfigRecord()}),
@@ -176,6 +201,11 @@ def _read_describe_reply(
 ) -> NodeInfo | None:
     """Return the node's description, or ``None`` (logged, counted in ``reasons``)."""
     node_id = reply.metadata.src_node_id
+    if reply.has_error() and is_policy_refusal(reply.error.reason):
+        log(WARNING, "node %d refuses the run: %s", node_id, reply.error.reason)
+        text, _ = split_refusal(reply.error.reason)
+        reasons[refusal_reason(text)] += 1
+        return None
     if reply.has_error():
         log(WARNING, "node %d failed discovery: %s", node_id, reply.error.reason)
         reasons[refusal_reason(reply.error.reason)] += 1

@@ -6,8 +6,10 @@ simulation) and then marks the run failed. For a
 :class:`~settings.run_settings.ConfigError` -- a bad value the user can fix, whose
 message already names the key, the value and what is accepted -- the traceback is
 noise: this filter, installed on Flower's logger by ``server/server_app.py``,
-rewrites that record into ``run config: <message>`` without the traceback. The run
-still ends as failed. Any other exception keeps its traceback.
+rewrites that record into ``run config: <message>`` without the traceback. So does
+:class:`~server.discovery.NodesRefusedError` (too few nodes accept the run, e.g.
+their privacy policies refuse it): ``nodes refused the run: <counted reasons>``. The
+run still ends as failed. Any other exception keeps its traceback.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 
+from server.discovery import NodesRefusedError
 from settings.run_settings import ConfigError
 
 FLWR_LOGGER = "flwr"
@@ -34,12 +37,22 @@ class ConfigErrorOneLine(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         """Rewrite the record in place when its exception is a ConfigError."""
         error = record.exc_info[1] if record.exc_info else None
-        if isinstance(error, ConfigError):
-            record.msg = "run config: %s"
+        label = _one_line_label(error)
+        if label:
+            record.msg = f"{label}: %s"
             record.args = (str(error),)
             record.exc_info = None
             record.exc_text = None
         return True
+
+
+def _one_line_label(error: BaseException | None) -> str:
+    """Return the prefix of an exception that ends a run as one line, or ``""``."""
+    if isinstance(error, ConfigError):
+        return "run config"
+    if isinstance(error, NodesRefusedError):
+        return "nodes refused the run"
+    return ""
 
 
 class Unactionable(logging.Filter):

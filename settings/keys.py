@@ -13,6 +13,8 @@ PARTITION_ID = "partition-id"
 NUM_PARTITIONS = "num-partitions"
 DPHE_KEY_BUNDLE = "dphe-key-bundle"  # this client's DPHE bundle (deployment)
 NODE_DATA_PATH = "data-path"  # node-local data; overrides the run's data-path there
+PRIVACY_POLICY = "privacy-policy"  # this node's privacy policy file (privacy/policy.py)
+NODE_STATE_DIR = "state-dir"  # this node's state folder (its privacy ledger)
 
 # --- message types: Flower's "<category>.<action>"; the ClientApp routes on them --
 QUERY_DESCRIBE = "query.describe"  # reply with partition id, sizes and device

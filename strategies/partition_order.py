@@ -13,6 +13,7 @@ aggregated train metrics per round and measures the bytes exchanged per client.
 from __future__ import annotations
 
 import random
+from collections import Counter
 from collections.abc import Callable, Iterable
 from logging import INFO, WARNING
 from typing import TYPE_CHECKING, Any
@@ -24,6 +25,13 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result
 
 from privacy.ledger import MechanismUse
+from privacy.policy import split_refusal
+from server.discovery import (
+    NodesRefusedError,
+    is_policy_refusal,
+    refusal_reason,
+    refusal_summary,
+)
 from settings import keys as K
 from settings.privacy_records import missing_mechanisms, read_privacy
 from strategies.dphe.protocol import SecureAggregator
@@ -303,11 +311,15 @@ class PartitionOrderedMixin:
         """Drop bad replies (logged), sort by partition id, then Flower's FedAvg."""
         kept = []
         up_bytes = []
+        refusals: Counter[str] = Counter()  # nodes' privacy-policy refusals
         self._privacy = {}
         for msg in sorted(
             replies, key=lambda m: self.order_key(m.metadata.src_node_id)
         ):
-            if msg.has_error():  # the ClientApp raised, timed out or went away
+            if msg.has_error() and is_policy_refusal(msg.error.reason):
+                refusals[refusal_reason(split_refusal(msg.error.reason)[0])] += 1
+                problem = f"refused by its privacy policy: {msg.error.reason}"
+            elif msg.has_error():  # the ClientApp raised, timed out or went away
                 reason = str(msg.error.reason).strip().splitlines()
                 problem = f"error reply ({reason[-1] if reason else msg.error.code})"
             else:
@@ -335,6 +347,13 @@ class PartitionOrderedMixin:
             "up_bytes_per_client": _mean(up_bytes),
         }
         minimum = int(getattr(self, "min_train_nodes", 1))
+        if len(kept) < minimum and len(sent) - sum(refusals.values()) < minimum:
+            # a node's policy refuses every later round too: stop, loudly
+            raise NodesRefusedError(
+                f"round {server_round}: {sum(refusals.values())} of {len(sent)} "
+                f"node(s) refused the run under their privacy policy, fewer than "
+                f"min-train-nodes={minimum} can take part" + refusal_summary(refusals)
+            )
         if len(kept) < minimum:
             log(
                 WARNING,

@@ -14,8 +14,18 @@ from pathlib import Path
 
 import pytest
 
-from server.local_superlink import local_superlink_pids, stop_pids
-from tests.local_flower import TEST_CLIENT_CPUS, local_superlink_env, make_run
+from server.local_superlink import (
+    RUN_STARTED,
+    local_superlink_pids,
+    run_status,
+    stop_pids,
+)
+from tests.local_flower import (
+    PORT_ENV,
+    TEST_CLIENT_CPUS,
+    local_superlink_env,
+    make_run,
+)
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
@@ -79,3 +89,52 @@ def test_make_run_fails_when_the_serverapp_refuses_the_data(tmp_path):
     assert "could not be read as a .npz archive" in config_lines[0]
     assert "Traceback" not in text
     assert "ended finished:failed" in text
+
+
+def test_flwr_run_fails_with_the_nodes_reason_when_their_policy_refuses(
+    tmp_path, monkeypatch
+):
+    # every simulated node holds a policy that requires DPHE (FEDHASH_PRIVACY_POLICY:
+    # Flower's simulation gives virtual nodes no node config of their own); the run
+    # is submitted in plaintext: each node refuses at discovery, before any data
+    # or training, and the run ends failed with one line that gives their reason
+    policy = tmp_path / "policy.toml"
+    policy.write_text('secure-aggregation = "dphe"\n')
+    flwr_home = tmp_path / "flwr-home"
+    bin_dir = Path(sys.executable).parent
+    env = {
+        **local_superlink_env(),
+        "FLWR_HOME": str(flwr_home),
+        "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}",
+        "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
+        "FEDHASH_PRIVACY_POLICY": str(policy),
+    }
+    monkeypatch.setenv(PORT_ENV, env[PORT_ENV])  # run_status asks this SuperLink
+    cmd = [
+        str(bin_dir / "flwr"),
+        "run",
+        str(ROOT),
+        "--stream",
+        "--federation-config",
+        f"num-supernodes=3 client-resources-num-cpus={TEST_CLIENT_CPUS}",
+        "--run-config",
+        "rounds=1 secure-aggregation='none' "
+        f"results-dir='{tmp_path / 'results'}'",
+    ]
+    try:
+        proc = subprocess.run(
+            cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=420
+        )
+        text = proc.stdout + proc.stderr
+        started = RUN_STARTED.findall(text)
+        status = run_status(str(flwr_home), started[-1])[0] if started else "none"
+    finally:
+        stop_pids(local_superlink_pids(flwr_home))
+    assert status.startswith("finished:failed"), (status, text[-4000:])
+    lines = [line for line in text.splitlines() if "nodes refused the run:" in line]
+    assert len(lines) == 1, text[-4000:]
+    assert "only 0 usable node(s)" in lines[0]
+    assert "3 x node privacy policy refuses this run" in lines[0]
+    assert "secure-aggregation='none'" in lines[0]
+    assert 'the policy requires secure-aggregation = "dphe"' in lines[0]
+    assert not local_superlink_pids(flwr_home)
