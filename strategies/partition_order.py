@@ -254,7 +254,11 @@ class PartitionOrderedMixin:
             self.secure_aggregation.begin_round(arrays, server_round)
             # the clients bind their encrypted updates to the keyholder's session
             config = ConfigRecord(
-                {**dict(config), K.DPHE_SESSION: self.secure_aggregation.session.hex()}
+                {
+                    **dict(config),
+                    K.DPHE_SESSION: self.secure_aggregation.session.hex(),
+                    K.DPHE_SESSION_PROOF: self.secure_aggregation.session_proof.hex(),
+                }
             )
         state = random.getstate()
         random.seed(self.sampling_seed * 1_000_003 + server_round)
