@@ -53,12 +53,17 @@ class DPHEConfig(Section):
         low_open=True,
     )
     weighting: str = option(
-        "num-examples",
-        "`num-examples` (FedAvg's weights, encrypted) or `uniform` (the paper's mean)",
+        "uniform",
+        "`uniform` (the paper's mean: every client weighs 1) or `num-examples` "
+        "(FedAvg's weights, encrypted; each client's weight is checked by the "
+        "keyholder against `max-weight`, but nothing verifies a claimed count)",
         choices=WEIGHTINGS,
     )
     max_weight: int = option(
-        4096, "largest `num-examples` a client may have (fixed-point headroom)", low=1
+        256,
+        "with `num-examples`: largest weight a client may claim (fixed-point "
+        "headroom; the keyholder names and drops a client above it)",
+        low=1,
     )
     max_contributors: int = option(
         128, "most clients in one aggregate (slot headroom)", low=MIN_CONTRIBUTORS

@@ -45,6 +45,7 @@ def settings_for(key_dir, **over):
             "secure-aggregation": "dphe",
             "min-train-nodes": 3,
             "dphe.key-dir": str(key_dir),
+            "dphe.weighting": "num-examples",
             "dphe.scale-bits": SCALE_BITS,
             **over,
         }
