@@ -115,6 +115,7 @@ def test_malicious_client_skipping_quantization_moves_the_average_by_at_most_cli
     # keeps every coordinate sum within W_total * clip: one client moves the
     # average by at most the clip range
     assert shift <= 2 * clip + 1e-6, f"the average moved to {shift:.2f}"
+    print(f"one unquantized client moved the average by {shift:.3f}")
 
 
 @pytest.mark.parametrize("what", ["tag", "mac"])
