@@ -30,6 +30,7 @@ from crypto.dphe import tag_shift
 from settings import keys as K
 from tests.integration.attacks.test_keyholder_attacks import (
     PARAMS,
+    service,  # noqa: F401  (fixture)
     world,  # noqa: F401  (fixture)
 )
 from tests.integration.test_dphe_strategy import (
@@ -143,3 +144,38 @@ def test_malicious_client_identification_does_not_blame_a_client_for_the_aggrega
         kh.decrypt_aggregate(honest)
     with pytest.raises(AggregateRefused, match=r"\(replay\)"):
         kh.identify("model", 1, aggregator.masked_blocks())  # once only
+
+
+def test_malicious_client_is_named_through_the_keyholder_service(world, service):  # noqa: F811
+    """The same flow over HTTP: bind the run, refused sum, identify, the rest."""
+    from crypto import RemoteKeyholder
+    from crypto.binding import check_session_proof
+
+    kh, _, url = service
+    remote = RemoteKeyholder(url, world.aggregator_bundle.auth_token)
+    proof = remote.bind_run(11)
+    assert check_session_proof(world.clients[0].phi_seed, kh.session_id(), 11, proof)
+    with pytest.raises(AggregateRefused, match=r"\(session\)"):
+        remote.bind_run(12)
+    context = AggregationContext(kh.session_id(), "model", 1)
+    rng = np.random.default_rng(3)
+    aggregator = DPHEAggregator(world.aggregator_bundle, PARAMS, context)
+    for i in range(4):
+        update = encrypt_update(
+            world.updates[i], weight=1, bundle=world.clients[i], params=PARAMS,
+            context=context, rng=rng, model_digest=MODEL,
+        )
+        if i == 1:  # client 1's blocks carry another block's ciphertexts
+            shard = update.shards[0]
+            update = dataclasses.replace(
+                update,
+                shards=[dataclasses.replace(shard, ciphertexts=shard.ciphertexts[::-1])],
+            )
+        aggregator.add(i, update)
+    with pytest.raises(AggregateRefused) as info:
+        remote.decrypt_aggregate(aggregator.result())
+    assert info.value.category == "integrity" and info.value.identify
+    assert remote.identify("model", 1, aggregator.masked_blocks()) == (1,)
+    aggregator.drop([1])
+    sums = remote.decrypt_aggregate(aggregator.result())
+    assert int(sums[-1]) == 3
