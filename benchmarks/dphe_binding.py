@@ -96,7 +96,7 @@ def measure(key_bits: int, dim: int, clients: int, reps: int) -> dict:
         kh.bind_run(rep)
         # client: digest + bound encryption against the unbound (unchecked) path
         context = AggregationContext(kh.session_id(), "model", 1)
-        t, digest = _time(lambda: model_digest(arrays, run_id=rep, server_round=1))
+        t, digest = _time(lambda: model_digest(arrays))
         client["digest_s"].append(t)
         t, _ = _time(lambda: encrypt_update(
             update, weight=1, bundle=bundles[0], params=params, context=context,

@@ -19,8 +19,8 @@ reply is sent, :func:`finish_train_reply` turns it into what the run asks for:
   leaves in clear (the server reports the aggregate loss).
   Before it encrypts, the client checks the keyholder's proof that the session
   serves its own run (``dphe-session-proof``, :func:`crypto.binding.check_session_proof`),
-  binds the digest of the arrays it received (with the run id and round,
-  :func:`crypto.binding.model_digest`) into its tags and MAC, and refuses a second
+  binds the digest of the arrays it received (:func:`crypto.binding.model_digest`)
+  into its tags and MAC (which bind the session and round too), and refuses a second
   encryption for the same (session, stream, round): two encryptions of one round
   would give the server their quotient.
 * ``dphe.block-sparsity``: under DPHE the top-k keeps whole packed blocks of the
@@ -174,9 +174,7 @@ def finish_train_reply(
     path = client_bundle_path(settings, partition_id, node_bundle)
     bundle = cached_client_bundle(str(path), partition_id)
     _check_session_proof(bundle, session, run_id, train_config)
-    digest = model_digest(
-        _numpy(global_arrays), run_id=int(run_id), server_round=server_round
-    )
+    digest = model_digest(_numpy(global_arrays))
     streams = [STREAM_MODEL]
     if settings.dphe.prototypes and K.PROTOTYPES in reply:
         streams.append(STREAM_PROTOTYPES)

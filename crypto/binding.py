@@ -2,12 +2,14 @@
 
 Two bindings against a malicious server (issue: "the node owns its privacy"):
 
-* :func:`model_digest` -- SHA-256 over the run id, the round and every array the
-  client received (name, dtype, shape, bytes, in name order). The client binds it
-  into its block tags and touch-set MAC (:class:`crypto.dphe.Attestation`); the
-  keyholder decrypts a sum only when every contributor attests one digest, so a
-  server that sends the victim the real model and the others a zero model (their
-  updates are then 0 and the sum is the victim's update) is refused.
+* :func:`model_digest` -- SHA-256 over every array the client received (name,
+  dtype, shape, bytes, in name order). The client binds it into its block tags and
+  touch-set MAC (:class:`crypto.dphe.Attestation`), which also bind the session and
+  the round; the keyholder decrypts a sum only when every contributor attests one
+  digest, so a server that sends the victim the real model and the others a zero
+  model (their updates are then 0 and the sum is the victim's update) is refused.
+  The digest does not depend on the run, so the keyholder recognises the same model
+  in another run (:class:`crypto.keyholder.Keyholder`, ``state_path``).
 * :func:`session_proof` -- a keyholder session serves one Flower run: the keyholder
   binds its session id to the run id once (:meth:`crypto.keyholder.Keyholder.bind_run`)
   and returns ``HMAC(K, session || run id)`` with ``K`` derived from the phi seed,
@@ -32,29 +34,22 @@ SESSION_LABEL = b"fedhash-dphe-session-run-v1"
 PROOF_BYTES = 32
 
 
-def model_digest(
-    arrays: Mapping[str, np.ndarray], *, run_id: int, server_round: int
-) -> bytes:
-    """SHA-256 of the run id, the round and the received arrays (canonical).
+def model_digest(arrays: Mapping[str, np.ndarray]) -> bytes:
+    """SHA-256 of the received arrays (canonical: name, dtype, shape, bytes).
 
     Parameters
     ----------
     arrays : mapping of str to np.ndarray
         The arrays of the train message, as received.
-    run_id : int
-        The client's Flower run id.
-    server_round : int
-        The round of the train message.
 
     Returns
     -------
     bytes
         32 bytes; equal for two clients exactly when they got the same arrays
-        (names, dtypes, shapes, values) for the same run and round.
+        (names, dtypes, shapes, values). The session (hence the run) and the
+        round are bound by the tags and MACs themselves.
     """
     h = hashlib.sha256(MODEL_LABEL)
-    h.update(int(run_id).to_bytes(8, "big", signed=True))
-    h.update(int(server_round).to_bytes(8, "big", signed=True))
     for name in sorted(arrays):
         value = np.ascontiguousarray(arrays[name])
         header = f"{name}\0{value.dtype.str}\0{value.shape}\0".encode()

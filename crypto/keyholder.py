@@ -59,7 +59,9 @@ Remaining limit: across rounds the server chooses who takes part. A user's updat
 two rounds differ by its training only (new data order, new model), so comparing
 round averages tells the server about one user only as much as the training noise
 allows: DP-SGD (``privacy/``) is what bounds that. A malicious *user* can still push
-the average by up to its weight share times the clip (docs/methods/dphe.md).
+a value of the average by up to ``2 * clip`` (its weight share times the clip range
+if it encodes honestly); range proofs would be needed to bound it to its share
+(docs/threat-model.md).
 
 No Flower imports.
 """
