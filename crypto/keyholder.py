@@ -34,7 +34,9 @@ is built against a *malicious* one, which may send any ciphertexts and any claim
 * **One model, sealed weights** (:class:`crypto.dphe.Attestation`). Every
   contributor attests the digest of the model it received, a fresh nonce and its
   sealed weight, all under its MAC. A sum whose contributors attest different models
-  is refused (``model``; the round is consumed): the zero-model attack. A weight
+  is refused (``model``): when at least ``min_contributors`` of them attest one model
+  more than any other, the others are named (dropped, the round is not consumed; the
+  victim of a zero-model attack is then left out), otherwise the round is consumed. A weight
   outside ``[1, max_weight]`` names its client (``weight``). The total weight is the
   sum of the attested weights, and every coordinate sum is kept within
   ``W * ceil(clip * 2**scale_bits)`` (clamped, counted in the log): a client that
@@ -75,6 +77,7 @@ import math
 import os
 import tempfile
 import threading
+from collections import Counter
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import NoReturn, Protocol, runtime_checkable
@@ -528,7 +531,22 @@ class Keyholder:
                 f"{params.fixed_point.max_weight}]",
                 culprits=tuple(heavy),
             )
-        models = {c.attestation.model for c in contributions}
+        models = Counter(c.attestation.model for c in contributions)
+        if len(models) > 1:
+            (top, most), (_, second) = models.most_common(2)
+            if most > second and most >= self.min_contributors:
+                # authenticated claims, nothing decrypted: name the others (a client
+                # that lies about its model, or the victim of a model-inconsistency
+                # attack, which is then left out) and let the aggregator ask again
+                self._refuse(
+                    "model",
+                    f"stream {stream} round {context.round}: {summands - most} of "
+                    f"{summands} contributors attest another model than the others",
+                    culprits=tuple(
+                        c.client_id for c in contributions
+                        if c.attestation.model != top
+                    ),
+                )
         # Every check a caller controls without the secret key has passed: the round
         # is consumed now, whatever the decryption finds.
         self._last_round[stream] = context.round
@@ -538,7 +556,8 @@ class Keyholder:
             self._refuse(
                 "model",
                 f"stream {stream} round {context.round}: the {summands} contributors "
-                f"attest {len(models)} different models",
+                f"attest {len(models)} different models, no {self.min_contributors} "
+                "of them one model more than any other",
             )
         key = f"{stream}/{context.round}/{next(iter(models)).hex()}"
         earlier = self._state["sums"].get(key)

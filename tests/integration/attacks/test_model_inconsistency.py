@@ -88,3 +88,49 @@ def test_model_inconsistency_control_one_model_for_all_is_decrypted(key_dir):
     for k in SHAPES:
         np.testing.assert_allclose(arrays[k].numpy(), expected[k], atol=1e-6)
     assert s.secure_aggregation.history[1]["contributors"] == 3
+
+
+def test_model_inconsistency_one_client_attesting_another_model_is_dropped(
+    key_dir, monkeypatch, caplog
+):
+    """A client that lies about its model is named and left out; it blocks nothing."""
+    import clients.update_transport as transport
+
+    settings = settings_for(key_dir, **{"dphe.weighting": "uniform"})
+    rng = np.random.default_rng(37)
+    real = model(rng)
+    nodes = list(NODES)[:4]
+    liar = nodes[1]
+    locals_ = {n: {k: v + model(rng, 0.05)[k] for k, v in real.items()} for n in nodes}
+    s = strategy_for(settings)
+    configure(s, record(real))
+    replies = []
+    for node in nodes:
+        with monkeypatch.context() as m:
+            if node == liar:
+                m.setattr(transport, "model_digest", lambda arrays: bytes(32))
+            replies.append(client_reply(settings, node, record(real), locals_[node], 1))
+    arrays, _ = s.aggregate_train(1, replies)
+    assert arrays is not None
+    expected = {
+        k: np.mean([locals_[n][k] for n in nodes if n != liar], axis=0) for k in SHAPES
+    }
+    for k in SHAPES:
+        np.testing.assert_allclose(arrays[k].numpy(), expected[k], atol=1e-6)
+    assert f"partition {NODES[liar]}" in caplog.text
+
+
+def test_model_inconsistency_victim_is_left_out_of_a_larger_zero_model_group(key_dir):
+    """Victim + 3 zero-model clients: the 3 are summed (0), the victim left out."""
+    settings = settings_for(key_dir, **{"dphe.weighting": "uniform"})
+    rng = np.random.default_rng(38)
+    real = model(rng)
+    victim_local = {k: v + model(rng, scale=0.05)[k] for k, v in real.items()}
+    zeros = {k: np.zeros(s, dtype=np.float32) for k, s in SHAPES.items()}
+    victim, *others = list(NODES)[:4]
+    globals_ = {victim: record(real), **{n: record(zeros) for n in others}}
+    locals_ = {victim: victim_local, **{n: zeros for n in others}}
+    s, (arrays, _) = _round(settings, globals_, locals_)
+    assert arrays is not None and s.secure_aggregation.history[1]["contributors"] == 3
+    for k in SHAPES:  # nothing of the victim's update: the zero group's average is 0
+        np.testing.assert_array_equal(arrays[k].numpy(), real[k])
