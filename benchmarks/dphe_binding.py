@@ -1,4 +1,4 @@
-"""Cost of DPHE model binding and of the per-client tag check, against the unchecked path.
+"""Cost of DPHE model binding and of the per-client tag check, against no check.
 
 ``python -m benchmarks.dphe_binding [--key-bits 2048] [--dim 24864] [--clients 5]
 [--reps 3] [--out docs/results/benchmarks/dphe-binding.json]``
@@ -36,6 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
+import crypto.dphe as dphe
 from crypto import (
     AggregateRefused,
     AggregationContext,
@@ -50,7 +51,6 @@ from crypto import (
     load_keyholder_bundle,
     max_packing,
 )
-import crypto.dphe as dphe
 from crypto.binding import model_digest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -60,17 +60,28 @@ def _median(values: list[float]) -> float:
     return float(statistics.median(values))
 
 
-def _time(fn):
+def _time(fn, *args, **kwargs):
     start = time.perf_counter()
-    value = fn()
+    value = fn(*args, **kwargs)
     return time.perf_counter() - start, value
+
+
+def _wrong_tags(real):
+    """Tags of the other blocks (reversed): wrong in almost every block."""
+
+    def tags(*args, **kwargs):
+        return real(*args, **kwargs)[::-1]
+
+    return tags
 
 
 def measure(key_bits: int, dim: int, clients: int, reps: int) -> dict:
     """Run the measurement; return the JSON-ready result."""
     folder = Path(tempfile.mkdtemp(prefix="dphe-binding-"))
     paths = generate_keys(
-        folder / "keys", num_clients=clients, key_bits=key_bits,
+        folder / "keys",
+        num_clients=clients,
+        key_bits=key_bits,
         allow_test_keys=key_bits < 2048,
     )
     kh_bundle = load_keyholder_bundle(paths.keyholder)
@@ -88,31 +99,36 @@ def measure(key_bits: int, dim: int, clients: int, reps: int) -> dict:
     }
     update = rng.normal(scale=0.01, size=dim)
     client = {"digest_s": [], "encrypt_bound_s": [], "encrypt_unbound_s": []}
-    keyholder = {"honest_decrypt_s": [], "refused_decrypt_s": [], "identify_s": [],
-                 "rest_decrypt_s": []}
+    keyholder = {
+        "honest_decrypt_s": [],
+        "refused_decrypt_s": [],
+        "identify_s": [],
+        "rest_decrypt_s": [],
+    }
     aggregator = {"mask_s": []}
     for rep in range(reps):
         kh = Keyholder(kh_bundle, {"model": params})
         kh.bind_run(rep)
         # client: digest + bound encryption against the unbound (unchecked) path
         context = AggregationContext(kh.session_id(), "model", 1)
-        t, digest = _time(lambda: model_digest(arrays))
+        t, digest = _time(model_digest, arrays)
         client["digest_s"].append(t)
-        t, _ = _time(lambda: encrypt_update(
-            update, weight=1, bundle=bundles[0], params=params, context=context,
-            rng=rng, model_digest=None))
+        common = {"weight": 1, "params": params, "context": context, "rng": rng}
+        t, _ = _time(
+            encrypt_update, update, bundle=bundles[0], model_digest=None, **common
+        )
         client["encrypt_unbound_s"].append(t)
         encrypted = []
         for bundle in bundles:
-            t, e = _time(lambda b=bundle: encrypt_update(
-                update, weight=1, bundle=b, params=params, context=context,
-                rng=rng, model_digest=digest))
+            t, e = _time(
+                encrypt_update, update, bundle=bundle, model_digest=digest, **common
+            )
             client["encrypt_bound_s"].append(t)
             encrypted.append(e)
         agg = DPHEAggregator(agg_bundle, params, context)
         for i, e in enumerate(encrypted):
             agg.add(i, e)
-        t, _ = _time(lambda: kh.decrypt_aggregate(agg.result()))
+        t, _ = _time(kh.decrypt_aggregate, agg.result())
         keyholder["honest_decrypt_s"].append(t)
         # round 2: client 0's tags are wrong; find it, drop it, decrypt the rest
         context2 = AggregationContext(kh.session_id(), "model", 2)
@@ -120,11 +136,20 @@ def measure(key_bits: int, dim: int, clients: int, reps: int) -> dict:
         real_tags = dphe.block_tags
         for i, bundle in enumerate(bundles):
             if i == 0:
-                dphe.block_tags = lambda *a, **k: real_tags(*a, **k)[::-1]
+                dphe.block_tags = _wrong_tags(real_tags)
             try:
-                agg2.add(i, encrypt_update(
-                    update, weight=1, bundle=bundle, params=params,
-                    context=context2, rng=rng, model_digest=digest))
+                agg2.add(
+                    i,
+                    encrypt_update(
+                        update,
+                        weight=1,
+                        bundle=bundle,
+                        params=params,
+                        context=context2,
+                        rng=rng,
+                        model_digest=digest,
+                    ),
+                )
             finally:
                 dphe.block_tags = real_tags
         start = time.perf_counter()
@@ -136,12 +161,12 @@ def measure(key_bits: int, dim: int, clients: int, reps: int) -> dict:
         keyholder["refused_decrypt_s"].append(time.perf_counter() - start)
         t, masked = _time(agg2.masked_blocks)
         aggregator["mask_s"].append(t)
-        t, culprits = _time(lambda: kh.identify("model", 2, masked))
+        t, culprits = _time(kh.identify, "model", 2, masked)
         keyholder["identify_s"].append(t)
         if culprits != (0,):
             raise RuntimeError(f"identify named {culprits}, expected (0,)")
         agg2.drop(culprits)
-        t, _ = _time(lambda: kh.decrypt_aggregate(agg2.result()))
+        t, _ = _time(kh.decrypt_aggregate, agg2.result())
         keyholder["rest_decrypt_s"].append(t)
     c = {k: _median(v) for k, v in client.items()}
     k = {name: _median(v) for name, v in keyholder.items()}
@@ -153,8 +178,12 @@ def measure(key_bits: int, dim: int, clients: int, reps: int) -> dict:
     return {
         "benchmark": "dphe-binding",
         "settings": {
-            "key_bits": key_bits, "dimension": dim, "clients": clients, "reps": reps,
-            "packing": params.packing, "blocks": params.num_blocks,
+            "key_bits": key_bits,
+            "dimension": dim,
+            "clients": clients,
+            "reps": reps,
+            "packing": params.packing,
+            "blocks": params.num_blocks,
         },
         "machine": {
             "python": platform.python_version(),
@@ -179,14 +208,23 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.clients < 4 or args.dim < 2 or args.reps < 1:
-        parser.error("need --clients >= 4 (3 left after one is dropped), --dim >= 2, "
-                     "--reps >= 1")
+        parser.error(
+            "need --clients >= 4 (3 left after one is dropped), --dim >= 2, --reps >= 1"
+        )
     out = measure(args.key_bits, args.dim, args.clients, args.reps)
     path = Path(args.out)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(out, indent=2) + "\n")
-    print(json.dumps({"client": out["client"], "keyholder": out["keyholder"],
-                      "aggregator": out["aggregator"]}, indent=2))
+    print(
+        json.dumps(
+            {
+                "client": out["client"],
+                "keyholder": out["keyholder"],
+                "aggregator": out["aggregator"],
+            },
+            indent=2,
+        )
+    )
     return 0
 
 

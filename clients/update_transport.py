@@ -18,7 +18,8 @@ reply is sent, :func:`finish_train_reply` turns it into what the run asks for:
   ``train-loss`` inside the encrypted vector, and no other per-client statistic
   leaves in clear (the server reports the aggregate loss).
   Before it encrypts, the client checks the keyholder's proof that the session
-  serves its own run (``dphe-session-proof``, :func:`crypto.binding.check_session_proof`),
+  serves its own run (``dphe-session-proof``,
+  :func:`crypto.binding.check_session_proof`),
   binds the digest of the arrays it received (:func:`crypto.binding.model_digest`)
   into its tags and MAC (which bind the session and round too), and refuses a second
   encryption for the same (session, stream, round): two encryptions of one round
@@ -57,7 +58,6 @@ from flwr.app import (
 )
 from flwr.clientapp.typing import ClientAppCallable, Mod
 
-from crypto.binding import check_session_proof, model_digest
 from crypto import (
     STREAM_MODEL,
     STREAM_PROTOTYPES,
@@ -66,6 +66,7 @@ from crypto import (
     encrypt_update,
     make_obfuscators,
 )
+from crypto.binding import check_session_proof, model_digest
 from crypto.obfuscators import ObfuscatorSource
 from hashing.fedhap.prototypes import prototype_sum_vector
 from hashing.update_sparsity import (
@@ -254,7 +255,9 @@ def _claim_encryptions(
     ``Context.state`` across messages); another run cannot reuse the session (its
     proof names one run id).
     """
-    keys = [(bundle.key_id, bundle.client_id, session, s, server_round) for s in streams]
+    keys = [
+        (bundle.key_id, bundle.client_id, session, s, server_round) for s in streams
+    ]
     labels = [f"{session.hex()}/{s}/{server_round}" for s in streams]
     record = None
     if node_state is not None:

@@ -25,7 +25,8 @@ wrong (:class:`crypto.keyholder.AggregateRefused` with ``culprits``), :meth:`dro
 takes them out and :meth:`result` sums the rest. When a sum fails its tag check,
 :meth:`masked_blocks` gives the keyholder each contributor's blocks with the data
 part blinded by a fresh uniform mask of ``P * slot_bits + GUARD_BITS`` bits, so the
-keyholder can check every contributor's tags (:meth:`crypto.keyholder.Keyholder.identify`)
+keyholder can check every contributor's tags
+(:meth:`crypto.keyholder.Keyholder.identify`)
 without seeing its data.
 
 No Flower imports.
@@ -41,9 +42,9 @@ from gmpy2 import gcd, mpz, powmod
 from crypto.dphe import (
     MAC_BYTES,
     AggregationContext,
+    Attestation,
     Contribution,
     DPHEParams,
-    Attestation,
     EncryptedSum,
     EncryptedUpdate,
     tag_shift,

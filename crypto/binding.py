@@ -55,7 +55,7 @@ def model_digest(arrays: Mapping[str, np.ndarray]) -> bytes:
         header = f"{name}\0{value.dtype.str}\0{value.shape}\0".encode()
         h.update(len(header).to_bytes(4, "big") + header)
         h.update(value.nbytes.to_bytes(8, "big"))
-        h.update(memoryview(value).cast("B"))
+        h.update(value.data)
     return h.digest()
 
 
@@ -65,7 +65,9 @@ def _proof_key(phi_seed: bytes) -> bytes:
 
 def session_proof(phi_seed: bytes, session: bytes, run_id: int) -> bytes:
     """``HMAC-SHA256(K, session || run id)``, ``K`` from the users' phi seed."""
-    message = SESSION_LABEL + bytes(session) + int(run_id).to_bytes(8, "big", signed=True)
+    message = (
+        SESSION_LABEL + bytes(session) + int(run_id).to_bytes(8, "big", signed=True)
+    )
     return hmac.new(_proof_key(phi_seed), message, hashlib.sha256).digest()
 
 

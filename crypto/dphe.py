@@ -458,7 +458,7 @@ class Attestation:
                 raise ValueError(f"attestation {name} must be {size} bytes")
 
     def encode(self) -> bytes:
-        """The 56 bytes ``model || nonce || weight_box``."""
+        """Return the 56 bytes ``model || nonce || weight_box``."""
         return self.model + self.nonce + self.weight_box
 
     @classmethod
@@ -471,20 +471,31 @@ class Attestation:
 
 
 def _weight_pad(
-    mac_key: bytes, context: AggregationContext, params: DPHEParams, model: bytes,
+    mac_key: bytes,
+    context: AggregationContext,
+    params: DPHEParams,
+    model: bytes,
     nonce: bytes,
 ) -> int:
     _check_mac_key(mac_key)
     pad = hashlib.shake_256(
-        WEIGHT_LABEL + len(mac_key).to_bytes(2, "big") + mac_key
-        + context.encode(params) + model + nonce
+        WEIGHT_LABEL
+        + len(mac_key).to_bytes(2, "big")
+        + mac_key
+        + context.encode(params)
+        + model
+        + nonce
     ).digest(WEIGHT_BOX_BYTES)
     return int.from_bytes(pad, "big")
 
 
 def seal_weight(
-    mac_key: bytes, context: AggregationContext, params: DPHEParams, model: bytes,
-    nonce: bytes, weight: int,
+    mac_key: bytes,
+    context: AggregationContext,
+    params: DPHEParams,
+    model: bytes,
+    nonce: bytes,
+    weight: int,
 ) -> bytes:
     """Seal ``weight`` for the keyholder (one-time keystream of the MAC key)."""
     if isinstance(weight, bool) or not 0 <= int(weight) < 2**63:
@@ -494,10 +505,12 @@ def seal_weight(
 
 
 def open_weight(
-    mac_key: bytes, context: AggregationContext, params: DPHEParams,
+    mac_key: bytes,
+    context: AggregationContext,
+    params: DPHEParams,
     attestation: Attestation,
 ) -> int:
-    """The weight sealed in ``attestation`` (keyholder side)."""
+    """Return the weight sealed in ``attestation`` (keyholder side)."""
     pad = _weight_pad(mac_key, context, params, attestation.model, attestation.nonce)
     return int.from_bytes(attestation.weight_box, "big") ^ pad
 

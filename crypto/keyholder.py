@@ -36,7 +36,8 @@ is built against a *malicious* one, which may send any ciphertexts and any claim
   sealed weight, all under its MAC. A sum whose contributors attest different models
   is refused (``model``): when at least ``min_contributors`` of them attest one model
   more than any other, the others are named (dropped, the round is not consumed; the
-  victim of a zero-model attack is then left out), otherwise the round is consumed. A weight
+  victim of a zero-model attack is then left out), otherwise the round is consumed.
+  A weight
   outside ``[1, max_weight]`` names its client (``weight``). The total weight is the
   sum of the attested weights, and every coordinate sum is kept within
   ``W * ceil(clip * 2**scale_bits)`` (clamped, counted in the log): a client that
@@ -90,6 +91,7 @@ from crypto.dphe import (
     SESSION_BYTES,
     AggregationContext,
     Attestation,
+    Contribution,
     DPHEParams,
     EncryptedSum,
     block_tags,
@@ -176,7 +178,7 @@ class KeyholderLike(Protocol):
         server_round: int,
         masked: Mapping[int, tuple[np.ndarray, list[int]]],
     ) -> tuple[int, ...]:
-        """Name the contributors whose tags are wrong (see :meth:`Keyholder.identify`)."""
+        """Name the contributors whose tags are wrong (:meth:`Keyholder.identify`)."""
         ...
 
     def decrypt_aggregate(self, encrypted_sum: EncryptedSum) -> np.ndarray:
@@ -307,9 +309,7 @@ class Keyholder:
                 )
             earlier = self._state["runs"].get(str(run_id))
             if earlier is not None and earlier != self._session.hex():
-                self._refuse(
-                    "session", f"run {run_id} was bound by an earlier session"
-                )
+                self._refuse("session", f"run {run_id} was bound by an earlier session")
             if self._run_id is None:
                 self._run_id = run_id
                 self._state["runs"][str(run_id)] = self._session.hex()
@@ -501,7 +501,7 @@ class Keyholder:
                     params,
                     item.client_id,
                     item.block_ids,
-                    item.attestation,
+                    _attested(item),
                 ),
                 bytes(item.mac),
             )
@@ -515,14 +515,15 @@ class Keyholder:
             )
         weights = {
             item.client_id: open_weight(
-                self._bundle.mac_keys[item.client_id], context, params,
-                item.attestation,
+                self._bundle.mac_keys[item.client_id],
+                context,
+                params,
+                _attested(item),
             )
             for item in contributions
         }
         heavy = [
-            i for i, w in weights.items()
-            if not 1 <= w <= params.fixed_point.max_weight
+            i for i, w in weights.items() if not 1 <= w <= params.fixed_point.max_weight
         ]
         if heavy:
             self._refuse(
@@ -531,7 +532,7 @@ class Keyholder:
                 f"{params.fixed_point.max_weight}]",
                 culprits=tuple(heavy),
             )
-        models = Counter(c.attestation.model for c in contributions)
+        models = Counter(_attested(c).model for c in contributions)
         if len(models) > 1:
             (top, most), (_, second) = models.most_common(2)
             if most > second and most >= self.min_contributors:
@@ -543,8 +544,7 @@ class Keyholder:
                     f"stream {stream} round {context.round}: {summands - most} of "
                     f"{summands} contributors attest another model than the others",
                     culprits=tuple(
-                        c.client_id for c in contributions
-                        if c.attestation.model != top
+                        c.client_id for c in contributions if _attested(c).model != top
                     ),
                 )
         # Every check a caller controls without the secret key has passed: the round
@@ -585,7 +585,8 @@ class Keyholder:
         Allowed once, for the round whose sum was just refused with ``identify``.
         ``masked`` maps every contributor of that sum to its phi-space block ids
         and ciphertexts, each multiplied by an encryption of a uniform mask of
-        ``P * slot_bits + GUARD_BITS`` bits (:meth:`crypto.DPHEAggregator.masked_blocks`):
+        ``P * slot_bits + GUARD_BITS`` bits
+        (:meth:`crypto.DPHEAggregator.masked_blocks`):
         the keyholder checks the tag field (a carry of 1 allowed) and sees nothing of
         the data. The named clients are then left out: the keyholder decrypts once
         more, for exactly the other contributors of that round.
@@ -631,8 +632,10 @@ class Keyholder:
                 ):
                     self._refuse("malformed", f"client {client_id}: masked blocks")
                 tags = block_tags(
-                    self._bundle.mac_keys[client_id], context, params,
-                    item.attestation,
+                    self._bundle.mac_keys[client_id],
+                    context,
+                    params,
+                    _attested(item),
                 )
                 plaintexts = self._raw_decrypt_all(list(ciphertexts))
                 if any(
@@ -650,7 +653,10 @@ class Keyholder:
             logger.warning(
                 "keyholder: stream %s round %d: clients %s sent blocks with wrong "
                 "tags; %d contributors remain",
-                stream, server_round, culprits, len(rest),
+                stream,
+                server_round,
+                culprits,
+                len(rest),
             )
             self._retry[stream] = (server_round, rest)
             return tuple(culprits)
@@ -668,8 +674,10 @@ class Keyholder:
         low = np.zeros(params.num_blocks, dtype=np.uint64)
         for item in encrypted_sum.contributions:
             tags = block_tags(
-                self._bundle.mac_keys[item.client_id], context, params,
-                item.attestation,
+                self._bundle.mac_keys[item.client_id],
+                context,
+                params,
+                _attested(item),
             )
             blocks = np.asarray(item.block_ids, dtype=np.int64)
             high[blocks] += tags[blocks] >> np.uint64(32)
@@ -707,7 +715,8 @@ class Keyholder:
             logger.warning(
                 "keyholder: stream %s round %d: the encrypted weights differ from "
                 "the attested ones; the attested total is used",
-                context.stream, context.round,
+                context.stream,
+                context.round,
             )
         bound = total_weight * math.ceil(
             float(params.fixed_point.clip) * 2.0**params.fixed_point.scale_bits
@@ -719,7 +728,9 @@ class Keyholder:
                 "keyholder: stream %s round %d: %d coordinate sums beyond the total "
                 "weight times the clip were clamped (a client sent values outside "
                 "its clip)",
-                context.stream, context.round, clamped,
+                context.stream,
+                context.round,
+                clamped,
             )
         out = np.empty_like(sums)
         out[:-1] = np.clip(data, -bound, bound)
@@ -782,12 +793,19 @@ def decode_average(sums: np.ndarray, params: DPHEParams) -> tuple[np.ndarray, in
     return average / total_weight, total_weight
 
 
+def _attested(item: Contribution) -> Attestation:
+    """Return a contribution's attestation (checked present before any use)."""
+    if not isinstance(item.attestation, Attestation):
+        raise AggregateRefused("malformed")
+    return item.attestation
+
+
 STATE_FORMAT = "fedhash-dphe-keyholder-state"
 """``format`` field of the keyholder's state file."""
 
 
 def _read_state(path: str | None) -> dict:
-    """The state file's content (an empty state when there is no file).
+    """Return the state file's content (an empty state when there is no file).
 
     Raises
     ------
@@ -801,7 +819,9 @@ def _read_state(path: str | None) -> dict:
         try:
             data = json.load(handle)
         except json.JSONDecodeError as error:
-            raise ValueError(f"keyholder state {path} is not valid JSON: {error}") from None
+            raise ValueError(
+                f"keyholder state {path} is not valid JSON: {error}"
+            ) from None
     if (
         not isinstance(data, dict)
         or data.get("format") != STATE_FORMAT

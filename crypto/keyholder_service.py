@@ -284,7 +284,7 @@ def create_app(
 
 
 async def _small_json(request: Request) -> object:
-    """A JSON body of at most 4 KiB (``None`` if larger or not JSON)."""
+    """Return a JSON body of at most 4 KiB (``None`` if larger or not JSON)."""
     body = b""
     async for chunk in request.stream():
         body += chunk

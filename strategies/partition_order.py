@@ -282,8 +282,9 @@ class PartitionOrderedMixin:
         if not count or not self._sent:
             return
         rng = np.random.default_rng([self.sampling_seed, server_round, 0xFA])
-        picked = rng.choice(len(self._sent), size=min(count, len(self._sent)),
-                            replace=False)
+        picked = rng.choice(
+            len(self._sent), size=min(count, len(self._sent)), replace=False
+        )
         for i in sorted(int(j) for j in picked):
             msg = self._sent[i]
             # Flower builds every message on one shared RecordDict: copy it

@@ -41,15 +41,20 @@ class DPHEConfig(Section):
         "TLS certificate; needs an `https` keyholder-url; empty = system trust store",
     )
     packing: int = option(
-        0, "slots per Paillier plaintext: 0 = as many as the key holds, 1 = the paper",
+        0,
+        "slots per Paillier plaintext: 0 = as many as the key holds, 1 = the paper",
         low=0,
     )
     scale_bits: int = option(
-        20, "fixed point: values are multiples of 2^-scale-bits", low=1,
+        20,
+        "fixed point: values are multiples of 2^-scale-bits",
+        low=1,
         high=MAX_SCALE_BITS,
     )
     clip: float = option(
-        1.0, "update values are clipped to +-clip before encryption", low=0,
+        1.0,
+        "update values are clipped to +-clip before encryption",
+        low=0,
         low_open=True,
     )
     weighting: str = option(

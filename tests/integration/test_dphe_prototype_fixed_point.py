@@ -25,12 +25,11 @@ from hashing.models import build_model
 from hashing.prototypes import ClassPrototypes, class_prototypes
 from hashing.train import encode
 from settings import keys as K
-from tests.integration.test_dphe_strategy import RUN_ID
 from settings.prototype_records import FEDHAP_UPLOAD, prototype_record
 from settings.run_settings import ConfigError, RunSettings
 from strategies.dphe.server_setup import build_secure_components
 from strategies.dphe.setup import stream_params
-from tests.integration.test_dphe_strategy import secure_fedhap
+from tests.integration.test_dphe_strategy import RUN_ID, secure_fedhap
 from tests.integration.test_strategies import FakeGrid
 from tests.messages import reply_from
 

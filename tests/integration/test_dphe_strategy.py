@@ -72,7 +72,11 @@ def strategy_for(settings):
     s.set_node_partitions(NODES)
     s.set_secure_aggregation(
         build_secure_aggregation(
-            settings, dimension=DIM, partition_ids=NODES.values(), simulation=True, run_id=RUN_ID
+            settings,
+            dimension=DIM,
+            partition_ids=NODES.values(),
+            simulation=True,
+            run_id=RUN_ID,
         )
     )
     return s
@@ -329,7 +333,11 @@ def test_packing_that_does_not_fit_the_key_is_a_config_error(key_dir):
     settings = settings_for(key_dir, **{"dphe.packing": 500})
     with pytest.raises(ConfigError, match="dphe.packing=500"):
         build_secure_aggregation(
-            settings, dimension=DIM, partition_ids=[0, 1, 2], simulation=True, run_id=RUN_ID
+            settings,
+            dimension=DIM,
+            partition_ids=[0, 1, 2],
+            simulation=True,
+            run_id=RUN_ID,
         )
 
 
@@ -389,7 +397,7 @@ def secure_fedhap(settings, *, bits, classes, nodes=NODES, dim=DIM):
         partition_ids=nodes.values(),
         num_classes=classes,
         simulation=True,
-            run_id=RUN_ID,
+        run_id=RUN_ID,
     )
     s.set_secure_aggregation(model_sum)
     s.set_secure_prototypes(proto_sum)

@@ -18,7 +18,6 @@ import gmpy2
 import numpy as np
 import pytest
 
-from crypto.dphe import tag_shift
 from crypto import (
     AggregateRefused,
     AggregationContext,
@@ -43,6 +42,7 @@ from crypto import (
     naive_decrypt,
     naive_encrypt,
 )
+from crypto.dphe import tag_shift
 
 KEY_BITS = 512
 CTX0 = AggregationContext(bytes(16), "model", 1)
@@ -468,10 +468,15 @@ def test_aggregator_rejects_bad_updates_and_keeps_its_state(
     other_id = int(good.shards[1].block_ids[0])
     cases = [
         (
-            EncryptedUpdate(b"\x00" * 32, good.shards, good.touch_mac, good.attestation),
+            EncryptedUpdate(
+                b"\x00" * 32, good.shards, good.touch_mac, good.attestation
+            ),
             "another key",
         ),
-        (EncryptedUpdate(good.key_id, [], good.touch_mac, good.attestation), "no shards"),
+        (
+            EncryptedUpdate(good.key_id, [], good.touch_mac, good.attestation),
+            "no shards",
+        ),
         (EncryptedUpdate(good.key_id, good.shards), "touch MAC"),
         (_replace_shard(good, 0, Shard(ids.copy(), cts[:-1])), "ciphertexts"),
         (

@@ -18,7 +18,6 @@ import pytest
 
 from crypto import AggregateRefused, AggregationContext, encrypt_update
 from tests.integration.attacks.test_keyholder_attacks import (
-    DIM,
     PARAMS,
     encrypted,
     honest_sum,
@@ -58,16 +57,24 @@ def test_double_encryption_quotient_does_not_cancel_the_tag(world):  # noqa: F81
     context1 = AggregationContext(kh.session_id(), "model", 1)
     rng = np.random.default_rng(1)
     first = encrypt_update(
-        world.updates[0], weight=1, bundle=world.clients[0], params=PARAMS,
-        context=context1, rng=rng,
+        world.updates[0],
+        weight=1,
+        bundle=world.clients[0],
+        params=PARAMS,
+        context=context1,
+        rng=rng,
     )
     changed = world.updates[0].copy()
     changed[0] += 0.25  # a retry that differs in one value
     second = encrypt_update(
-        changed, weight=1, bundle=world.clients[0], params=PARAMS,
-        context=context1, rng=rng,
+        changed,
+        weight=1,
+        bundle=world.clients[0],
+        params=PARAMS,
+        context=context1,
+        rng=rng,
     )
-    nsquare = world.aggregator_bundle.n ** 2
+    nsquare = world.aggregator_bundle.n**2
     c1, c2 = phi_space(world, 0, first), phi_space(world, 0, second)
     quotient = {b: c1[b] * pow(c2[b], -1, nsquare) % nsquare for b in c1}
     # round 2: an honest sum of clients 0, 1, 2 ...

@@ -14,11 +14,11 @@ from flwr.app import MetricRecord, RecordDict
 from clients.update_transport import finish_train_reply
 from crypto import AggregationContext, encrypt_update, generate_keys, load_client_bundle
 from settings import keys as K
-from tests.integration.test_dphe_strategy import RUN_ID
 from settings.run_settings import ConfigError, RunSettings
 from strategies.dphe.server_setup import build_secure_aggregation
 from strategies.dphe.setup import dphe_params, load_server_bundles
 from tests.integration.test_dphe_strategy import (
+    RUN_ID,
     SHAPES,
     configure,
     model,
@@ -89,7 +89,10 @@ def test_keyholder_json_is_refused_outside_simulation(key_dir):
         load_server_bundles(settings, simulation=False)
     with pytest.raises(ConfigError, match="dphe.keyholder-url"):
         build_secure_aggregation(
-            settings, dimension=25, partition_ids=[0, 1, 2], simulation=False,
+            settings,
+            dimension=25,
+            partition_ids=[0, 1, 2],
+            simulation=False,
             run_id=RUN_ID,
         )
     _, bundle = load_server_bundles(settings, simulation=True)

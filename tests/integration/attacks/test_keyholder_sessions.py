@@ -48,16 +48,21 @@ from tests.integration.test_dphe_strategy import (
 MODEL = bytes(range(32))  # the digest of the model every contributor received
 
 
-def _sum(world, kh, round_, ids, model_digest=MODEL):
+def _sum(setup, kh, round_, ids, model_digest=MODEL):
     context = AggregationContext(kh.session_id(), "model", round_)
     rng = np.random.default_rng(round_)
-    aggregator = DPHEAggregator(world.aggregator_bundle, PARAMS, context)
+    aggregator = DPHEAggregator(setup.aggregator_bundle, PARAMS, context)
     for i in ids:
         aggregator.add(
             i,
             encrypt_update(
-                world.updates[i], weight=1, bundle=world.clients[i], params=PARAMS,
-                context=context, rng=rng, model_digest=model_digest,
+                setup.updates[i],
+                weight=1,
+                bundle=setup.clients[i],
+                params=PARAMS,
+                context=context,
+                rng=rng,
+                model_digest=model_digest,
             ),
         )
     return aggregator
@@ -116,9 +121,13 @@ def test_cross_run_client_refuses_a_session_bound_to_another_run(key_dir):  # no
     ):
         with pytest.raises(ValueError, match="dphe-session-proof"):
             finish_train_reply(
-                content, global_arrays=zeros, settings=settings,
-                partition_id=NODES[100], rng=np.random.default_rng(0),
-                train_config=cfg, run_id=run_id,
+                content,
+                global_arrays=zeros,
+                settings=settings,
+                partition_id=NODES[100],
+                rng=np.random.default_rng(0),
+                train_config=cfg,
+                run_id=run_id,
             )
 
 
@@ -162,14 +171,21 @@ def test_malicious_client_is_named_through_the_keyholder_service(world, service)
     aggregator = DPHEAggregator(world.aggregator_bundle, PARAMS, context)
     for i in range(4):
         update = encrypt_update(
-            world.updates[i], weight=1, bundle=world.clients[i], params=PARAMS,
-            context=context, rng=rng, model_digest=MODEL,
+            world.updates[i],
+            weight=1,
+            bundle=world.clients[i],
+            params=PARAMS,
+            context=context,
+            rng=rng,
+            model_digest=MODEL,
         )
         if i == 1:  # client 1's blocks carry another block's ciphertexts
             shard = update.shards[0]
             update = dataclasses.replace(
                 update,
-                shards=[dataclasses.replace(shard, ciphertexts=shard.ciphertexts[::-1])],
+                shards=[
+                    dataclasses.replace(shard, ciphertexts=shard.ciphertexts[::-1])
+                ],
             )
         aggregator.add(i, update)
     with pytest.raises(AggregateRefused) as info:

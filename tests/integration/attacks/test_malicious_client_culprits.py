@@ -14,8 +14,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import crypto.dphe as dphe
 import clients.update_transport as transport
+import crypto.dphe as dphe
 from crypto import generate_keys
 from tests.integration.test_dphe_strategy import (
     NODES,
@@ -125,7 +125,7 @@ def test_malicious_client_with_a_wrong_tag_is_named_and_dropped(
     settings = settings_for(key_dir, **{"dphe.weighting": "uniform"})
     nodes = list(NODES)[:4]
     malicious = nodes[2]
-    real_tags, real_mac = dphe.block_tags, dphe.touch_mac
+    real_tags = dphe.block_tags
 
     def wrong_tags(m):
         if what == "tag":

@@ -64,8 +64,7 @@ def test_model_inconsistency_zero_model_attack_is_refused(key_dir):
         leaked = {k: arrays[k].numpy() - real[k] for k in SHAPES}
         victim_update = {k: victim_local[k] - real[k] for k in SHAPES}
         differing = sum(
-            int(np.sum(np.abs(3 * leaked[k] - victim_update[k]) > 1e-5))
-            for k in SHAPES
+            int(np.sum(np.abs(3 * leaked[k] - victim_update[k]) > 1e-5)) for k in SHAPES
         )
         pytest.fail(
             "the keyholder decrypted a sum of contributors that got different "
