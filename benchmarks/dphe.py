@@ -275,9 +275,11 @@ def security_overhead(keys: dict, settings: RunSettings, dim: int) -> dict:
     encrypt_s = time.perf_counter() - t
     blocks = np.arange(params.num_blocks)
     t = time.perf_counter()
-    for bundle in keys["clients"]:
-        block_tags(bundle.mac_key, context, params)
-        touch_mac(bundle.mac_key, context, params, bundle.client_id, blocks)
+    for bundle, e in zip(keys["clients"], enc, strict=True):
+        block_tags(bundle.mac_key, context, params, e.attestation)
+        touch_mac(
+            bundle.mac_key, context, params, bundle.client_id, blocks, e.attestation
+        )
     client_added = time.perf_counter() - t
     aggregator = DPHEAggregator(keys["aggregator"], params, context)
     for i, e in enumerate(enc):
@@ -289,8 +291,10 @@ def security_overhead(keys: dict, settings: RunSettings, dim: int) -> dict:
     t = time.perf_counter()
     for item in encrypted_sum.contributions:
         key = keys["keyholder"].mac_keys[item.client_id]
-        touch_mac(key, context, params, item.client_id, item.block_ids)
-        block_tags(key, context, params)
+        touch_mac(
+            key, context, params, item.client_id, item.block_ids, item.attestation
+        )
+        block_tags(key, context, params, item.attestation)
     keyholder_added = time.perf_counter() - t
     no_tag = (key_bits - 2) // fp.slot_bits
     return {
@@ -948,7 +952,7 @@ def main() -> None:
         parser.error(f"unknown parts {sorted(unknown)}; accepted: {PARTS}")
     out_path = Path(args.out)
     out = json.loads(out_path.read_text()) if out_path.is_file() else {}
-    settings = RunSettings(dphe_weighting="uniform")
+    settings = RunSettings.from_config({"dphe.weighting": "uniform"})
     keys = None
     if set(parts) & {"cnn", "avenues", "security", "grid"}:
         keys = _keys(args.clients, args.key_bits)

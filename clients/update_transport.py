@@ -17,6 +17,13 @@ reply is sent, :func:`finish_train_reply` turns it into what the run asks for:
   MetricRecord is sent *empty*: ``num-examples`` travels as the encrypted weight,
   ``train-loss`` inside the encrypted vector, and no other per-client statistic
   leaves in clear (the server reports the aggregate loss).
+  Before it encrypts, the client checks the keyholder's proof that the session
+  serves its own run (``dphe-session-proof``,
+  :func:`crypto.binding.check_session_proof`),
+  binds the digest of the arrays it received (:func:`crypto.binding.model_digest`)
+  into its tags and MAC (which bind the session and round too), and refuses a second
+  encryption for the same (session, stream, round): two encryptions of one round
+  would give the server their quotient.
 * ``dphe.block-sparsity``: under DPHE the top-k keeps whole packed blocks of the
   phi-permuted space (:func:`hashing.update_sparsity.block_top_k_sparsify`; the
   loss and weight coordinates' blocks always), so a user encrypts only
@@ -59,6 +66,7 @@ from crypto import (
     encrypt_update,
     make_obfuscators,
 )
+from crypto.binding import check_session_proof, model_digest
 from crypto.obfuscators import ObfuscatorSource
 from hashing.fedhap.prototypes import prototype_sum_vector
 from hashing.update_sparsity import (
@@ -100,6 +108,8 @@ def finish_train_reply(
     node_bundle: str = "",
     num_classes: int = 0,
     train_config: ConfigRecord | None = None,
+    run_id: int | None = None,
+    node_state: RecordDict | None = None,
 ) -> RecordDict:
     """Sparsify and/or encrypt the reply's model update, in place; return ``reply``.
 
@@ -123,12 +133,20 @@ def finish_train_reply(
         Size of the label space (the layout of encrypted prototype sums).
     train_config : ConfigRecord, optional
         The train message's config: ``server-round`` and, under DPHE, the
-        keyholder's ``dphe-session`` (required then).
+        keyholder's ``dphe-session`` and ``dphe-session-proof`` (required then).
+    run_id : int, optional
+        This client's Flower run id (``Context.run_id``; required under DPHE): the
+        session proof must bind the session to it.
+    node_state : RecordDict, optional
+        The node's state for this run (``Context.state``), where the encryptions
+        made are recorded besides this process's own record.
 
     Raises
     ------
     ValueError
-        Under DPHE, if the train config lacks a well-formed session id or round.
+        Under DPHE, if the train config lacks a well-formed session id or round,
+        the session proof does not bind the session to ``run_id``, or this client
+        already encrypted for that (session, stream, round).
     """
     if not transforms_update(settings):
         return reply
@@ -156,6 +174,12 @@ def finish_train_reply(
     loss = float(metrics.get(K.TRAIN_LOSS, 0.0))
     path = client_bundle_path(settings, partition_id, node_bundle)
     bundle = cached_client_bundle(str(path), partition_id)
+    _check_session_proof(bundle, session, run_id, train_config)
+    digest = model_digest(_numpy(global_arrays))
+    streams = [STREAM_MODEL]
+    if settings.dphe.prototypes and K.PROTOTYPES in reply:
+        streams.append(STREAM_PROTOTYPES)
+    _claim_encryptions(bundle, session, server_round, streams, node_state)
     del reply[K.ARRAYS]
     reply[K.DPHE] = _encrypted(
         with_loss(update, loss),
@@ -166,6 +190,7 @@ def finish_train_reply(
         context=AggregationContext(session, STREAM_MODEL, server_round),
         uniform=False,
         block_sparsity=settings.updates.sparsity if blocky else 0.0,
+        model=digest,
     )
     reply[K.METRICS] = MetricRecord()  # nothing about this client in clear
     if settings.dphe.prototypes and K.PROTOTYPES in reply:
@@ -183,8 +208,74 @@ def finish_train_reply(
             rng,
             context=AggregationContext(session, STREAM_PROTOTYPES, server_round),
             uniform=True,
+            model=digest,
         )
     return reply
+
+
+_ENCRYPTED: set[tuple[bytes, int, bytes, str, int]] = set()
+"""(key id, client id, session, stream, round) this process encrypted for."""
+ENCRYPTIONS_RECORD = "dphe-encryptions"
+"""ConfigRecord of the node's state: the (session, stream, round) encrypted for."""
+
+
+def _check_session_proof(
+    bundle: ClientBundle,
+    session: bytes,
+    run_id: int | None,
+    train_config: ConfigRecord | None,
+) -> None:
+    """Refuse a session the keyholder did not bind to this client's run."""
+    raw = (train_config or {}).get(K.DPHE_SESSION_PROOF)
+    try:
+        proof = bytes.fromhex(raw) if isinstance(raw, str) else b""
+    except ValueError:
+        proof = b""
+    if run_id is None or not check_session_proof(
+        bundle.phi_seed, session, int(run_id), proof
+    ):
+        raise ValueError(
+            f"DPHE: the train config's {K.DPHE_SESSION_PROOF!r} does not bind the "
+            f"keyholder session to this client's run ({run_id}): refusing to "
+            "encrypt (a session serves one run; only the keyholder can make the "
+            "proof)"
+        )
+
+
+def _claim_encryptions(
+    bundle: ClientBundle,
+    session: bytes,
+    server_round: int,
+    streams: list[str],
+    node_state: RecordDict | None,
+) -> None:
+    """Record this encryption; refuse a second one for the same session/stream/round.
+
+    Kept in this process and in the node's state for the run (the SuperNode keeps
+    ``Context.state`` across messages); another run cannot reuse the session (its
+    proof names one run id).
+    """
+    keys = [
+        (bundle.key_id, bundle.client_id, session, s, server_round) for s in streams
+    ]
+    labels = [f"{session.hex()}/{s}/{server_round}" for s in streams]
+    record = None
+    if node_state is not None:
+        record = node_state.get(ENCRYPTIONS_RECORD)
+        if not isinstance(record, ConfigRecord):
+            record = ConfigRecord()
+            node_state[ENCRYPTIONS_RECORD] = record
+    for key, label in zip(keys, labels, strict=True):
+        if key in _ENCRYPTED or (record is not None and label in record):
+            raise ValueError(
+                f"DPHE: a second encryption for session {session.hex()[:8]}..., "
+                f"stream {key[3]!r}, round {server_round} is refused (two "
+                "encryptions of one round would give the server their quotient)"
+            )
+    for key, label in zip(keys, labels, strict=True):
+        _ENCRYPTED.add(key)
+        if record is not None:
+            record[label] = True
 
 
 def _session_and_round(train_config: ConfigRecord | None) -> tuple[bytes, int]:
@@ -215,6 +306,7 @@ def _encrypted(
     context: AggregationContext,
     uniform: bool,
     block_sparsity: float = 0.0,
+    model: bytes,
 ) -> ArrayRecord:
     params = dphe_params(
         settings, dimension=vector.size, key_bits=bundle.key_bits, uniform=uniform
@@ -238,6 +330,7 @@ def _encrypted(
         context=context,
         rng=rng,
         obfuscators=_obfuscators(bundle.n, settings.dphe.obfuscators),
+        model_digest=model,
     )
     return dphe_record(encrypted, key_bits=bundle.key_bits)
 
@@ -289,6 +382,8 @@ def update_transport_mod(
             node_bundle=str(context.node_config.get(K.DPHE_KEY_BUNDLE, "")),
             num_classes=data.num_classes,
             train_config=config,
+            run_id=int(context.run_id),
+            node_state=context.state,
         )
         return reply
 

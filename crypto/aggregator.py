@@ -17,12 +17,24 @@ the users that touched it only.
 The result is bound to one :class:`~crypto.dphe.AggregationContext` (keyholder
 session, stream, round) and lists, per contributor, the phi-space blocks it sent
 and its touch-set MAC, which the aggregator forwards unchanged (it cannot check
-them: it has no MAC key).
+them: it has no MAC key), with its attestation (model digest, nonce, sealed weight).
+
+Culprits. The aggregator keeps every contributor's phi-space blocks until the next
+:meth:`DPHEAggregator.start`. When the keyholder names clients whose contribution is
+wrong (:class:`crypto.keyholder.AggregateRefused` with ``culprits``), :meth:`drop`
+takes them out and :meth:`result` sums the rest. When a sum fails its tag check,
+:meth:`masked_blocks` gives the keyholder each contributor's blocks with the data
+part blinded by a fresh uniform mask of ``P * slot_bits + GUARD_BITS`` bits, so the
+keyholder can check every contributor's tags
+(:meth:`crypto.keyholder.Keyholder.identify`)
+without seeing its data.
 
 No Flower imports.
 """
 
 from __future__ import annotations
+
+import secrets
 
 import numpy as np
 from gmpy2 import gcd, mpz, powmod
@@ -30,10 +42,12 @@ from gmpy2 import gcd, mpz, powmod
 from crypto.dphe import (
     MAC_BYTES,
     AggregationContext,
+    Attestation,
     Contribution,
     DPHEParams,
     EncryptedSum,
     EncryptedUpdate,
+    tag_shift,
 )
 from crypto.keys import AggregatorBundle
 from crypto.packing import pack
@@ -86,6 +100,7 @@ class DPHEAggregator:
         self._touch_counts: dict[int, int] = {}
         self._contributors: list[int] = []
         self._contributions: list[Contribution] = []
+        self._updates: dict[int, tuple[np.ndarray, list[mpz]]] = {}
         self._enc_offsets = mpz(1)
         self.start()
 
@@ -110,6 +125,7 @@ class DPHEAggregator:
         self._touch_counts = {}
         self._contributors = []
         self._contributions = []
+        self._updates = {}
         self._enc_offsets = mpz(
             self._bundle.public_key.raw_encrypt(self._offsets_plaintext)
         )
@@ -146,6 +162,16 @@ class DPHEAggregator:
         blocks, ciphertexts = self._validated(client_id, update)
         client_id = int(client_id)
         # Validated: from here on nothing raises.
+        self._accumulate(blocks, ciphertexts)
+        self._contributors.append(client_id)
+        self._updates[client_id] = (blocks, ciphertexts)
+        self._contributions.append(
+            Contribution(
+                client_id, np.sort(blocks), bytes(update.touch_mac), update.attestation
+            )
+        )
+
+    def _accumulate(self, blocks: np.ndarray, ciphertexts: list) -> None:
         nsquare = self._nsquare
         products = self._products
         counts = self._touch_counts
@@ -155,10 +181,60 @@ class DPHEAggregator:
                 ciphertext if current is None else current * ciphertext % nsquare
             )
             counts[block] = counts.get(block, 0) + 1
-        self._contributors.append(client_id)
-        self._contributions.append(
-            Contribution(client_id, np.sort(blocks), bytes(update.touch_mac))
-        )
+
+    def drop(self, client_ids: tuple[int, ...] | list[int]) -> None:
+        """Take the named contributors out of the current aggregate.
+
+        Raises
+        ------
+        ValueError
+            If one of them is not a contributor (state unchanged).
+        """
+        gone = {int(i) for i in client_ids}
+        unknown = gone - set(self._contributors)
+        if unknown:
+            raise ValueError(f"clients {sorted(unknown)} are not in this aggregate")
+        self._contributors = [i for i in self._contributors if i not in gone]
+        self._contributions = [
+            c for c in self._contributions if c.client_id not in gone
+        ]
+        for i in gone:
+            del self._updates[i]
+        self._products = {}
+        self._touch_counts = {}
+        for i in self._contributors:
+            self._accumulate(*self._updates[i])
+
+    def masked_blocks(self) -> dict[int, tuple[np.ndarray, list[int]]]:
+        """Every contributor's blocks with its data part blinded, for identification.
+
+        Each ciphertext is multiplied by a fresh encryption of a uniform mask of
+        ``P * slot_bits + GUARD_BITS`` bits: the keyholder sees the tag field (with
+        a carry of at most 1) and nothing of the data but a value within
+        statistical distance ``2**-GUARD_BITS`` of uniform.
+
+        Returns
+        -------
+        dict of int to (np.ndarray, list of int)
+            Client id -> its sorted phi-space block ids and masked ciphertexts.
+        """
+        bits = tag_shift(self._params)
+        public = self._bundle.public_key
+        nsquare = self._nsquare
+        out = {}
+        for client_id in self._contributors:
+            blocks, ciphertexts = self._updates[client_id]
+            order = np.argsort(blocks)
+            masked = [
+                int(
+                    ciphertexts[j]
+                    * mpz(public.raw_encrypt(secrets.randbits(bits)))
+                    % nsquare
+                )
+                for j in order.tolist()
+            ]
+            out[client_id] = (blocks[order].copy(), masked)
+        return out
 
     def _validated(
         self, client_id: int, update: EncryptedUpdate
@@ -192,6 +268,8 @@ class DPHEAggregator:
         mac = update.touch_mac
         if not isinstance(mac, bytes) or len(mac) != MAC_BYTES:
             raise ValueError(f"client {client_id}: touch MAC must be {MAC_BYTES} bytes")
+        if not isinstance(update.attestation, Attestation):
+            raise ValueError(f"client {client_id}: the update has no attestation")
         ids, ciphertexts = self._check_shards(client_id, update)
         return self._inverse(client_id)[ids], ciphertexts
 

@@ -48,6 +48,16 @@ honest sums only:
   (:func:`touch_mac`), dummies included; the aggregator forwards it, and the
   keyholder verifies it, so the aggregator can neither drop a user from some blocks
   nor claim it touched fewer.
+* Attestation (:class:`Attestation`). Every encryption carries the digest of the
+  model the user received (:func:`crypto.binding.model_digest`), a fresh 16-byte
+  nonce from the OS and its weight sealed for the keyholder (XOR with a keystream
+  of its MAC key: the aggregator cannot read it). The model digest and the nonce
+  are inputs of every block tag, the whole attestation of the touch-set MAC. The
+  keyholder decrypts only sums whose contributors attest one model (a server that
+  sends contributors different models -- the zero-model attack -- is refused), checks
+  each sealed weight against ``max_weight``, and, because tags are fresh per
+  encryption, ``c1 * c2**-1`` of two encryptions by one user no longer cancels its
+  tags (two encryptions of one round used to give a tag-free ciphertext).
 
 No Flower imports.
 """
@@ -59,6 +69,7 @@ import hashlib
 import hmac
 import json
 import math
+import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -67,6 +78,7 @@ import numpy as np
 from gmpy2 import mpz
 
 from crypto.fixed_point import (
+    GUARD_BITS,
     TAG_BITS,
     FixedPointParams,
     _exact_fields,
@@ -92,6 +104,18 @@ AUTO_SHARDS = 4
 SHARD_ORDER_LABEL = b"fedhash-dphe-shard-order"
 TAG_LABEL = b"fedhash-dphe-block-tag"
 TOUCH_LABEL = b"fedhash-dphe-touch-set"
+WEIGHT_LABEL = b"fedhash-dphe-sealed-weight"
+MODEL_DIGEST_BYTES = 32
+"""Length of the digest of the model a user received (SHA-256)."""
+NONCE_BYTES = 16
+"""Length of the per-encryption nonce."""
+WEIGHT_BOX_BYTES = 8
+"""Length of the sealed weight."""
+ATTESTATION_BYTES = MODEL_DIGEST_BYTES + NONCE_BYTES + WEIGHT_BOX_BYTES
+UNBOUND_MODEL = bytes(MODEL_DIGEST_BYTES)
+"""Model digest of an encryption bound to no model (library callers, benchmarks);
+the ClientApp always binds the arrays it received."""
+ARRAY_ATTESTATION = "attestation"
 ARRAY_BLOCK_IDS = "block-ids"
 ARRAY_SHARD_SIZES = "shard-sizes"
 ARRAY_CIPHERTEXTS = "ciphertexts"
@@ -103,6 +127,7 @@ ARRAY_KEYS = (
     ARRAY_CIPHERTEXTS,
     ARRAY_KEY_ID,
     ARRAY_TOUCH_MAC,
+    ARRAY_ATTESTATION,
 )
 """Keys of :meth:`EncryptedUpdate.to_arrays`."""
 
@@ -397,8 +422,109 @@ def check_stream(stream: object) -> None:
         )
 
 
+@dataclass(frozen=True)
+class Attestation:
+    """What one encryption attests, MACed with it and bound into its tags.
+
+    Parameters
+    ----------
+    model : bytes
+        32-byte digest of the model the user received
+        (:func:`crypto.binding.model_digest`; :data:`UNBOUND_MODEL` if none).
+    nonce : bytes
+        16 fresh bytes from the OS, new for every encryption.
+    weight_box : bytes
+        The user's weight, 8 bytes big-endian, XOR a keystream of its MAC key
+        (:func:`seal_weight`): only the keyholder reads it.
+
+    Raises
+    ------
+    ValueError
+        If a field has the wrong type or length.
+    """
+
+    model: bytes
+    nonce: bytes
+    weight_box: bytes
+
+    def __post_init__(self) -> None:
+        for name, size in (
+            ("model", MODEL_DIGEST_BYTES),
+            ("nonce", NONCE_BYTES),
+            ("weight_box", WEIGHT_BOX_BYTES),
+        ):
+            value = getattr(self, name)
+            if not isinstance(value, bytes) or len(value) != size:
+                raise ValueError(f"attestation {name} must be {size} bytes")
+
+    def encode(self) -> bytes:
+        """Return the 56 bytes ``model || nonce || weight_box``."""
+        return self.model + self.nonce + self.weight_box
+
+    @classmethod
+    def decode(cls, data: bytes) -> Attestation:
+        """Inverse of :meth:`encode` (ValueError on a wrong length)."""
+        if not isinstance(data, bytes) or len(data) != ATTESTATION_BYTES:
+            raise ValueError(f"attestation must be {ATTESTATION_BYTES} bytes")
+        a, b = MODEL_DIGEST_BYTES, MODEL_DIGEST_BYTES + NONCE_BYTES
+        return cls(data[:a], data[a:b], data[b:])
+
+
+def _weight_pad(
+    mac_key: bytes,
+    context: AggregationContext,
+    params: DPHEParams,
+    model: bytes,
+    nonce: bytes,
+) -> int:
+    _check_mac_key(mac_key)
+    pad = hashlib.shake_256(
+        WEIGHT_LABEL
+        + len(mac_key).to_bytes(2, "big")
+        + mac_key
+        + context.encode(params)
+        + model
+        + nonce
+    ).digest(WEIGHT_BOX_BYTES)
+    return int.from_bytes(pad, "big")
+
+
+def seal_weight(
+    mac_key: bytes,
+    context: AggregationContext,
+    params: DPHEParams,
+    model: bytes,
+    nonce: bytes,
+    weight: int,
+) -> bytes:
+    """Seal ``weight`` for the keyholder (one-time keystream of the MAC key)."""
+    if isinstance(weight, bool) or not 0 <= int(weight) < 2**63:
+        raise ValueError(f"weight must be in [0, 2**63), got {weight!r}")
+    pad = _weight_pad(mac_key, context, params, model, nonce)
+    return (int(weight) ^ pad).to_bytes(WEIGHT_BOX_BYTES, "big")
+
+
+def open_weight(
+    mac_key: bytes,
+    context: AggregationContext,
+    params: DPHEParams,
+    attestation: Attestation,
+) -> int:
+    """Return the weight sealed in ``attestation`` (keyholder side)."""
+    pad = _weight_pad(mac_key, context, params, attestation.model, attestation.nonce)
+    return int.from_bytes(attestation.weight_box, "big") ^ pad
+
+
+def tag_shift(params: DPHEParams) -> int:
+    """Bit position of the tag field: the data slots, then :data:`GUARD_BITS` zeros."""
+    return params.packing * params.slot_bits + GUARD_BITS
+
+
 def block_tags(
-    mac_key: bytes, context: AggregationContext, params: DPHEParams
+    mac_key: bytes,
+    context: AggregationContext,
+    params: DPHEParams,
+    attestation: Attestation,
 ) -> np.ndarray:
     """Tags ``t_{i,b}`` of one user for every phi-space block of one aggregation.
 
@@ -414,6 +540,9 @@ def block_tags(
         Session, stream and round.
     params : DPHEParams
         The aggregation's parameters (their digest is bound in).
+    attestation : Attestation
+        Its model digest and nonce are bound in: tags differ for every encryption
+        and for every model received.
 
     Returns
     -------
@@ -423,7 +552,12 @@ def block_tags(
     _check_mac_key(mac_key)
     width = TAG_BITS // 8
     stream = hashlib.shake_256(
-        TAG_LABEL + len(mac_key).to_bytes(2, "big") + mac_key + context.encode(params)
+        TAG_LABEL
+        + len(mac_key).to_bytes(2, "big")
+        + mac_key
+        + context.encode(params)
+        + attestation.model
+        + attestation.nonce
     ).digest(width * params.num_blocks)
     return np.frombuffer(stream, dtype=">u8").astype(np.uint64)
 
@@ -434,8 +568,9 @@ def touch_mac(
     params: DPHEParams,
     client_id: int,
     block_ids: np.ndarray,
+    attestation: Attestation,
 ) -> bytes:
-    """HMAC-SHA256 over the aggregation, the client id and its touched blocks.
+    """HMAC-SHA256 over the aggregation, client id, attestation and touched blocks.
 
     Parameters
     ----------
@@ -449,6 +584,8 @@ def touch_mac(
         The user's id.
     block_ids : np.ndarray
         ``(K,)`` phi-space block ids the user sent (dummies included), any order.
+    attestation : Attestation
+        The encryption's model digest, nonce and sealed weight.
 
     Returns
     -------
@@ -461,14 +598,15 @@ def touch_mac(
         TOUCH_LABEL
         + context.encode(params)
         + int(client_id).to_bytes(8, "big")
+        + attestation.encode()
         + ids.tobytes()
     )
     return hmac.new(mac_key, message, hashlib.sha256).digest()
 
 
 def tagged_plaintext(slots_value: int, tag: int, params: DPHEParams) -> int:
-    """Put a tag (or a sum of tags) in the field above the data slots."""
-    return int(slots_value) + (int(tag) << (params.packing * params.slot_bits))
+    """Put a tag (or a sum of tags) in the field above the data slots and guard."""
+    return int(slots_value) + (int(tag) << tag_shift(params))
 
 
 def _check_mac_key(mac_key: object) -> None:
@@ -507,11 +645,14 @@ class EncryptedUpdate:
         Shards of at most ``capacity`` blocks; block ids are disjoint across shards.
     touch_mac : bytes
         32-byte :func:`touch_mac` over the phi-space blocks of all shards.
+    attestation : Attestation, optional
+        Model digest, nonce and sealed weight (required on the wire).
     """
 
     key_id: bytes
     shards: list[Shard] = field(default_factory=list)
     touch_mac: bytes = b""
+    attestation: Attestation | None = None
 
     @property
     def num_blocks(self) -> int:
@@ -538,7 +679,7 @@ class EncryptedUpdate:
             ``"block-ids"``: ``(T,)`` int64, all shards concatenated;
             ``"shard-sizes"``: ``(F,)`` int64; ``"ciphertexts"``: ``(T, W)`` uint8,
             big-endian, ``W = 2 * key_bits // 8``; ``"key-id"``: ``(32,)`` uint8;
-            ``"touch-mac"``: ``(32,)`` uint8.
+            ``"touch-mac"``: ``(32,)`` uint8; ``"attestation"``: ``(56,)`` uint8.
 
         Raises
         ------
@@ -549,6 +690,8 @@ class EncryptedUpdate:
         width = _ciphertext_width(key_bits)
         _check_key_id(self.key_id)
         _check_mac(self.touch_mac)
+        if not isinstance(self.attestation, Attestation):
+            raise ValueError("an encrypted update needs its attestation")
         ids = []
         chunks = []
         for index, shard in enumerate(self.shards):
@@ -574,6 +717,9 @@ class EncryptedUpdate:
             ARRAY_CIPHERTEXTS: data.copy(),
             ARRAY_KEY_ID: np.frombuffer(self.key_id, dtype=np.uint8).copy(),
             ARRAY_TOUCH_MAC: np.frombuffer(self.touch_mac, dtype=np.uint8).copy(),
+            ARRAY_ATTESTATION: np.frombuffer(
+                self.attestation.encode(), dtype=np.uint8
+            ).copy(),
         }
 
     @classmethod
@@ -620,6 +766,13 @@ class EncryptedUpdate:
             raise ValueError(
                 f"{ARRAY_TOUCH_MAC!r} must have shape ({MAC_BYTES},), got {mac.shape}"
             )
+        attest = _array(arrays, ARRAY_ATTESTATION, np.uint8, 1)
+        if attest.shape != (ATTESTATION_BYTES,):
+            raise ValueError(
+                f"{ARRAY_ATTESTATION!r} must have shape ({ATTESTATION_BYTES},), "
+                f"got {attest.shape}"
+            )
+        attestation = Attestation.decode(attest.tobytes())
         if data.shape[1] != width:
             raise ValueError(
                 f"{ARRAY_CIPHERTEXTS!r} rows must be {width} bytes for a "
@@ -652,7 +805,12 @@ class EncryptedUpdate:
                 )
             )
             start = stop
-        return cls(key_id=key_id.tobytes(), shards=shards, touch_mac=mac.tobytes())
+        return cls(
+            key_id=key_id.tobytes(),
+            shards=shards,
+            touch_mac=mac.tobytes(),
+            attestation=attestation,
+        )
 
 
 @dataclass(frozen=True, eq=False)
@@ -667,11 +825,15 @@ class Contribution:
         ``(K,)`` int64 phi-space blocks it sent (dummies included), sorted, distinct.
     mac : bytes
         Its 32-byte :func:`touch_mac`.
+    attestation : Attestation, optional
+        Its model digest, nonce and sealed weight (covered by ``mac``; the
+        keyholder refuses a contribution without one).
     """
 
     client_id: int
     block_ids: np.ndarray
     mac: bytes
+    attestation: Attestation | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -725,6 +887,11 @@ class EncryptedSum:
                     "client_id": int(item.client_id),
                     "blocks": base64.b64encode(np.packbits(bitmap).tobytes()).decode(),
                     "mac": bytes(item.mac).hex(),
+                    "attestation": (
+                        item.attestation.encode().hex()
+                        if isinstance(item.attestation, Attestation)
+                        else ""
+                    ),
                 }
             )
         return {
@@ -832,8 +999,11 @@ class EncryptedSum:
                 "client_id",
                 "blocks",
                 "mac",
+                "attestation",
             }:
-                raise ValueError("each contribution must be {client_id, blocks, mac}")
+                raise ValueError(
+                    "each contribution must be {client_id, blocks, mac, attestation}"
+                )
             client_id = item["client_id"]
             if isinstance(client_id, bool) or not isinstance(client_id, int):
                 raise ValueError("contribution client_id must be an integer")
@@ -853,7 +1023,10 @@ class EncryptedSum:
                 raise ValueError("contribution bitmap has bits past num_blocks")
             ids = np.flatnonzero(bits[:num_blocks]).astype(np.int64)
             mac = _hex_bytes(item["mac"], "mac", MAC_BYTES)
-            contributions.append(Contribution(client_id, ids, mac))
+            attestation = Attestation.decode(
+                _hex_bytes(item["attestation"], "attestation", ATTESTATION_BYTES)
+            )
+            contributions.append(Contribution(client_id, ids, mac, attestation))
         return cls(
             key_id=key_id,
             context=context,
@@ -882,6 +1055,7 @@ def encrypt_update(
     context: AggregationContext,
     rng: np.random.Generator,
     obfuscators: ObfuscatorPool | ObfuscatorSource | None = None,
+    model_digest: bytes | None = None,
 ) -> EncryptedUpdate:
     """Encrypt one user's update with DPHE (Algorithm 1, steps 3-4), tags and MAC.
 
@@ -913,6 +1087,11 @@ def encrypt_update(
         ciphertext), a DJN source, or, by default, fresh full-length ``r**n`` from
         the OS CSPRNG (as python-paillier). Each ciphertext is
         ``(1 + n * plaintext) * r**n mod n**2``, computed in gmpy2.
+    model_digest : bytes, optional
+        32-byte digest of the model this update was trained from
+        (:func:`crypto.binding.model_digest`), bound into the tags and the MAC;
+        ``None`` binds :data:`UNBOUND_MODEL` (library use; the ClientApp always
+        binds the arrays it received). A fresh nonce from the OS is bound too.
 
     Returns
     -------
@@ -957,7 +1136,16 @@ def encrypt_update(
         else obfuscators.draw
     )
     slot_bits = params.slot_bits
-    tags = block_tags(bundle.mac_key, context, params)
+    model = UNBOUND_MODEL if model_digest is None else model_digest
+    if not isinstance(model, bytes) or len(model) != MODEL_DIGEST_BYTES:
+        raise ValueError(f"model_digest must be {MODEL_DIGEST_BYTES} bytes")
+    nonce = os.urandom(NONCE_BYTES)
+    attestation = Attestation(
+        model,
+        nonce,
+        seal_weight(bundle.mac_key, context, params, model, nonce, int(q[-1])),
+    )
+    tags = block_tags(bundle.mac_key, context, params, attestation)
     shards = []
     for shard_blocks in blocks:
         ciphertexts = []
@@ -973,8 +1161,12 @@ def encrypt_update(
             Shard(block_ids=phi_n[shard_blocks].copy(), ciphertexts=ciphertexts)
         )
     sent = np.concatenate(blocks) if blocks else np.zeros(0, np.int64)
-    mac = touch_mac(bundle.mac_key, context, params, bundle.client_id, sent)
-    return EncryptedUpdate(key_id=bundle.key_id, shards=shards, touch_mac=mac)
+    mac = touch_mac(
+        bundle.mac_key, context, params, bundle.client_id, sent, attestation
+    )
+    return EncryptedUpdate(
+        key_id=bundle.key_id, shards=shards, touch_mac=mac, attestation=attestation
+    )
 
 
 def _private_generator(

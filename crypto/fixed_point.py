@@ -59,6 +59,15 @@ MAX_BOUND = 2**53
 TAG_BITS = 64
 """Bits of one block's authentication tag (:mod:`crypto.dphe`)."""
 
+GUARD_BITS = 40
+"""Zero bits between the data slots and the tag field of a packed plaintext.
+
+They let the aggregator blind one client's data part with a uniform mask of
+``P * slot_bits + GUARD_BITS`` bits before the keyholder checks that client's tags
+(:meth:`crypto.keyholder.Keyholder.identify`): the keyholder then sees the data
+within statistical distance ``2**-GUARD_BITS`` of uniform, and a carry into the
+tag field with probability at most ``2**-GUARD_BITS``."""
+
 
 def tag_field_bits(max_summands: int) -> int:
     """Width of the tag field above the data slots of a packed plaintext.
@@ -167,11 +176,12 @@ class FixedPointParams:
 def max_packing(key_bits: int, params: FixedPointParams) -> int:
     """Largest number of slots per Paillier plaintext.
 
-    A packed plaintext of ``P`` slots plus the tag field
-    (:func:`tag_field_bits`, 71 bits for ``max_summands = 128``) is below
-    ``2**(P * slot_bits + tag_bits)``; it must stay below ``n >= 2**(key_bits - 1)``,
-    hence ``P = (key_bits - 2 - tag_bits) // slot_bits`` (48 instead of 49 for a
-    2048-bit key and the run defaults, 41-bit slots).
+    A packed plaintext of ``P`` slots, :data:`GUARD_BITS` zero bits and the tag
+    field (:func:`tag_field_bits`, 71 bits for ``max_summands = 128``) is below
+    ``2**(P * slot_bits + GUARD_BITS + tag_bits)``; it must stay below
+    ``n >= 2**(key_bits - 1)``, hence
+    ``P = (key_bits - 2 - GUARD_BITS - tag_bits) // slot_bits`` (47 instead of 49
+    for a 2048-bit key and the run defaults, 41-bit slots).
 
     Parameters
     ----------
@@ -186,7 +196,9 @@ def max_packing(key_bits: int, params: FixedPointParams) -> int:
         Maximum packing (may be 0 when one slot does not fit).
     """
     _check_int("key_bits", key_bits, 2, None)
-    return (key_bits - 2 - tag_field_bits(params.max_summands)) // params.slot_bits
+    return (
+        key_bits - 2 - GUARD_BITS - tag_field_bits(params.max_summands)
+    ) // params.slot_bits
 
 
 def quantize(

@@ -31,12 +31,40 @@ is built against a *malicious* one, which may send any ciphertexts and any claim
 * **Generic refusals.** A refusal (:class:`AggregateRefused`) says only
   "aggregate refused (<category>)"; the details go to this module's logger (the
   keyholder's local log) and never contain a decrypted value.
+* **One model, sealed weights** (:class:`crypto.dphe.Attestation`). Every
+  contributor attests the digest of the model it received, a fresh nonce and its
+  sealed weight, all under its MAC. A sum whose contributors attest different models
+  is refused (``model``): when at least ``min_contributors`` of them attest one model
+  more than any other, the others are named (dropped, the round is not consumed; the
+  victim of a zero-model attack is then left out), otherwise the round is consumed.
+  A weight
+  outside ``[1, max_weight]`` names its client (``weight``). The total weight is the
+  sum of the attested weights, and every coordinate sum is kept within
+  ``W * ceil(clip * 2**scale_bits)`` (clamped, counted in the log): a client that
+  skips quantization moves the average by at most the clip range, not by
+  ``S * max_weight / W * clip``.
+* **Culprits, not blocked rounds.** A contributor whose touch MAC fails is named in
+  the refusal (``culprits``; the round is not consumed), so the aggregator drops it
+  and asks again. A sum whose tags fail is refused and opens an identification
+  (:meth:`Keyholder.identify`): the aggregator sends every contributor's blocks with
+  the data blinded by a ``P * slot_bits + GUARD_BITS``-bit mask; the keyholder checks
+  each contributor's tags, names those that fail and then decrypts once more, for
+  exactly the other contributors of that round. If every contributor's tags check,
+  the aggregator's product was wrong: nothing more is decrypted that round.
+* **A session serves one run** (:meth:`Keyholder.bind_run`, :mod:`crypto.binding`):
+  the keyholder binds its session to the run id once and returns a proof the
+  clients check. With a state file (``state_path``), it keeps across restarts the
+  run ids it bound and, per (stream, round, model digest), the contributor set it
+  decrypted: a later sum over the same model in the same round with another set
+  (run 1 {0,1,2,3}, run 2 {1,2,3}: the difference is client 0's update) is refused.
 
 Remaining limit: across rounds the server chooses who takes part. A user's updates in
 two rounds differ by its training only (new data order, new model), so comparing
 round averages tells the server about one user only as much as the training noise
 allows: DP-SGD (``privacy/``) is what bounds that. A malicious *user* can still push
-the average by up to its weight share times the clip (docs/methods/dphe.md).
+a value of the average by up to ``2 * clip`` (its weight share times the clip range
+if it encodes honestly); range proofs would be needed to bound it to its share
+(docs/threat-model.md).
 
 No Flower imports.
 """
@@ -46,8 +74,11 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import math
 import os
+import tempfile
 import threading
+from collections import Counter
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import NoReturn, Protocol, runtime_checkable
@@ -55,16 +86,21 @@ from typing import NoReturn, Protocol, runtime_checkable
 import numpy as np
 from gmpy2 import mpz, powmod_base_list
 
+from crypto.binding import session_proof
 from crypto.dphe import (
     SESSION_BYTES,
     AggregationContext,
+    Attestation,
+    Contribution,
     DPHEParams,
     EncryptedSum,
     block_tags,
     check_stream,
+    open_weight,
+    tag_shift,
     touch_mac,
 )
-from crypto.fixed_point import remove_offsets, tag_field_bits
+from crypto.fixed_point import tag_field_bits
 from crypto.keys import KeyholderBundle
 from crypto.packing import unpack
 
@@ -85,6 +121,8 @@ REFUSAL_CATEGORIES = (
     "authentication",
     "replay",
     "integrity",
+    "model",
+    "weight",
 )
 """Non-secret reasons a refusal may name."""
 
@@ -99,12 +137,26 @@ class AggregateRefused(ValueError):
     ----------
     category : str
         One of :data:`REFUSAL_CATEGORIES` (anything else becomes ``malformed``).
+    culprits : tuple of int
+        Client ids whose contribution is wrong (not secret: the aggregator knows
+        who contributed); drop them and ask again.
+    identify : bool
+        The sum failed its tag check: the keyholder accepts one
+        :meth:`Keyholder.identify` for this round.
     """
 
-    def __init__(self, category: str = "malformed") -> None:
+    def __init__(
+        self,
+        category: str = "malformed",
+        *,
+        culprits: tuple[int, ...] = (),
+        identify: bool = False,
+    ) -> None:
         if category not in REFUSAL_CATEGORIES:
             category = "malformed"
         self.category = category
+        self.culprits = tuple(int(i) for i in culprits)
+        self.identify = bool(identify)
         super().__init__(f"aggregate refused ({category})")
 
 
@@ -114,6 +166,19 @@ class KeyholderLike(Protocol):
 
     def session_id(self) -> bytes:
         """Return the keyholder's current 16-byte session id."""
+        ...
+
+    def bind_run(self, run_id: int) -> bytes:
+        """Bind the session to one run; return the 32-byte proof clients check."""
+        ...
+
+    def identify(
+        self,
+        stream: str,
+        server_round: int,
+        masked: Mapping[int, tuple[np.ndarray, list[int]]],
+    ) -> tuple[int, ...]:
+        """Name the contributors whose tags are wrong (:meth:`Keyholder.identify`)."""
         ...
 
     def decrypt_aggregate(self, encrypted_sum: EncryptedSum) -> np.ndarray:
@@ -162,6 +227,7 @@ class Keyholder:
         *,
         min_contributors: int = MIN_CONTRIBUTORS,
         workers: int = DEFAULT_WORKERS,
+        state_path: str | os.PathLike[str] | None = None,
     ) -> None:
         if (
             isinstance(min_contributors, bool)
@@ -192,6 +258,11 @@ class Keyholder:
         self._session = os.urandom(SESSION_BYTES)
         self._last_round: dict[str, int] = {}
         self._lock = threading.Lock()
+        self._run_id: int | None = None
+        self._suspect: dict[str, tuple[int, EncryptedSum]] = {}
+        self._retry: dict[str, tuple[int, frozenset[int]]] = {}
+        self._state_path = None if state_path is None else os.fspath(state_path)
+        self._state = _read_state(self._state_path)
 
     @property
     def key_id(self) -> bytes:
@@ -211,6 +282,39 @@ class Keyholder:
     def session_id(self) -> bytes:
         """Return the random 16-byte session id (fixed for this keyholder's life)."""
         return self._session
+
+    @property
+    def run_id(self) -> int | None:
+        """The run id this session is bound to (``None`` before :meth:`bind_run`)."""
+        return self._run_id
+
+    def bind_run(self, run_id: int) -> bytes:
+        """Bind this session to one Flower run; return the proof clients check.
+
+        Binding the same run id again returns the same proof; another run id is
+        refused, and so is a run id an earlier session bound (with a state file).
+
+        Raises
+        ------
+        AggregateRefused
+            ``session`` if the session is bound to another run or the run id was
+            bound by an earlier session.
+        """
+        if isinstance(run_id, bool) or not isinstance(run_id, int):
+            self._refuse("malformed", f"run id must be an integer, got {run_id!r}")
+        with self._lock:
+            if self._run_id is not None and self._run_id != run_id:
+                self._refuse(
+                    "session", f"session bound to run {self._run_id}, not {run_id}"
+                )
+            earlier = self._state["runs"].get(str(run_id))
+            if earlier is not None and earlier != self._session.hex():
+                self._refuse("session", f"run {run_id} was bound by an earlier session")
+            if self._run_id is None:
+                self._run_id = run_id
+                self._state["runs"][str(run_id)] = self._session.hex()
+                self._save_state()
+            return session_proof(self._bundle.phi_seed, self._session, run_id)
 
     def decrypted_rounds(self) -> dict[str, int]:
         """Last round decrypted per stream in this session (``{}`` while unused).
@@ -304,9 +408,16 @@ class Keyholder:
                 out.append(int(m_p + (m_q - m_p) * p_inverse % q * p))
         return out
 
-    def _refuse(self, category: str, detail: str) -> NoReturn:
+    def _refuse(
+        self,
+        category: str,
+        detail: str,
+        *,
+        culprits: tuple[int, ...] = (),
+        identify: bool = False,
+    ) -> NoReturn:
         logger.warning("keyholder refused an aggregate (%s): %s", category, detail)
-        raise AggregateRefused(category)
+        raise AggregateRefused(category, culprits=culprits, identify=identify)
 
     def _decrypt(self, encrypted_sum: EncryptedSum) -> np.ndarray:
         if not isinstance(encrypted_sum, EncryptedSum):
@@ -367,69 +478,281 @@ class Keyholder:
                 or not 0 < ciphertext < nsquare
             ):
                 self._refuse("malformed", "a ciphertext is outside (0, n**2)")
-        last = self._last_round.get(context.stream)
-        if last is not None and context.round <= last:
+        if any(not isinstance(c.attestation, Attestation) for c in contributions):
+            self._refuse("malformed", "a contribution has no attestation")
+        ids_set = frozenset(ids)
+        stream = context.stream
+        retry = self._retry.get(stream)
+        is_retry = retry is not None and retry == (context.round, ids_set)
+        last = self._last_round.get(stream)
+        if not is_retry and last is not None and context.round <= last:
             self._refuse(
                 "replay",
-                f"stream {context.stream} round {context.round}: round {last} was "
+                f"stream {stream} round {context.round}: round {last} was "
                 "already decrypted (each round once, rounds increasing)",
             )
-        for item in contributions:
-            expected = touch_mac(
+        bad_macs = [
+            item.client_id
+            for item in contributions
+            if not hmac.compare_digest(
+                touch_mac(
+                    self._bundle.mac_keys[item.client_id],
+                    context,
+                    params,
+                    item.client_id,
+                    item.block_ids,
+                    _attested(item),
+                ),
+                bytes(item.mac),
+            )
+        ]
+        if bad_macs:
+            # the round is not consumed: nothing was decrypted; drop them, ask again
+            self._refuse(
+                "authentication",
+                f"clients {bad_macs}: touch MAC invalid",
+                culprits=tuple(bad_macs),
+            )
+        weights = {
+            item.client_id: open_weight(
                 self._bundle.mac_keys[item.client_id],
                 context,
                 params,
-                item.client_id,
-                item.block_ids,
+                _attested(item),
             )
-            if not hmac.compare_digest(expected, bytes(item.mac)):
+            for item in contributions
+        }
+        heavy = [
+            i for i, w in weights.items() if not 1 <= w <= params.fixed_point.max_weight
+        ]
+        if heavy:
+            self._refuse(
+                "weight",
+                f"clients {heavy}: attested weight outside [1, "
+                f"{params.fixed_point.max_weight}]",
+                culprits=tuple(heavy),
+            )
+        models = Counter(_attested(c).model for c in contributions)
+        if len(models) > 1:
+            (top, most), (_, second) = models.most_common(2)
+            if most > second and most >= self.min_contributors:
+                # authenticated claims, nothing decrypted: name the others (a client
+                # that lies about its model, or the victim of a model-inconsistency
+                # attack, which is then left out) and let the aggregator ask again
                 self._refuse(
-                    "authentication", f"client {item.client_id}: touch MAC invalid"
+                    "model",
+                    f"stream {stream} round {context.round}: {summands - most} of "
+                    f"{summands} contributors attest another model than the others",
+                    culprits=tuple(
+                        c.client_id for c in contributions if _attested(c).model != top
+                    ),
                 )
         # Every check a caller controls without the secret key has passed: the round
         # is consumed now, whatever the decryption finds.
-        self._last_round[context.stream] = context.round
-        return self._open(encrypted_sum, params)
+        self._last_round[stream] = context.round
+        self._retry.pop(stream, None)
+        self._suspect.pop(stream, None)
+        if len(models) != 1:
+            self._refuse(
+                "model",
+                f"stream {stream} round {context.round}: the {summands} contributors "
+                f"attest {len(models)} different models, no {self.min_contributors} "
+                "of them one model more than any other",
+            )
+        key = f"{stream}/{context.round}/{next(iter(models)).hex()}"
+        earlier = self._state["sums"].get(key)
+        if earlier is not None and sorted(earlier) != sorted(ids):
+            self._refuse(
+                "replay",
+                f"stream {stream} round {context.round}: this model's sum was "
+                f"decrypted before (an earlier session or run) for another set of "
+                f"{len(earlier)} contributors",
+            )
+        sums = self._open(encrypted_sum, params, weights)
+        if earlier is None:
+            self._state["sums"][key] = sorted(ids)
+            self._save_state()
+        return sums
 
-    def _open(self, encrypted_sum: EncryptedSum, params: DPHEParams) -> np.ndarray:
+    def identify(
+        self,
+        stream: str,
+        server_round: int,
+        masked: Mapping[int, tuple[np.ndarray, list[int]]],
+    ) -> tuple[int, ...]:
+        """Name the contributors whose tags are wrong, after a sum failed its check.
+
+        Allowed once, for the round whose sum was just refused with ``identify``.
+        ``masked`` maps every contributor of that sum to its phi-space block ids
+        and ciphertexts, each multiplied by an encryption of a uniform mask of
+        ``P * slot_bits + GUARD_BITS`` bits
+        (:meth:`crypto.DPHEAggregator.masked_blocks`):
+        the keyholder checks the tag field (a carry of 1 allowed) and sees nothing of
+        the data. The named clients are then left out: the keyholder decrypts once
+        more, for exactly the other contributors of that round.
+
+        Returns
+        -------
+        tuple of int
+            The culprits' client ids (at least one).
+
+        Raises
+        ------
+        AggregateRefused
+            ``replay`` if no identification is open for that round, ``malformed``
+            for blocks other than those the contributors MACed, ``integrity`` (and
+            nothing more for that round) if every contributor's tags check: the
+            aggregator's sum was then not the product of their ciphertexts.
+        """
+        with self._lock:
+            suspect = self._suspect.pop(stream, None)
+            if suspect is None or suspect[0] != server_round:
+                self._refuse(
+                    "replay", f"stream {stream} round {server_round}: no failed sum"
+                )
+            encrypted_sum = suspect[1]
+            params = encrypted_sum.params
+            context = encrypted_sum.context
+            contributions = {c.client_id: c for c in encrypted_sum.contributions}
+            if not isinstance(masked, Mapping) or set(masked) != set(contributions):
+                self._refuse("malformed", "masked blocks of other contributors")
+            shift = tag_shift(params)
+            nsquare = self._nsquare
+            culprits = []
+            for client_id, item in contributions.items():
+                blocks, ciphertexts = masked[client_id]
+                blocks = np.asarray(blocks)
+                if (
+                    blocks.shape != item.block_ids.shape
+                    or not np.array_equal(blocks, item.block_ids)
+                    or len(ciphertexts) != len(blocks)
+                    or not all(
+                        isinstance(c, int) and 0 < c < nsquare for c in ciphertexts
+                    )
+                ):
+                    self._refuse("malformed", f"client {client_id}: masked blocks")
+                tags = block_tags(
+                    self._bundle.mac_keys[client_id],
+                    context,
+                    params,
+                    _attested(item),
+                )
+                plaintexts = self._raw_decrypt_all(list(ciphertexts))
+                if any(
+                    not 0 <= (p >> shift) - int(tags[b]) <= 1
+                    for b, p in zip(blocks.tolist(), plaintexts, strict=True)
+                ):
+                    culprits.append(client_id)
+            if not culprits:
+                self._refuse(
+                    "integrity",
+                    f"stream {stream} round {server_round}: every contributor's tags "
+                    "check; the aggregator's sum was not their product",
+                )
+            rest = frozenset(contributions) - set(culprits)
+            logger.warning(
+                "keyholder: stream %s round %d: clients %s sent blocks with wrong "
+                "tags; %d contributors remain",
+                stream,
+                server_round,
+                culprits,
+                len(rest),
+            )
+            self._retry[stream] = (server_round, rest)
+            return tuple(culprits)
+
+    def _open(
+        self,
+        encrypted_sum: EncryptedSum,
+        params: DPHEParams,
+        weights: Mapping[int, int],
+    ) -> np.ndarray:
         context = encrypted_sum.context
         summands = encrypted_sum.summands
         mask32 = np.uint64(0xFFFFFFFF)
         high = np.zeros(params.num_blocks, dtype=np.uint64)
         low = np.zeros(params.num_blocks, dtype=np.uint64)
         for item in encrypted_sum.contributions:
-            tags = block_tags(self._bundle.mac_keys[item.client_id], context, params)
+            tags = block_tags(
+                self._bundle.mac_keys[item.client_id],
+                context,
+                params,
+                _attested(item),
+            )
             blocks = np.asarray(item.block_ids, dtype=np.int64)
             high[blocks] += tags[blocks] >> np.uint64(32)
             low[blocks] += tags[blocks] & mask32
         packing = params.packing
         slot_bits = params.slot_bits
-        shift = packing * slot_bits
-        data_mask = (1 << shift) - 1
+        shift = tag_shift(params)
+        data_mask = (1 << (packing * slot_bits)) - 1
         limit = 1 << (shift + tag_field_bits(params.fixed_point.max_summands))
+        offset = summands * params.offset
         phi_space = np.zeros(params.num_blocks * packing, dtype=np.int64)
         plaintexts = self._raw_decrypt_all(encrypted_sum.ciphertexts)
         for block, plaintext in zip(
             encrypted_sum.block_ids.tolist(), plaintexts, strict=True
         ):
             expected = (int(high[block]) << 32) + int(low[block])
-            if plaintext >= limit or plaintext >> shift != expected:
-                self._refuse("integrity", f"block {block}: tag check failed")
-            try:
-                values = remove_offsets(
-                    unpack(plaintext & data_mask, packing, slot_bits),
-                    summands=summands,
-                    params=params.fixed_point,
+            # a carry of at most 1 per contributor from data past the guard bits
+            # (only a malicious client's block can carry; each one is checked
+            # alone by identify)
+            if plaintext >= limit or not (
+                0 <= (plaintext >> shift) - expected < summands
+            ):
+                self._suspect[context.stream] = (context.round, encrypted_sum)
+                self._refuse(
+                    "integrity", f"block {block}: tag check failed", identify=True
                 )
-            except ValueError:
-                self._refuse("integrity", f"block {block}: slot sum out of range")
+            values = [
+                v - offset for v in unpack(plaintext & data_mask, packing, slot_bits)
+            ]
             phi_space[block * packing : (block + 1) * packing] = values
         phi = self._bundle.phi(params.padded_dimension, context.phi_context)
         sums = phi_space[phi]
-        total_weight = int(sums[-1])
-        if not summands <= total_weight <= summands * params.fixed_point.max_weight:
-            self._refuse("integrity", "total weight out of range")
-        return sums
+        total_weight = sum(weights.values())
+        if int(sums[-1]) != total_weight:
+            logger.warning(
+                "keyholder: stream %s round %d: the encrypted weights differ from "
+                "the attested ones; the attested total is used",
+                context.stream,
+                context.round,
+            )
+        bound = total_weight * math.ceil(
+            float(params.fixed_point.clip) * 2.0**params.fixed_point.scale_bits
+        )
+        data = sums[:-1]
+        clamped = int(np.count_nonzero(np.abs(data) > bound))
+        if clamped:
+            logger.warning(
+                "keyholder: stream %s round %d: %d coordinate sums beyond the total "
+                "weight times the clip were clamped (a client sent values outside "
+                "its clip)",
+                context.stream,
+                context.round,
+                clamped,
+            )
+        out = np.empty_like(sums)
+        out[:-1] = np.clip(data, -bound, bound)
+        out[-1] = total_weight
+        return out
+
+    def _save_state(self) -> None:
+        """Write the state file atomically (temporary file, fsync, rename)."""
+        if self._state_path is None:
+            return
+        folder = os.path.dirname(os.path.abspath(self._state_path))
+        fd, tmp = tempfile.mkstemp(prefix=".keyholder-state.", dir=folder)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                json.dump(self._state, handle, sort_keys=True)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, self._state_path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
 
 
 def decode_average(sums: np.ndarray, params: DPHEParams) -> tuple[np.ndarray, int]:
@@ -468,6 +791,46 @@ def decode_average(sums: np.ndarray, params: DPHEParams) -> tuple[np.ndarray, in
         raise ValueError(f"total weight must be > 0, got {total_weight}")
     average = values[:-1].astype(np.float64) / 2.0**params.fixed_point.scale_bits
     return average / total_weight, total_weight
+
+
+def _attested(item: Contribution) -> Attestation:
+    """Return a contribution's attestation (checked present before any use)."""
+    if not isinstance(item.attestation, Attestation):
+        raise AggregateRefused("malformed")
+    return item.attestation
+
+
+STATE_FORMAT = "fedhash-dphe-keyholder-state"
+"""``format`` field of the keyholder's state file."""
+
+
+def _read_state(path: str | None) -> dict:
+    """Return the state file's content (an empty state when there is no file).
+
+    Raises
+    ------
+    ValueError
+        If the file exists but is not a keyholder state file.
+    """
+    empty = {"format": STATE_FORMAT, "version": 1, "runs": {}, "sums": {}}
+    if path is None or not os.path.exists(path):
+        return empty
+    with open(path, encoding="utf-8") as handle:
+        try:
+            data = json.load(handle)
+        except json.JSONDecodeError as error:
+            raise ValueError(
+                f"keyholder state {path} is not valid JSON: {error}"
+            ) from None
+    if (
+        not isinstance(data, dict)
+        or data.get("format") != STATE_FORMAT
+        or data.get("version") != 1
+        or not isinstance(data.get("runs"), dict)
+        or not isinstance(data.get("sums"), dict)
+    ):
+        raise ValueError(f"keyholder state {path} is not a {STATE_FORMAT} v1 file")
+    return data
 
 
 STREAMS_FORMAT = "fedhash-dphe-keyholder-streams"

@@ -29,6 +29,8 @@ from crypto.keyholder import REFUSAL_CATEGORIES, AggregateRefused
 DECRYPT_PATH = "/v1/decrypt-aggregate"
 HEALTH_PATH = "/v1/health"
 SESSION_PATH = "/v1/session"
+BIND_PATH = "/v1/bind-run"
+IDENTIFY_PATH = "/v1/identify"
 
 
 class RemoteKeyholder:
@@ -175,6 +177,62 @@ class RemoteKeyholder:
                 f"keyholder at {self.url} answered malformed sums"
             ) from None
 
+    def bind_run(self, run_id: int) -> bytes:
+        """Bind the service's session to ``run_id``; return the 32-byte proof.
+
+        Raises
+        ------
+        AggregateRefused
+            ``session`` if the service serves another run or bound it before.
+        RuntimeError
+            If the keyholder is unreachable or answers garbage.
+        """
+        body = json.dumps({"run_id": int(run_id)}).encode("utf-8")
+        answer = self._request(BIND_PATH, body)
+        try:
+            proof = bytes.fromhex(answer.get("proof", ""))
+        except (AttributeError, TypeError, ValueError):
+            proof = b""
+        if len(proof) != 32:
+            raise RuntimeError(f"keyholder at {self.url} answered a malformed proof")
+        return proof
+
+    def identify(
+        self,
+        stream: str,
+        server_round: int,
+        masked: dict[int, tuple[np.ndarray, list[int]]],
+    ) -> tuple[int, ...]:
+        """Have the keyholder name the contributors whose tags are wrong.
+
+        Raises
+        ------
+        AggregateRefused
+            As :meth:`crypto.keyholder.Keyholder.identify`.
+        RuntimeError
+            If the keyholder is unreachable or answers garbage.
+        """
+        body = json.dumps(
+            {
+                "stream": stream,
+                "round": int(server_round),
+                "masked": {
+                    str(i): {
+                        "blocks": [int(b) for b in blocks],
+                        "ciphertexts": [format(int(c), "x") for c in cts],
+                    }
+                    for i, (blocks, cts) in masked.items()
+                },
+            }
+        ).encode("utf-8")
+        answer = self._request(IDENTIFY_PATH, body)
+        culprits = answer.get("culprits") if isinstance(answer, dict) else None
+        if not isinstance(culprits, list) or not all(
+            isinstance(i, int) for i in culprits
+        ):
+            raise RuntimeError(f"keyholder at {self.url} answered malformed culprits")
+        return tuple(culprits)
+
     def health(self) -> dict[str, Any]:
         """Return the keyholder's ``/v1/health`` answer (key id, key size).
 
@@ -204,9 +262,11 @@ class RemoteKeyholder:
             with self._opener.open(request, timeout=self.timeout) as response:
                 payload = response.read()
         except urllib.error.HTTPError as error:
-            detail = _detail(error)
+            detail, culprits, identify = _refusal(error)
             if error.code in (413, 422):
-                raise AggregateRefused(_category(detail)) from None
+                raise AggregateRefused(
+                    _category(detail), culprits=culprits, identify=identify
+                ) from None
             if error.code in (401, 403):
                 raise RuntimeError(
                     f"keyholder at {self.url} rejected the auth token "
@@ -224,11 +284,22 @@ class RemoteKeyholder:
             raise RuntimeError(f"keyholder at {url} answered invalid JSON") from None
 
 
-def _detail(error: urllib.error.HTTPError) -> str:
+def _refusal(error: urllib.error.HTTPError) -> tuple[str, tuple[int, ...], bool]:
+    """``(detail, culprits, identify)`` of an error body (empty when unreadable)."""
     try:
-        return str(json.loads(error.read()).get("detail", ""))
+        body = json.loads(error.read())
+        culprits = body.get("culprits", [])
+        if not isinstance(culprits, list) or not all(
+            isinstance(i, int) and not isinstance(i, bool) for i in culprits
+        ):
+            culprits = []
+        return (
+            str(body.get("detail", "")),
+            tuple(culprits),
+            body.get("identify") is True,
+        )
     except Exception:  # the status code alone is enough when the body is unreadable
-        return ""
+        return "", (), False
 
 
 def _category(detail: str) -> str:

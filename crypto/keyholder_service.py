@@ -17,7 +17,19 @@ Endpoints (the token is checked before the body is read, in constant time):
   (:class:`~crypto.keyholder.AggregateRefused`): the details go to the keyholder's
   own log only. No request, however large or malformed, gets a 500.
 * ``GET /v1/session`` (token) -- ``{"session": hex, "decrypted_rounds": {stream:
-  last round}}``, this process's session id and what it already decrypted.
+  last round}, "run_id": int or null}``, this process's session id, what it
+  already decrypted and the run it serves.
+* ``POST /v1/bind-run`` (token) -- body ``{"run_id": int}``; answers ``{"session":
+  hex, "proof": hex}``, the proof the clients check
+  (:meth:`~crypto.keyholder.Keyholder.bind_run`); 422 if the session serves another
+  run or an earlier session bound that run id.
+* ``POST /v1/identify`` (token) -- body ``{"stream", "round", "masked": {client id:
+  {"blocks": [int], "ciphertexts": [hex]}}}`` after a sum was refused with
+  ``"identify": true``; answers ``{"culprits": [int]}``
+  (:meth:`~crypto.keyholder.Keyholder.identify`).
+
+A 422 refusal body carries ``culprits`` (client ids to drop, not secret) and
+``identify`` besides the generic ``detail``.
 * ``GET /v1/health`` -- ``{"status": "ok", "key_id": hex, "key_bits": int,
   "min_contributors": int, "streams": [names]}`` (public, no token needed).
 
@@ -45,6 +57,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
@@ -52,8 +65,10 @@ from starlette.concurrency import run_in_threadpool
 from crypto.dphe import DPHEParams
 from crypto.keyholder import AggregateRefused, Keyholder, read_streams_file
 from crypto.keyholder_client import (
+    BIND_PATH,
     DECRYPT_PATH,
     HEALTH_PATH,
+    IDENTIFY_PATH,
     SESSION_PATH,
     is_loopback,
 )
@@ -130,6 +145,10 @@ def create_app(
     )
     app.state.max_body_bytes = max_body_bytes
     app.state.max_concurrent = max_concurrent
+    most = max(
+        (p.fixed_point.max_summands for p in keyholder.streams.values()), default=1
+    )
+    identify_limit = max_body_bytes * (most + 1)
 
     def authorized(request: Request) -> bool:
         scheme, _, given = request.headers.get("authorization", "").partition(" ")
@@ -162,8 +181,58 @@ def create_app(
             {
                 "session": keyholder.session_id().hex(),
                 "decrypted_rounds": keyholder.decrypted_rounds(),
+                "run_id": keyholder.run_id,
             }
         )
+
+    @app.post(BIND_PATH)
+    async def bind_run(request: Request) -> JSONResponse:
+        if not authorized(request):
+            return unauthorized()
+        body = await _small_json(request)
+        run_id = body.get("run_id") if isinstance(body, dict) else None
+        try:
+            proof = keyholder.bind_run(run_id)  # type: ignore[arg-type]
+        except AggregateRefused as error:
+            return _refused(error, None)
+        return JSONResponse(
+            {"session": keyholder.session_id().hex(), "proof": proof.hex()}
+        )
+
+    @app.post(IDENTIFY_PATH)
+    async def identify(request: Request) -> JSONResponse:
+        if not authorized(request):
+            return unauthorized()
+        declared = request.headers.get("content-length")
+        if declared is not None and (
+            not declared.isdigit() or int(declared) > identify_limit
+        ):
+            return _too_large(identify_limit)
+        if not slots.acquire(blocking=False):
+            return JSONResponse(
+                {"detail": "keyholder busy, retry later"},
+                status_code=429,
+                headers={"Retry-After": "1"},
+            )
+        try:
+            chunks, size = [], 0
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > identify_limit:
+                    return _too_large(identify_limit)
+                chunks.append(chunk)
+            try:
+                stream, round_, masked = _parse_identify(json.loads(b"".join(chunks)))
+                culprits = await run_in_threadpool(
+                    keyholder.identify, stream, round_, masked
+                )
+            except AggregateRefused as error:
+                return _refused(error, None)
+            except Exception as error:  # malformed: the caller's error, never a 500
+                return _refused(AggregateRefused("malformed"), type(error).__name__)
+            return JSONResponse({"culprits": list(culprits)})
+        finally:
+            slots.release()
 
     @app.post(DECRYPT_PATH)
     async def decrypt_aggregate(request: Request) -> JSONResponse:
@@ -214,6 +283,42 @@ def create_app(
     return app
 
 
+async def _small_json(request: Request) -> object:
+    """Return a JSON body of at most 4 KiB (``None`` if larger or not JSON)."""
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > 4096:
+            return None
+    try:
+        return json.loads(body)
+    except ValueError:
+        return None
+
+
+def _parse_identify(body: object) -> tuple[str, int, dict]:
+    """``(stream, round, masked)`` of an identify body (ValueError if malformed)."""
+    if not isinstance(body, dict) or set(body) != {"stream", "round", "masked"}:
+        raise ValueError("identify body must be {stream, round, masked}")
+    stream, round_, raw = body["stream"], body["round"], body["masked"]
+    if not isinstance(stream, str) or not isinstance(round_, int):
+        raise ValueError("identify: stream must be a string, round an integer")
+    if not isinstance(raw, dict):
+        raise ValueError("identify: masked must be an object")
+    masked = {}
+    for key, item in raw.items():
+        if not isinstance(item, dict) or set(item) != {"blocks", "ciphertexts"}:
+            raise ValueError("identify: each entry must be {blocks, ciphertexts}")
+        blocks, cts = item["blocks"], item["ciphertexts"]
+        if not isinstance(blocks, list) or not isinstance(cts, list):
+            raise ValueError("identify: blocks and ciphertexts must be lists")
+        masked[int(key)] = (
+            np.asarray([int(b) for b in blocks], dtype=np.int64),
+            [int(c, 16) for c in cts],
+        )
+    return stream, round_, masked
+
+
 def _too_large(limit: int) -> JSONResponse:
     return JSONResponse(
         {"detail": f"request body above {limit} bytes"}, status_code=413
@@ -223,7 +328,14 @@ def _too_large(limit: int) -> JSONResponse:
 def _refused(error: AggregateRefused, detail: str | None) -> JSONResponse:
     if detail is not None:
         logger.warning("keyholder refused a request (%s): %s", error.category, detail)
-    return JSONResponse({"detail": str(error)}, status_code=422)
+    return JSONResponse(
+        {
+            "detail": str(error),
+            "culprits": list(error.culprits),
+            "identify": error.identify,
+        },
+        status_code=422,
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -259,6 +371,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=3,
         help="smallest number of users per aggregate (>= 3)",
+    )
+    parser.add_argument(
+        "--state",
+        default=None,
+        help="state file kept across restarts: the run ids bound and, per stream, "
+        "round and model, the contributor set decrypted (refuses a repeated "
+        "round with another set); without it that protection ends at a restart",
     )
     parser.add_argument(
         "--allow-plain-http",
@@ -297,7 +416,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         bundle = load_keyholder_bundle(args.bundle)
         streams = read_streams_file(args.streams)
-        keyholder = Keyholder(bundle, streams, min_contributors=args.min_contributors)
+        keyholder = Keyholder(
+            bundle,
+            streams,
+            min_contributors=args.min_contributors,
+            state_path=args.state,
+        )
         app = create_app(
             keyholder,
             bundle.auth_token,
@@ -309,6 +433,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if bundle.test_key:
         print("keyholder: WARNING: serving an insecure test-size key", file=sys.stderr)
+    if args.state is None:
+        print(
+            "keyholder: WARNING: no --state file: a restarted keyholder forgets the "
+            "runs and contributor sets it served",
+            file=sys.stderr,
+        )
     import uvicorn
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s %(message)s")

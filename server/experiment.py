@@ -377,6 +377,7 @@ def run_experiment(
             partition_ids=[i.partition_id for i in nodes.values()],
             num_classes=data.num_classes,
             simulation=simulation,
+            run_id=int(grid.run.run_id),  # the keyholder session serves this run
         )
         strategy.set_secure_aggregation(secure_model)
         if secure_prototypes is not None:

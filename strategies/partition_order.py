@@ -263,7 +263,11 @@ class PartitionOrderedMixin:
             self.secure_aggregation.begin_round(arrays, server_round)
             # the clients bind their encrypted updates to the keyholder's session
             config = ConfigRecord(
-                {**dict(config), K.DPHE_SESSION: self.secure_aggregation.session.hex()}
+                {
+                    **dict(config),
+                    K.DPHE_SESSION: self.secure_aggregation.session.hex(),
+                    K.DPHE_SESSION_PROOF: self.secure_aggregation.session_proof.hex(),
+                }
             )
         state = random.getstate()
         random.seed(self.sampling_seed * 1_000_003 + server_round)
@@ -287,8 +291,9 @@ class PartitionOrderedMixin:
         if not count or not self._sent:
             return
         rng = np.random.default_rng([self.sampling_seed, server_round, 0xFA])
-        picked = rng.choice(len(self._sent), size=min(count, len(self._sent)),
-                            replace=False)
+        picked = rng.choice(
+            len(self._sent), size=min(count, len(self._sent)), replace=False
+        )
         for i in sorted(int(j) for j in picked):
             msg = self._sent[i]
             # Flower builds every message on one shared RecordDict: copy it

@@ -22,9 +22,15 @@ simulation only, a ``RemoteKeyholder`` HTTP client in deployment).
 A bad reply (missing record, malformed bytes, another key, bad block ids, ...) is
 refused with the reason; the strategy logs it naming the client and goes on. A
 keyholder refusal is logged with its generic category only (it carries no value).
+When the keyholder names culprits (a touch MAC that fails, a sealed weight above
+``max_weight``, or tags that fail the keyholder's per-client check after a sum was
+refused), they are logged by partition, dropped, and the rest is decrypted, so one
+malicious client cannot block every round.
 
 Client contract: every train message carries the keyholder's session id
-(``dphe-session``, hex) in its config; reply with one ``dphe`` ArrayRecord
+(``dphe-session``, hex) and the keyholder's proof that the session serves this run
+(``dphe-session-proof``, hex, :func:`crypto.binding.session_proof`) in its config;
+reply with one ``dphe`` ArrayRecord
 (``strategies/dphe/setup.py``, encrypted under that session, the ``model`` stream and
 the message's ``server-round``) and one MetricRecord without entries (nothing about
 one client travels in clear), and no ``arrays`` record.
@@ -54,6 +60,11 @@ from settings import keys as K
 from strategies.dphe.config import MIN_CONTRIBUTORS as DPHE_MIN_CONTRIBUTORS
 from strategies.dphe.protocol import SecureAggregator
 from strategies.dphe.setup import read_dphe_record, split_loss
+
+
+def _partition_name(client_id: int) -> str:
+    """DPHE client ids are partition ids."""
+    return f"partition {client_id}"
 
 
 class SecureSum:
@@ -94,6 +105,7 @@ class SecureSum:
         self.session = keyholder.session_id() if session is None else session
         self._aggregator: DPHEAggregator | None = None
         self._round = 0
+        self.name_of = _partition_name  # how log lines name a client id
 
     def begin(self, server_round: int) -> None:
         """Start a new (empty) sum for ``server_round``."""
@@ -149,18 +161,15 @@ class SecureSum:
                 self.min_contributors,
             )
             return None
-        encrypted_sum = self._aggregator.result()
-        try:
-            sums = np.asarray(self.keyholder.decrypt_aggregate(encrypted_sum))
-        except AggregateRefused as exc:
-            log(
-                WARNING,
-                "round %d: keyholder refused the %s aggregate: %s",
-                server_round,
-                self.what,
-                exc,
-            )
-            return None
+        sums = None
+        while sums is None:
+            encrypted_sum = self._aggregator.result()
+            try:
+                sums = np.asarray(self.keyholder.decrypt_aggregate(encrypted_sum))
+            except AggregateRefused as exc:
+                if not self._drop_culprits(server_round, exc):
+                    return None
+        contributors = self._aggregator.contributors
         # decode_average checks the shape, the integer dtype and the total weight
         _, total_weight = decode_average(sums, self.params)
         log(
@@ -173,6 +182,54 @@ class SecureSum:
             len(encrypted_sum.block_ids),
         )
         return sums[:-1], int(total_weight), len(encrypted_sum.block_ids)
+
+    def _drop_culprits(self, server_round: int, exc: AggregateRefused) -> bool:
+        """Drop the clients a refusal names (or that identification finds).
+
+        Returns True when the rest may be decrypted (>= 3 contributors left).
+        """
+        assert self._aggregator is not None
+        culprits = exc.culprits
+        if exc.identify:
+            try:
+                culprits = self.keyholder.identify(
+                    self.stream, server_round, self._aggregator.masked_blocks()
+                )
+            except AggregateRefused as again:
+                exc = again
+                culprits = ()
+        if not culprits:
+            log(
+                WARNING,
+                "round %d: keyholder refused the %s aggregate: %s",
+                server_round,
+                self.what,
+                exc,
+            )
+            return False
+        names = ", ".join(self.name_of(i) for i in culprits)
+        log(
+            WARNING,
+            "round %d: the keyholder names %s: its %s contribution is wrong "
+            "(%s); dropped, the rest is decrypted",
+            server_round,
+            names,
+            self.what,
+            exc,
+        )
+        self._aggregator.drop(culprits)
+        if self._aggregator.contributors < self.min_contributors:
+            log(
+                WARNING,
+                "round %d: DPHE %s aggregate has %d contributor(s) left, fewer "
+                "than %d: not decrypted",
+                server_round,
+                self.what,
+                self._aggregator.contributors,
+                self.min_contributors,
+            )
+            return False
+        return True
 
     def decrypt_average(self, server_round: int) -> tuple[np.ndarray, int, int] | None:
         """Decrypt the average vector; return it, the total weight, the blocks.
@@ -205,8 +262,11 @@ class SecureAggregation(SecureAggregator):
         bundle: AggregatorBundle,
         keyholder: KeyholderLike,
         params: DPHEParams,
+        *,
+        session_proof: bytes = b"",
     ) -> None:
         self.sum = SecureSum(bundle, keyholder, params, stream=STREAM_MODEL)
+        self.session_proof = session_proof
         self._global: np.ndarray | None = None
         self._layout: ArrayLayout | None = None
         self.history: dict[int, dict[str, float]] = {}

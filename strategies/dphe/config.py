@@ -41,24 +41,34 @@ class DPHEConfig(Section):
         "TLS certificate; needs an `https` keyholder-url; empty = system trust store",
     )
     packing: int = option(
-        0, "slots per Paillier plaintext: 0 = as many as the key holds, 1 = the paper",
+        0,
+        "slots per Paillier plaintext: 0 = as many as the key holds, 1 = the paper",
         low=0,
     )
     scale_bits: int = option(
-        20, "fixed point: values are multiples of 2^-scale-bits", low=1,
+        20,
+        "fixed point: values are multiples of 2^-scale-bits",
+        low=1,
         high=MAX_SCALE_BITS,
     )
     clip: float = option(
-        1.0, "update values are clipped to +-clip before encryption", low=0,
+        1.0,
+        "update values are clipped to +-clip before encryption",
+        low=0,
         low_open=True,
     )
     weighting: str = option(
-        "num-examples",
-        "`num-examples` (FedAvg's weights, encrypted) or `uniform` (the paper's mean)",
+        "uniform",
+        "`uniform` (the paper's mean: every client weighs 1) or `num-examples` "
+        "(FedAvg's weights, encrypted; each client's weight is checked by the "
+        "keyholder against `max-weight`, but nothing verifies a claimed count)",
         choices=WEIGHTINGS,
     )
     max_weight: int = option(
-        4096, "largest `num-examples` a client may have (fixed-point headroom)", low=1
+        256,
+        "with `num-examples`: largest weight a client may claim (fixed-point "
+        "headroom; the keyholder names and drops a client above it)",
+        low=1,
     )
     max_contributors: int = option(
         128, "most clients in one aggregate (slot headroom)", low=MIN_CONTRIBUTORS

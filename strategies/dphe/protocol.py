@@ -30,6 +30,9 @@ class SecureAggregator(Protocol):
         """The keyholder's session id, sent to the clients in the train config."""
         ...
 
+    session_proof: bytes
+    """The keyholder's proof that the session serves this run (to the clients)."""
+
     def begin_round(self, arrays: ArrayRecord, server_round: int) -> None:
         """Start a new sum for the model ``arrays`` sent this round."""
         ...

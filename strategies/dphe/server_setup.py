@@ -22,6 +22,7 @@ from flwr.common.logger import log
 from crypto import (
     STREAM_MODEL,
     STREAM_PROTOTYPES,
+    AggregateRefused,
     Keyholder,
     KeyholderLike,
     RemoteKeyholder,
@@ -40,6 +41,7 @@ def build_secure_aggregation(
     dimension: int,
     partition_ids: Iterable[int],
     simulation: bool,
+    run_id: int,
 ) -> SecureAggregation:
     """Build the strategy's DPHE component for a model of ``dimension`` values."""
     return build_secure_components(
@@ -48,6 +50,7 @@ def build_secure_aggregation(
         partition_ids=partition_ids,
         num_classes=0,
         simulation=simulation,
+        run_id=run_id,
     )[0]
 
 
@@ -58,10 +61,13 @@ def build_secure_components(
     partition_ids: Iterable[int],
     num_classes: int,
     simulation: bool,
+    run_id: int,
 ) -> tuple[SecureAggregation, SecureSum | None]:
     """Build the model's DPHE component and, with ``dphe.prototypes``, FedHAP's.
 
-    Both share one keyholder handle (and its session id).
+    Both share one keyholder handle (and its session id). The keyholder's session is
+    bound to ``run_id`` (the Flower run; :meth:`crypto.Keyholder.bind_run`) and the
+    proof goes to the clients, which check it against their own run id.
 
     Raises
     ------
@@ -116,7 +122,14 @@ def build_secure_components(
         params.slot_bits,
         where,
     )
-    model = SecureAggregation(aggregator, keyholder, params)
+    try:
+        proof = keyholder.bind_run(int(run_id))
+    except (AggregateRefused, RuntimeError) as exc:
+        raise ConfigError(
+            f"the DPHE keyholder ({where}) does not serve run {run_id}: {exc}; a "
+            "keyholder session serves one run: restart the keyholder service"
+        ) from None
+    model = SecureAggregation(aggregator, keyholder, params, session_proof=proof)
     if not settings.dphe.prototypes:
         return model, None
     prototypes = SecureSum(

@@ -142,6 +142,10 @@ def test_fedavg_with_dphe_end_to_end(tmp_path, simulation):
             # the block count, >= 1/4 of it): every client sends padded shards
             "secure-aggregation": "dphe",
             "dphe.key-dir": str(_dphe_keys(tmp_path)),
+            # FedAvg's weights (the default is uniform), each checked by the
+            # keyholder against max-weight
+            "dphe.weighting": "num-examples",
+            "dphe.max-weight": 4096,
             "results-dir": str(tmp_path / "dphe"),
         },
         num_clients=3,

@@ -29,7 +29,7 @@ from settings.prototype_records import FEDHAP_UPLOAD, prototype_record
 from settings.run_settings import ConfigError, RunSettings
 from strategies.dphe.server_setup import build_secure_components
 from strategies.dphe.setup import stream_params
-from tests.integration.test_dphe_strategy import secure_fedhap
+from tests.integration.test_dphe_strategy import RUN_ID, secure_fedhap
 from tests.integration.test_strategies import FakeGrid
 from tests.messages import reply_from
 
@@ -123,6 +123,7 @@ def _secure_round(settings, uploads, rng):
             rng=np.random.default_rng(pid),
             num_classes=CLASSES,
             train_config=config,
+            run_id=RUN_ID,
         )
         assert K.DPHE_PROTOS in content and K.PROTOTYPES not in content
         replies.append(reply_from(node, content))
@@ -226,6 +227,7 @@ def test_prototype_config_that_could_overflow_is_refused(key_dir):
             partition_ids=NODES.values(),
             num_classes=CLASSES,
             simulation=True,
+            run_id=RUN_ID,
         )
     # the largest scale that fits those contributors is accepted
     ok = settings_for(

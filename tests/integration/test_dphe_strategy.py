@@ -12,8 +12,10 @@ import numpy as np
 import pytest
 from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
+import clients.update_transport as update_transport
 from clients.update_transport import finish_train_reply
-from crypto import generate_keys
+from crypto import generate_keys, load_client_bundle
+from crypto.binding import session_proof
 from settings import keys as K
 from settings.run_settings import ConfigError, RunSettings
 from strategies.dphe.server_setup import build_secure_aggregation
@@ -27,6 +29,7 @@ SHAPES = {"w": (4, 5), "b": (5,)}
 NODES = {100 + pid: pid for pid in range(5)}  # node id -> partition id
 DIM = 25
 SCALE_BITS = 24
+RUN_ID = 4242  # the Flower run the keyholder session is bound to
 
 
 @pytest.fixture(scope="module")
@@ -42,6 +45,7 @@ def settings_for(key_dir, **over):
             "secure-aggregation": "dphe",
             "min-train-nodes": 3,
             "dphe.key-dir": str(key_dir),
+            "dphe.weighting": "num-examples",
             "dphe.scale-bits": SCALE_BITS,
             **over,
         }
@@ -68,7 +72,11 @@ def strategy_for(settings):
     s.set_node_partitions(NODES)
     s.set_secure_aggregation(
         build_secure_aggregation(
-            settings, dimension=DIM, partition_ids=NODES.values(), simulation=True
+            settings,
+            dimension=DIM,
+            partition_ids=NODES.values(),
+            simulation=True,
+            run_id=RUN_ID,
         )
     )
     return s
@@ -89,7 +97,7 @@ def configure(s, global_arrays, server_round=1):
     return messages
 
 
-def client_reply(settings, node, global_arrays, local, n):
+def client_reply(settings, node, global_arrays, local, n, config=None):
     content = RecordDict(
         {
             K.ARRAYS: record(local),
@@ -103,7 +111,8 @@ def client_reply(settings, node, global_arrays, local, n):
         settings=settings,
         partition_id=pid,
         rng=np.random.default_rng(pid),
-        train_config=_SENT["config"],
+        train_config=_SENT["config"] if config is None else config,
+        run_id=RUN_ID,
     )
     return reply_from(node, content)
 
@@ -243,8 +252,17 @@ def test_bad_replies_are_dropped_naming_the_client_and_the_round_goes_on(
         "ciphertexts",
         lambda c: c[:, :-1],
     )
+    # a client of another key set (its keyholder's proof for the same session)
+    other_phi = load_client_bundle(other_keys / "client-4.json").phi_seed
+    session = bytes.fromhex(_SENT["config"][K.DPHE_SESSION])
+    other_config = ConfigRecord(
+        {
+            **dict(_SENT["config"]),
+            K.DPHE_SESSION_PROOF: session_proof(other_phi, session, RUN_ID).hex(),
+        }
+    )
     wrong_key = client_reply(
-        settings_for(other_keys), 104, global_arrays, model(rng), 5
+        settings_for(other_keys), 104, global_arrays, model(rng), 5, other_config
     )
     with caplog.at_level(logging.WARNING):
         agg, _ = s.aggregate_train(1, [*replies, bad_width, wrong_key])
@@ -315,7 +333,11 @@ def test_packing_that_does_not_fit_the_key_is_a_config_error(key_dir):
     settings = settings_for(key_dir, **{"dphe.packing": 500})
     with pytest.raises(ConfigError, match="dphe.packing=500"):
         build_secure_aggregation(
-            settings, dimension=DIM, partition_ids=[0, 1, 2], simulation=True
+            settings,
+            dimension=DIM,
+            partition_ids=[0, 1, 2],
+            simulation=True,
+            run_id=RUN_ID,
         )
 
 
@@ -326,6 +348,7 @@ def test_partitions_without_a_permutation_are_a_config_error(key_dir):
             dimension=DIM,
             partition_ids=[0, 1, 7],
             simulation=True,
+            run_id=RUN_ID,
         )
 
 
@@ -374,6 +397,7 @@ def secure_fedhap(settings, *, bits, classes, nodes=NODES, dim=DIM):
         partition_ids=nodes.values(),
         num_classes=classes,
         simulation=True,
+        run_id=RUN_ID,
     )
     s.set_secure_aggregation(model_sum)
     s.set_secure_prototypes(proto_sum)
@@ -420,12 +444,14 @@ def test_fedhap_with_encrypted_prototype_sums(key_dir, caplog):
             rng=np.random.default_rng(node),
             num_classes=classes,
             train_config=_SENT["config"],
+            run_id=RUN_ID,
         )
         assert K.PROTOTYPES not in content and K.DPHE_PROTOS in content
         replies.append(reply_from(node, content))
     # partition 3's encrypted prototypes are corrupted: its whole reply is dropped
     replies[3] = _corrupt(replies[3], "block-ids", lambda b: b + 10_000)
     replies[3].content[K.DPHE_PROTOS] = replies[3].content.pop(K.DPHE)
+    update_transport._ENCRYPTED.clear()  # a client that encrypts round 1 twice
     replies[3].content[K.DPHE] = client_reply(
         settings, 103, global_arrays, model(rng), 5
     ).content[K.DPHE]

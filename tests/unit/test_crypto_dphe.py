@@ -42,6 +42,7 @@ from crypto import (
     naive_decrypt,
     naive_encrypt,
 )
+from crypto.dphe import tag_shift
 
 KEY_BITS = 512
 CTX0 = AggregationContext(bytes(16), "model", 1)
@@ -304,9 +305,12 @@ def test_two_encryptions_of_one_update_differ(keys: Keys) -> None:
     assert set(a.shards[0].ciphertexts).isdisjoint(b.shards[0].ciphertexts)
     np.testing.assert_array_equal(a.shards[0].block_ids, b.shards[0].block_ids)
     private = keys.keyholder_bundle.private_key
-    assert sorted(map(private.raw_decrypt, a.shards[0].ciphertexts)) == sorted(
-        map(private.raw_decrypt, b.shards[0].ciphertexts)
+    # the data parts are equal; the tags differ (a fresh nonce per encryption)
+    data = (1 << tag_shift(params)) - 1
+    assert sorted(private.raw_decrypt(c) & data for c in a.shards[0].ciphertexts) == (
+        sorted(private.raw_decrypt(c) & data for c in b.shards[0].ciphertexts)
     )
+    assert a.attestation.nonce != b.attestation.nonce
 
 
 def test_block_ids_are_doubly_permuted(keys: Keys) -> None:
@@ -447,7 +451,10 @@ def _replace_shard(
     shards = list(update.shards)
     shards[index] = shard
     return EncryptedUpdate(
-        key_id=update.key_id, shards=shards, touch_mac=update.touch_mac
+        key_id=update.key_id,
+        shards=shards,
+        touch_mac=update.touch_mac,
+        attestation=update.attestation,
     )
 
 
@@ -461,10 +468,15 @@ def test_aggregator_rejects_bad_updates_and_keeps_its_state(
     other_id = int(good.shards[1].block_ids[0])
     cases = [
         (
-            EncryptedUpdate(b"\x00" * 32, good.shards, good.touch_mac),
+            EncryptedUpdate(
+                b"\x00" * 32, good.shards, good.touch_mac, good.attestation
+            ),
             "another key",
         ),
-        (EncryptedUpdate(good.key_id, [], good.touch_mac), "no shards"),
+        (
+            EncryptedUpdate(good.key_id, [], good.touch_mac, good.attestation),
+            "no shards",
+        ),
         (EncryptedUpdate(good.key_id, good.shards), "touch MAC"),
         (_replace_shard(good, 0, Shard(ids.copy(), cts[:-1])), "ciphertexts"),
         (
@@ -502,6 +514,7 @@ def test_aggregator_rejects_bad_updates_and_keeps_its_state(
                     )
                 ],
                 touch_mac=good.touch_mac,
+                attestation=good.attestation,
             ),
             "above the capacity 4",
         ),
@@ -546,6 +559,7 @@ def test_aggregator_checks_padded_shard_sizes(keys: Keys) -> None:
         good.key_id,
         [Shard(shard.block_ids[:4], shard.ciphertexts[:4])],
         good.touch_mac,
+        good.attestation,
     )
     with pytest.raises(ValueError, match="exactly capacity = 5"):
         DPHEAggregator(keys.aggregator_bundle, params, CTX0).add(0, short)

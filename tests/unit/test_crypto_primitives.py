@@ -120,13 +120,14 @@ def test_fixed_point_defaults_and_headroom() -> None:
     assert fp.slot_bits == 36
     # the tag field above the slots: 64 bits + headroom for 1024 summands = 74 bits
     assert tag_field_bits(fp.max_summands) == 74
-    assert max_packing(2048, fp) == (2046 - 74) // 36
-    assert max_packing(512, fp) == (510 - 74) // 36
-    # run defaults (scale 20, weight 4096, 128 summands): 41-bit slots, 71-bit tag
-    # field, 48 slots per 2048-bit plaintext (49 without tags)
+    # and 40 guard bits between the slots and the tag field (GUARD_BITS)
+    assert max_packing(2048, fp) == (2046 - 40 - 74) // 36
+    assert max_packing(512, fp) == (510 - 40 - 74) // 36
+    # scale 20, weight 4096, 128 summands: 41-bit slots, 71-bit tag field, 47 slots
+    # per 2048-bit plaintext (49 without tags and guard)
     run = FixedPointParams(scale_bits=20, max_weight=4096, max_summands=128)
     assert (run.slot_bits, tag_field_bits(128)) == (41, 71)
-    assert max_packing(2048, run) == 48
+    assert max_packing(2048, run) == 47
     weighted = FixedPointParams(scale_bits=16, clip=0.5, max_weight=100, max_summands=8)
     assert weighted.bound == 100 * math.ceil(0.5 * 2**16)
     assert weighted.slot_bits == (2 * weighted.bound * 8).bit_length()
@@ -212,9 +213,9 @@ def test_dphe_params_derived_sizes() -> None:
 
 
 def test_dphe_params_validate_against_key_size() -> None:
-    DPHEParams(dimension=5, packing=12).validate(512)
-    with pytest.raises(ValueError, match=r"packing must be in \[1, 12\] for 512-bit"):
-        DPHEParams(dimension=5, packing=13).validate(512)
+    DPHEParams(dimension=5, packing=11).validate(512)
+    with pytest.raises(ValueError, match=r"packing must be in \[1, 11\] for 512-bit"):
+        DPHEParams(dimension=5, packing=12).validate(512)
 
 
 @pytest.mark.parametrize(

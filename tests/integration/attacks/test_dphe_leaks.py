@@ -18,6 +18,7 @@ from settings.run_settings import ConfigError, RunSettings
 from strategies.dphe.server_setup import build_secure_aggregation
 from strategies.dphe.setup import dphe_params, load_server_bundles
 from tests.integration.test_dphe_strategy import (
+    RUN_ID,
     SHAPES,
     configure,
     model,
@@ -42,6 +43,7 @@ def settings_for(key_dir, **over):
             "secure-aggregation": "dphe",
             "min-train-nodes": 3,
             "dphe.key-dir": str(key_dir),
+            "dphe.weighting": "num-examples",
             **over,
         }
     )
@@ -87,7 +89,11 @@ def test_keyholder_json_is_refused_outside_simulation(key_dir):
         load_server_bundles(settings, simulation=False)
     with pytest.raises(ConfigError, match="dphe.keyholder-url"):
         build_secure_aggregation(
-            settings, dimension=25, partition_ids=[0, 1, 2], simulation=False
+            settings,
+            dimension=25,
+            partition_ids=[0, 1, 2],
+            simulation=False,
+            run_id=RUN_ID,
         )
     _, bundle = load_server_bundles(settings, simulation=True)
     assert bundle is not None  # the in-process keyholder: simulation only
@@ -119,6 +125,7 @@ def test_loss_and_num_examples_do_not_travel_in_clear(key_dir):
             partition_id=node - 100,
             rng=rng,
             train_config=config,
+            run_id=RUN_ID,
         )
         # what the server receives in clear: an empty MetricRecord
         assert len(content[K.METRICS]) == 0

@@ -172,7 +172,7 @@ def test_forged_or_duplicated_client_sets_are_refused(world):
     # a fake 4th contributor: an encrypted block of zeros and a made-up MAC
     public = world.aggregator_bundle.public_key
     fill = public.raw_encrypt(pack([PARAMS.offset] * PARAMS.packing, PARAMS.slot_bits))
-    fake = Contribution(3, honest.block_ids.copy(), bytes(32))
+    fake = Contribution(3, honest.block_ids.copy(), bytes(32), c[2].attestation)
     padded = dataclasses.replace(
         honest,
         ciphertexts=[x * fill % public.nsquare for x in honest.ciphertexts],
