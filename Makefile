@@ -7,6 +7,8 @@ FLWR_HOME_DIR := $(CURDIR)/.flwr
 NUM_CLIENTS ?= 10
 # CPUs Ray reserves per simulated client: Ray runs (its CPUs / CLIENT_CPUS) clients at once
 CLIENT_CPUS ?= 1
+# GPU share per simulated client (0.1: ten clients on one GPU at once); 0 = CPU only
+CLIENT_GPUS ?= 0
 RUN_CONFIG ?=
 VERBOSE ?=
 export FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION := 1
@@ -46,12 +48,14 @@ $(STAMP): pyproject.toml
 run: install
 	@awk -v v="$(CLIENT_CPUS)" 'BEGIN { exit !(v ~ /^[0-9]*[.]?[0-9]+$$/ && v + 0 > 0) }' || \
 	  { echo "error: CLIENT_CPUS=$(CLIENT_CPUS): accepted is a number > 0 (CPUs per simulated client)" >&2; exit 2; }
+	@awk -v v="$(CLIENT_GPUS)" 'BEGIN { exit !(v ~ /^[0-9]*[.]?[0-9]+$$/ && v + 0 >= 0) }' || \
+	  { echo "error: CLIENT_GPUS=$(CLIENT_GPUS): accepted is a number >= 0 (GPUs per simulated client)" >&2; exit 2; }
 	@awk -v v="$(NUM_CLIENTS)" 'BEGIN { exit !(v ~ /^[0-9]+$$/ && v + 0 >= 1) }' || \
 	  { echo "error: NUM_CLIENTS=$(NUM_CLIENTS): accepted is a whole number >= 1 (simulated SuperNodes)" >&2; exit 2; }
 	@$(PY) -m settings check --quiet $(if $(RUN_CONFIG),--run-config $(RUN_CONFIG))
 	@mkdir -p $(FLWR_HOME_DIR); \
 	  PATH="$(CURDIR)/$(VENV)/bin:$$PATH" FLWR_HOME=$(FLWR_HOME_DIR) flwr run . --stream \
-	  --federation-config "num-supernodes=$(NUM_CLIENTS) client-resources-num-cpus=$(CLIENT_CPUS)" \
+	  --federation-config "num-supernodes=$(NUM_CLIENTS) client-resources-num-cpus=$(CLIENT_CPUS) client-resources-num-gpus=$(CLIENT_GPUS)" \
 	  $(if $(RUN_CONFIG),--run-config $(RUN_CONFIG)) 2>&1 | tee $(FLWR_HOME_DIR)/last-run.log $(QUIET); \
 	  rc=$${PIPESTATUS[0]}; \
 	  if [ $$rc -eq 0 ]; then $(PY) -m server.local_superlink status $(FLWR_HOME_DIR) \

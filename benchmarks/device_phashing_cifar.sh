@@ -3,8 +3,8 @@
 #
 # That machine has PyTorch but no network, no Flower and no Ray, and a call carries
 # at most 64 MiB. So, prepared here (docs/benchmarks.md, "GPU runs"):
-#   .whl/  Flower 1.42 and the packages its image lacks, for CPython 3.12
-#          (benchmarks/device-wheels.txt: the list and the download command)
+#   .gpu/bundle312/gpu-bundle.tar.xz  Flower 1.42, Ray and what the image lacks, for
+#          CPython 3.12 (bash benchmarks/gpu_bundle.sh .gpu/bundle312)
 #   .gpu/  python -m experiments.cifar_subset --out .gpu/cifar10_q1000_db10000.npz,
 #          then python benchmarks/npz_xz.py pack (that .npz) (that .npz).xz and only
 #          the .xz kept there (21 MB instead of 31: the tree, wheels and data must fit
@@ -42,8 +42,10 @@ if [ ! -f "$data" ] && [ -f "$data.xz" ]; then
   python3 benchmarks/npz_xz.py unpack "$data.xz" "$data" || exit 1
 fi
 if ! python3 -c "import flwr" 2>/dev/null; then
+  rm -rf /tmp/gpu-bundle && mkdir -p /tmp/gpu-bundle
+  tar -xJf .gpu/bundle312/gpu-bundle.tar.xz -C /tmp/gpu-bundle || exit 1
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
-    --upgrade --target /tmp/site .whl/*.whl || exit 1
+    --upgrade --target /tmp/site /tmp/gpu-bundle/wheels/*.whl || exit 1
   export PYTHONPATH="/tmp/site:$PWD" PATH="/tmp/site/bin:$PATH"
 else
   export PYTHONPATH="$PWD"

@@ -31,14 +31,23 @@ TEST_CLIENT_CPUS = min(2, os.cpu_count() or 1)
 
 
 def make_run(
-    run_config: str, clients: int | str = 3, client_cpus: int | str = TEST_CLIENT_CPUS
+    run_config: str,
+    clients: int | str = 3,
+    client_cpus: int | str = TEST_CLIENT_CPUS,
+    client_gpus: int | str = 0,
 ) -> subprocess.CompletedProcess:
     """Run ``make run RUN_CONFIG=<run_config>`` in the repository; its result.
 
-    ``client_cpus``: ``make run``'s ``CLIENT_CPUS`` (its default is 1).
+    ``client_cpus`` / ``client_gpus``: ``make run``'s ``CLIENT_CPUS`` (its default
+    is 1) and ``CLIENT_GPUS`` (default 0).
     """
     env = local_superlink_env(
-        {**os.environ, "NUM_CLIENTS": str(clients), "CLIENT_CPUS": str(client_cpus)}
+        {
+            **os.environ,
+            "NUM_CLIENTS": str(clients),
+            "CLIENT_CPUS": str(client_cpus),
+            "CLIENT_GPUS": str(client_gpus),
+        }
     )
     env.pop("MAKEFLAGS", None)
     return subprocess.run(

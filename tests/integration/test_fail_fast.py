@@ -160,14 +160,20 @@ def test_make_run_refuses_a_bad_value_before_anything_starts(tmp_path):
     [("CLIENT_CPUS", v, "a number > 0 (CPUs per simulated client)")
      for v in ("0", "abc", "-1", "")]
     + [("NUM_CLIENTS", v, "a whole number >= 1 (simulated SuperNodes)")
-       for v in ("0", "2.5", "abc", "-3", "")],
+       for v in ("0", "2.5", "abc", "-3", "")]
+    + [("CLIENT_GPUS", v, "a number >= 0 (GPUs per simulated client)")
+       for v in ("abc", "-1", "")],
 )
 def test_make_run_refuses_a_bad_make_variable_before_anything_starts(
     variable, value, accepted
 ):
     # Flower would start a SuperLink and Ray, then fail with a traceback (CLIENT_CPUS=0
     # tried on 2026-11-27: "Simulation failed", exit code 700)
-    key = {"CLIENT_CPUS": "client_cpus", "NUM_CLIENTS": "clients"}[variable]
+    key = {
+        "CLIENT_CPUS": "client_cpus",
+        "NUM_CLIENTS": "clients",
+        "CLIENT_GPUS": "client_gpus",
+    }[variable]
     done = make_run("'rounds=1'", **{key: value})
     assert done.returncode == 2
     text = done.stdout + done.stderr
