@@ -64,10 +64,14 @@ def _proof_key(phi_seed: bytes) -> bytes:
 
 
 def session_proof(phi_seed: bytes, session: bytes, run_id: int) -> bytes:
-    """``HMAC-SHA256(K, session || run id)``, ``K`` from the users' phi seed."""
-    message = (
-        SESSION_LABEL + bytes(session) + int(run_id).to_bytes(8, "big", signed=True)
-    )
+    """``HMAC-SHA256(K, session || run id)``, ``K`` from the users' phi seed.
+
+    ``run_id`` is Flower's run id, an unsigned 64-bit integer.
+    """
+    run_id = int(run_id)
+    if not 0 <= run_id < 2**64:
+        raise ValueError(f"run id {run_id}: accepted is an unsigned 64-bit integer")
+    message = SESSION_LABEL + bytes(session) + run_id.to_bytes(8, "big")
     return hmac.new(_proof_key(phi_seed), message, hashlib.sha256).digest()
 
 

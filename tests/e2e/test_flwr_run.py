@@ -62,7 +62,11 @@ def test_flwr_run_cli_writes_a_complete_results_directory(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert pids, "flwr run should have started a managed local SuperLink"
     assert not local_superlink_pids(flwr_home)
-    runs = list(results.iterdir())
+    runs = [p for p in results.iterdir() if p.is_dir()]
+    # beside the run: the server's checkpoint key (.server-state.key, 0600)
+    assert sorted(p.name for p in results.iterdir() if not p.is_dir()) == [
+        ".server-state.key"
+    ]
     assert len(runs) == 1 and not runs[0].name.endswith(".incomplete"), runs
     summary = json.loads((runs[0] / "summary.json").read_text())
     config = json.loads((runs[0] / "config.json").read_text())

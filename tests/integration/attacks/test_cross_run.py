@@ -22,6 +22,8 @@ from flwr.app import ConfigRecord, MessageType, RecordDict
 import clients.update_transport as transport
 from clients.client_app import build_client_app
 from crypto import generate_keys
+from crypto.binding import session_proof
+from crypto.keys import load_client_bundle
 from settings import keys as K
 from settings.run_settings import RunSettings
 from tests.integration.attacks.clientapp_calls import _context, global_model, train
@@ -78,12 +80,20 @@ def test_cross_run_dphe_updates_differ(key_dir, monkeypatch):
         return real(vector, **kwargs)
 
     monkeypatch.setattr(transport, "encrypt_update", recording)
+    phi = load_client_bundle(key_dir / f"client-{PID}.json").phi_seed
     for session in ("11" * 16, "22" * 16):  # run 1, run 2: new keyholder sessions
+        # the keyholder's proof that the session serves this client's run
+        # (_context's run id 1); each run opens a new session
+        proof = session_proof(phi, bytes.fromhex(session), 1).hex()
         content = RecordDict(
             {
                 K.ARRAYS: global_model(settings, PID),
                 K.CONFIG: ConfigRecord(
-                    {K.SERVER_ROUND: ROUND, K.DPHE_SESSION: session}
+                    {
+                        K.SERVER_ROUND: ROUND,
+                        K.DPHE_SESSION: session,
+                        K.DPHE_SESSION_PROOF: proof,
+                    }
                 ),
             }
         )
