@@ -51,6 +51,12 @@ from hashdata.npz_file import NpzMember, iter_rows, npz_path, read_array, read_h
 from hashdata.protocol import SPLIT_ARRAY, fixed_split_mask, primary_labels
 
 DATASETS: tuple[str, ...] = ("digits", "npz", "cifar10", "multiview-digits")
+#: class counts known without reading a file (an ``npz`` file's are its own)
+FIXED_NUM_CLASSES: dict[str, int] = {
+    "digits": 10,
+    "multiview-digits": 10,
+    "cifar10": 10,
+}
 
 #: Per-channel mean / std of the CIFAR-10 training images (RGB, pixel values in
 #: ``[0, 1]``), the usual normalisation constants.

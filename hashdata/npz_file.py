@@ -22,7 +22,7 @@ import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Literal
 
 import numpy as np
 
@@ -152,7 +152,7 @@ def read_array(path: Path, member: NpzMember) -> np.ndarray:
         info = archive.getinfo(member.zip_name)
         if not member.compressed and member.shape and int(np.prod(member.shape)) > 0:
             offset = _data_offset(path, info)
-            order = "F" if member.fortran_order else "C"
+            order: Literal["C", "F"] = "F" if member.fortran_order else "C"
             return np.memmap(
                 path, dtype=member.dtype, mode="r", offset=offset,
                 shape=member.shape, order=order,
@@ -162,12 +162,15 @@ def read_array(path: Path, member: NpzMember) -> np.ndarray:
 
 
 def iter_rows(
-    path: Path, member: NpzMember, chunk_bytes: int = CHUNK_BYTES
+    path: Path, member: NpzMember, chunk_bytes: int | None = None
 ) -> Iterator[np.ndarray]:
     """Yield ``member`` as consecutive row blocks of about ``chunk_bytes`` each.
 
-    A Fortran-ordered member is yielded whole (its rows are not contiguous).
+    ``chunk_bytes`` defaults to :data:`CHUNK_BYTES`. A Fortran-ordered member is
+    yielded whole (its rows are not contiguous).
     """
+    if chunk_bytes is None:
+        chunk_bytes = CHUNK_BYTES
     if member.fortran_order or member.ndim == 0:
         yield read_array(path, member)
         return
