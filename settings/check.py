@@ -145,7 +145,10 @@ def file_problems(settings: RunSettings) -> list[str]:
             )
             problems.append(f"{key}={value!r} is {given}; accepted: {wanted} ({what})")
         elif not exists:
-            problems.append(f"{key}={value!r}: {what} does not exist")
+            from hashdata.recipes import missing_file_hint
+
+            hint = missing_file_hint(value) if kind == "file" else ""
+            problems.append(f"{key}={value!r}: {what} does not exist{hint}")
         elif not os.access(path, os.R_OK):
             problems.append(f"{key}={value!r}: {what} is not readable")
 

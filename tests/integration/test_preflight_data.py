@@ -147,6 +147,16 @@ def test_data_path_that_is_a_folder(tmp_path, capsys):
     assert "does not exist" not in line and "accepted: a file" in line
 
 
+def test_a_missing_shared_file_names_the_recipe_that_makes_it(tmp_path, capsys):
+    gone = tmp_path / "mirflickr25k_tags.npz"
+    _refused(
+        capsys,
+        f"dataset='npz' data-path='{gone}'",
+        "does not exist; make it from its public source with `python -m "
+        f"hashdata.prepare mirflickr --source DIR --out {gone}`",
+    )
+
+
 def test_a_valid_file_passes(tmp_path, capsys):
     rng = np.random.default_rng(0)
     over = _npz(
