@@ -200,7 +200,7 @@ def check_data(settings: RunSettings) -> None:
 
     classes = FIXED_NUM_CLASSES.get(settings.dataset)
     try:
-        if settings.dataset == "npz":
+        if settings.dataset == "npz" and settings.data_path:  # else a node's
             summary = check_npz(
                 settings.data_path,
                 image_shape=settings.image_hwc(),
