@@ -57,7 +57,8 @@ run: install
 	  { echo "error: CLIENT_CPUS=$(CLIENT_CPUS): accepted is a number > 0 (CPUs per simulated client)" >&2; exit 2; }
 	@awk -v v="$(NUM_CLIENTS)" 'BEGIN { exit !(v ~ /^[0-9]+$$/ && v + 0 >= 1) }' || \
 	  { echo "error: NUM_CLIENTS=$(NUM_CLIENTS): accepted is a whole number >= 1 (simulated SuperNodes)" >&2; exit 2; }
-	@$(PY) -m settings check --quiet $(if $(RUN_CONFIG),--run-config $(RUN_CONFIG))
+	@$(PY) -m settings check --quiet --num-clients $(NUM_CLIENTS) \
+	  $(if $(RUN_CONFIG),--run-config $(RUN_CONFIG))
 	@mkdir -p $(FLWR_HOME_DIR); \
 	  PATH="$(CURDIR)/$(VENV)/bin:$$PATH" FLWR_HOME=$(FLWR_HOME_DIR) flwr run . --stream \
 	  --federation-config "num-supernodes=$(NUM_CLIENTS) client-resources-num-cpus=$(CLIENT_CPUS)" \

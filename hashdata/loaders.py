@@ -199,7 +199,9 @@ class NpzSummary:
     primary_classes: int
     #: ``{modality: shape of one sample as the loader returns it}``
     inputs: dict[str, tuple[int, ...]]
-    fixed_split: bool
+    labels: np.ndarray
+    #: the file's query mask (``split`` array), if it has one
+    fixed_split: np.ndarray | None
 
 
 @dataclass(frozen=True)
@@ -248,7 +250,8 @@ def check_npz(
         multi_label=multi,
         primary_classes=len(np.unique(primary_labels(labels))),
         inputs=shapes,
-        fixed_split=fixed is not None,
+        labels=labels,
+        fixed_split=fixed,
     )
 
 

@@ -26,6 +26,7 @@ import os
 import re
 import sys
 import tomllib
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -175,7 +176,7 @@ def file_problems(settings: RunSettings) -> list[str]:
     return problems
 
 
-def check_data(settings: RunSettings) -> None:
+def check_data(settings: RunSettings, num_clients: int | None = None) -> None:
     """Read what the run will read, as far as a check can without loading it.
 
     * ``dataset = "npz"``: the file against every rule of the loader
@@ -187,6 +188,13 @@ def check_data(settings: RunSettings) -> None:
       dataset's class count, where it is known before the split (the partitioner's
       own rule, :func:`hashdata.partition.validate_classes_per_client`; the run
       checks it again on the database rows).
+    * ``num_clients`` given (``make run`` passes ``NUM_CLIENTS``) and an ``npz``
+      file: the partitioning of the database rows (the file's split or the seeded
+      one, :func:`hashdata.split.protocol_indices`) over that many clients, with
+      the rules the ServerApp applies (:func:`hashdata.validate_partitioning`:
+      more clients than rows, ``partition-repeats``, ``dirichlet-alpha``,
+      ``classes-per-client`` on the database's classes). Whether a Dirichlet draw
+      succeeds is still only known when the partitioner runs.
     * ``resume``: the run directory exists, is unfinished and holds a checkpoint
       (:mod:`settings.resume`, the ServerApp's code).
 
@@ -196,7 +204,8 @@ def check_data(settings: RunSettings) -> None:
         The first problem, one line naming the value and what is accepted.
     """
     from hashdata.loaders import FIXED_NUM_CLASSES, check_npz
-    from hashdata.partition import validate_classes_per_client
+    from hashdata.partition import validate_classes_per_client, validate_partitioning
+    from hashdata.split import protocol_indices
 
     classes = FIXED_NUM_CLASSES.get(settings.dataset)
     try:
@@ -207,6 +216,23 @@ def check_data(settings: RunSettings) -> None:
                 modalities=settings.modality_names(),
             )
             classes = summary.primary_classes
+            if num_clients is not None:
+                with warnings.catch_warnings():  # the run says it, once, in its log
+                    warnings.simplefilter("ignore")
+                    _, database = protocol_indices(
+                        summary.labels,
+                        summary.fixed_split,
+                        query_fraction=settings.query_fraction,
+                        seed=settings.seed,
+                    )
+                validate_partitioning(
+                    summary.labels[database],
+                    scheme=settings.partitioning,
+                    num_partitions=num_clients,
+                    alpha=settings.dirichlet_alpha,
+                    classes_per_client=settings.classes_per_client,
+                    repeats=settings.partition_repeats,
+                )
         if settings.partitioning == "pathological" and classes is not None:
             validate_classes_per_client(settings.classes_per_client, classes)
     except (ValueError, FileNotFoundError) as exc:
@@ -215,14 +241,16 @@ def check_data(settings: RunSettings) -> None:
         checkpoint_file(resume_dir(settings))
 
 
-def check(run_config: Sequence[str] | None) -> tuple[RunSettings, dict[str, Any]]:
+def check(
+    run_config: Sequence[str] | None, num_clients: int | None = None
+) -> tuple[RunSettings, dict[str, Any]]:
     """Resolve, validate, check files and data; raise :class:`ConfigError`."""
     config = resolve_run_config(run_config)
     settings = RunSettings.from_config(config)
     problems = file_problems(settings)
     if problems:
         raise ConfigError(problems[0])
-    check_data(settings)
+    check_data(settings, num_clients)
     return settings, config
 
 
@@ -242,9 +270,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--quiet", action="store_true", help="print nothing on success"
     )
+    parser.add_argument(
+        "--num-clients",
+        type=int,
+        default=None,
+        help="the federation's num-supernodes: also check the partitioning",
+    )
     args = parser.parse_args(argv)
     try:
-        _, config = check(args.run_config)
+        _, config = check(args.run_config, args.num_clients)
     except ConfigError as exc:
         print(f"error: run config: {exc}", file=sys.stderr)
         return EXIT_BAD_CONFIG

@@ -147,6 +147,29 @@ def test_data_path_that_is_a_folder(tmp_path, capsys):
     assert "does not exist" not in line and "accepted: a file" in line
 
 
+def test_more_clients_than_database_rows(tmp_path, capsys):
+    """With --num-clients (make run passes NUM_CLIENTS) the partitioning of the
+    database rows is checked with the ServerApp's rule."""
+    split = (np.arange(12) < 2).astype(np.int8)  # 2 queries, 10 database rows
+    over = _npz(
+        tmp_path / "d.npz", x_text=np.zeros((12, 2)), labels=np.arange(12) % 3,
+        split=split,
+    )
+    code = main(["check", "--quiet", "--num-clients", "20", "--run-config", over])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert "20 clients" in err[0] and "the database has only 10 samples" in err[0]
+    assert main(["check", "--quiet", "--num-clients", "10", "--run-config", over]) == 0
+    code = main(
+        ["check", "--quiet", "--num-clients", "4", "--run-config",
+         over + " partition-repeats=3"]
+    )
+    assert code == 2
+    assert "`partition-repeats`=3 does not divide the 4 clients" in (
+        capsys.readouterr().err
+    )
+
+
 def test_a_missing_shared_file_names_the_recipe_that_makes_it(tmp_path, capsys):
     gone = tmp_path / "mirflickr25k_tags.npz"
     _refused(
