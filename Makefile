@@ -33,10 +33,19 @@ install: $(STAMP)
 
 # torch/torchvision are pinned to the builds shipped on this machine's disk
 # (pip takes them from there); everything else comes from pyproject.toml.
+# TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu installs the CPU-only build
+# (a few hundred MB instead of the multi-GB CUDA one) on a machine without a GPU.
+TORCH_INDEX_URL ?=
+PYTHON_ACCEPTED := accepted: Python 3.11 or newer (make PYTHON=python3.11 ...)
 $(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
+	  2>/dev/null || { found=$$(command -v $(PYTHON) >/dev/null && $(PYTHON) --version 2>&1 \
+	  || echo 'not found'); echo "error: PYTHON=$(PYTHON) is $$found; $(PYTHON_ACCEPTED)" >&2; \
+	  exit 2; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet torch==2.14.1 torchvision==0.29.1
+	$(PY) -m pip install --quiet $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL)) \
+	  torch==2.14.1 torchvision==0.29.1
 	$(PY) -m pip install --quiet -e ".[dev]"
 	touch $(STAMP)
 
@@ -52,7 +61,8 @@ run: install
 	  { echo "error: CLIENT_GPUS=$(CLIENT_GPUS): accepted is a number >= 0 (GPUs per simulated client)" >&2; exit 2; }
 	@awk -v v="$(NUM_CLIENTS)" 'BEGIN { exit !(v ~ /^[0-9]+$$/ && v + 0 >= 1) }' || \
 	  { echo "error: NUM_CLIENTS=$(NUM_CLIENTS): accepted is a whole number >= 1 (simulated SuperNodes)" >&2; exit 2; }
-	@$(PY) -m settings check --quiet $(if $(RUN_CONFIG),--run-config $(RUN_CONFIG))
+	@$(PY) -m settings check --quiet --num-clients $(NUM_CLIENTS) \
+	  $(if $(RUN_CONFIG),--run-config $(RUN_CONFIG))
 	@mkdir -p $(FLWR_HOME_DIR); \
 	  PATH="$(CURDIR)/$(VENV)/bin:$$PATH" FLWR_HOME=$(FLWR_HOME_DIR) flwr run . --stream \
 	  --federation-config "num-supernodes=$(NUM_CLIENTS) client-resources-num-cpus=$(CLIENT_CPUS) client-resources-num-gpus=$(CLIENT_GPUS)" \

@@ -37,6 +37,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from hashdata.recipes import missing_file_hint
+
 ROOT = Path(__file__).resolve().parents[1]
 #: ``../shared/data`` relative to the repository (the shared read-only datasets).
 DEFAULT_DATA_DIR = ROOT.parent / "shared" / "data"
@@ -464,7 +466,8 @@ def build_plan(args: argparse.Namespace) -> Plan:
         raise SuiteError(f"--jobs must be >= 1, got {args.jobs}")
     data_dir = Path(args.data_dir).resolve()
     missing = [
-        f"{path} (paper {p.name}, dataset {datasets[p.name].name})"
+        f"{path} (paper {p.name}, dataset {datasets[p.name].name}"
+        f"{missing_file_hint(str(path))})"
         for p in papers
         for path in datasets[p.name].paths(data_dir)
         if not path.is_file()

@@ -40,15 +40,23 @@ import hashlib
 import os
 import pickle
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from hashdata.dataset import HashDataset
 from hashdata.multiview import load_multiview_digits
-from hashdata.protocol import SPLIT_ARRAY, fixed_split_mask
+from hashdata.npz_file import NpzMember, iter_rows, npz_path, read_array, read_headers
+from hashdata.protocol import SPLIT_ARRAY, fixed_split_mask, primary_labels
 
 DATASETS: tuple[str, ...] = ("digits", "npz", "cifar10", "multiview-digits")
+#: class counts known without reading a file (an ``npz`` file's are its own)
+FIXED_NUM_CLASSES: dict[str, int] = {
+    "digits": 10,
+    "multiview-digits": 10,
+    "cifar10": 10,
+}
 
 #: Per-channel mean / std of the CIFAR-10 training images (RGB, pixel values in
 #: ``[0, 1]``), the usual normalisation constants.
@@ -176,120 +184,105 @@ def _require_data_path(data_path: str, dataset: str, what: str) -> Path:
     return Path(str(data_path)).expanduser()
 
 
+_NPZ_WHAT = "a .npz file with `x_<modality>` arrays (n x d) and `labels`"
+
+
+@dataclass(frozen=True)
+class NpzSummary:
+    """What :func:`check_npz` found in a valid ``.npz`` (nothing large is held)."""
+
+    path: Path
+    num_samples: int
+    num_classes: int
+    multi_label: bool
+    #: distinct primary labels (:func:`hashdata.protocol.primary_labels`)
+    primary_classes: int
+    #: ``{modality: shape of one sample as the loader returns it}``
+    inputs: dict[str, tuple[int, ...]]
+    labels: np.ndarray
+    #: the file's query mask (``split`` array), if it has one
+    fixed_split: np.ndarray | None
+
+
+@dataclass(frozen=True)
+class _NpzLayout:
+    path: Path
+    members: dict[str, NpzMember]
+    x_keys: list[str]
+    n: int
+    hwc: tuple[int, int, int] | None
+
+
+def check_npz(
+    data_path: str,
+    image_shape: tuple[int, int, int] | None = None,
+    modalities: tuple[str, ...] | None = None,
+) -> NpzSummary:
+    """Check a ``.npz`` against every rule of the loader, without loading it.
+
+    The same checks, in the same words, as :func:`load_dataset` ``("npz", ...)``
+    (one implementation): the shapes, dtypes and row counts from the ``.npy``
+    headers; ``labels``, ``split`` and ``image_shape`` in full (small); each float
+    ``x_<modality>`` array streamed in row chunks for non-finite values (integer
+    arrays, e.g. uint8 images, are finite by type and not read).
+
+    Raises
+    ------
+    ValueError, FileNotFoundError
+        As :func:`load_dataset` does, naming ``data-path`` and what is accepted.
+    """
+    layout = _npz_layout(data_path, image_shape, modalities)
+    labels, num_classes, multi, fixed = _npz_labels(layout)
+    shapes: dict[str, tuple[int, ...]] = {}
+    for key in layout.x_keys:
+        member = layout.members[key]
+        hwc = layout.hwc if key == "x_image" else None
+        shapes[key[2:]] = _sample_shape(member, hwc)
+        if _may_be_nonfinite(member.dtype):
+            chunks = iter_rows(layout.path, member)
+            bad = sum(_nonfinite_rows(rows) for rows in chunks)
+            if bad:
+                raise _nonfinite_error(key, bad, layout.n, layout.path)
+    return NpzSummary(
+        path=layout.path,
+        num_samples=layout.n,
+        num_classes=num_classes,
+        multi_label=multi,
+        primary_classes=len(np.unique(primary_labels(labels))),
+        inputs=shapes,
+        labels=labels,
+        fixed_split=fixed,
+    )
+
+
 def _load_npz(
     data_path: str,
     image_shape: tuple[int, int, int] | None,
     modalities: tuple[str, ...] | None = None,
 ) -> HashDataset:
-    path = _require_data_path(data_path, "npz", "a .npz file")
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"`data-path` {str(path)!r} is not a file; dataset='npz' needs a .npz "
-            "file with `x_<modality>` arrays (n x d) and `labels`"
-        )
-    try:
-        with np.load(path, allow_pickle=False) as archive:
-            arrays = {k: archive[k] for k in archive.files}
-    except Exception as err:  # zipfile.BadZipFile, ValueError (pickled objects), ...
-        raise ValueError(
-            f"`data-path` {str(path)!r} could not be read as a .npz archive of "
-            f"numeric arrays (pickled objects are not accepted): {err}"
-        ) from err
-
-    present = ", ".join(sorted(arrays)) or "none"
-    if "labels" not in arrays:
-        raise ValueError(
-            f"`data-path` {str(path)!r} has no `labels` array (arrays present: "
-            f"{present}); add labels as (n,) non-negative integers or (n, C) "
-            "multi-hot {0,1}"
-        )
-    x_keys = sorted(k for k in arrays if k.startswith("x_"))
-    if not x_keys:
-        raise ValueError(
-            f"`data-path` {str(path)!r} has no `x_<modality>` array (arrays present: "
-            f"{present}); add at least one, e.g. `x_image` of shape (n, d)"
-        )
-    if modalities is not None:
-        missing = [m for m in modalities if f"x_{m}" not in arrays]
-        if missing or not modalities:
-            raise ValueError(
-                f"`modalities` {','.join(modalities)!r}: `data-path` {str(path)!r} "
-                f"has no array {', '.join(f'x_{m}' for m in missing) or '(none named)'}"
-                f"; accepted names: {', '.join(k[2:] for k in x_keys)}"
-            )
-        x_keys = sorted(f"x_{m}" for m in modalities)
-
-    labels_raw = arrays["labels"]
-    n = len(labels_raw) if labels_raw.ndim >= 1 else 0
-    if labels_raw.ndim not in (1, 2) or n == 0:
-        raise ValueError(
-            f"`data-path` {str(path)!r}: `labels` must be (n,) integers or (n, C) "
-            f"multi-hot with n >= 1, got shape {labels_raw.shape}"
-        )
-    hwc = _resolve_image_shape(image_shape, arrays.get(IMAGE_SHAPE_ARRAY), path)
-    if hwc is not None and "x_image" not in x_keys:
-        raise ValueError(
-            f"`data-path` {str(path)!r}: an image shape {hwc} is given (config key "
-            f"`image-shape` or array `{IMAGE_SHAPE_ARRAY}`) but the file has no "
-            f"`x_image` array (arrays present: {present})"
-        )
-
+    layout = _npz_layout(data_path, image_shape, modalities)
+    path, n, hwc = layout.path, layout.n, layout.hwc
+    labels, num_classes, multi, fixed = _npz_labels(layout)
     inputs: dict[str, np.ndarray] = {}
-    for key in x_keys:
+    for key in layout.x_keys:
         modality = key[2:]
-        x = arrays[key]
-        if not modality:
-            raise ValueError(
-                f"`data-path` {str(path)!r}: array `x_` has no modality name; name "
-                "it `x_<modality>`, e.g. `x_image`"
-            )
-        if x.ndim not in (2, 4):
-            raise ValueError(
-                f"`data-path` {str(path)!r}: `{key}` must be 2-D (n x d) feature "
-                "vectors (or flat images with `image-shape`) or 4-D images (n, H, W, "
-                f"C) / (n, C, H, W), got shape {x.shape}"
-            )
-        if len(x) != n:
-            raise ValueError(
-                f"`data-path` {str(path)!r}: `{key}` has {len(x)} rows but `labels` "
-                f"has {n}; every array needs one row per sample"
-            )
-        if not (np.issubdtype(x.dtype, np.number) or x.dtype == np.bool_):
-            raise ValueError(
-                f"`data-path` {str(path)!r}: `{key}` must be numeric, got dtype "
-                f"{x.dtype}"
-            )
-        if np.iscomplexobj(x):
-            raise ValueError(
-                f"`data-path` {str(path)!r}: `{key}` must be real-valued, got dtype "
-                f"{x.dtype}"
-            )
+        x = read_array(path, layout.members[key])
         if key == "x_image" and x.ndim == 2 and hwc is not None:
-            x = _unflatten_hwc(x, hwc, path)
+            x = x.reshape(len(x), *hwc)
         elif key == "x_image" and x.ndim == 2:
             _hint_flat_images(x, path)
-        if x.ndim == 4:
-            x = _to_nchw(x, key, hwc if key == "x_image" else None, path)
+        image_hwc = hwc if key == "x_image" else None
+        if x.ndim == 4 and _channels_last(x.shape, key, image_hwc, path):
+            x = x.transpose(0, 3, 1, 2)
         with np.errstate(over="ignore"):
             x32 = np.ascontiguousarray(x, dtype=np.float32)
-        if not np.issubdtype(x.dtype, np.integer):  # integers are always finite
-            finite = np.isfinite(x32).reshape(n, -1).all(axis=1)
-            bad = int(np.count_nonzero(~finite))
+        if not x32.flags.writeable:  # a memory-mapped member already float32
+            x32 = x32.copy()
+        if _may_be_nonfinite(x.dtype):
+            bad = _nonfinite_rows(x32)
             if bad:
-                raise ValueError(
-                    f"`data-path` {str(path)!r}: `{key}` has non-finite values "
-                    f"(NaN/inf, or too large for float32) in {bad} of {n} rows; "
-                    "clean or drop them"
-                )
+                raise _nonfinite_error(key, bad, n, path)
         inputs[modality] = x32
-
-    if labels_raw.ndim == 1:
-        labels, num_classes, multi = _single_labels(labels_raw, path)
-    else:
-        labels, num_classes, multi = _multi_hot_labels(labels_raw, path)
-    fixed = arrays.get(SPLIT_ARRAY)
-    if fixed is not None:
-        fixed = fixed_split_mask(fixed, n=n, where=f"`data-path` {str(path)!r}")
 
     dims = ", ".join(_describe_input(m, inputs[m]) for m in sorted(inputs))
     kind_txt = "multi-label" if multi else "single-label"
@@ -307,6 +300,147 @@ def _load_npz(
         ),
         fixed_split=fixed,
     )
+
+
+def _npz_layout(
+    data_path: str,
+    image_shape: tuple[int, int, int] | None,
+    modalities: tuple[str, ...] | None,
+) -> _NpzLayout:
+    """Every rule that the ``.npy`` headers decide (no array data is read)."""
+    path = npz_path(data_path, what=_NPZ_WHAT)
+    members = read_headers(path)
+    present = ", ".join(sorted(members)) or "none"
+    if "labels" not in members:
+        raise ValueError(
+            f"`data-path` {str(path)!r} has no `labels` array (arrays present: "
+            f"{present}); add labels as (n,) non-negative integers or (n, C) "
+            "multi-hot {0,1}"
+        )
+    x_keys = sorted(k for k in members if k.startswith("x_"))
+    if not x_keys:
+        raise ValueError(
+            f"`data-path` {str(path)!r} has no `x_<modality>` array (arrays present: "
+            f"{present}); add at least one, e.g. `x_image` of shape (n, d)"
+        )
+    if modalities is not None:
+        missing = [m for m in modalities if f"x_{m}" not in members]
+        if missing or not modalities:
+            raise ValueError(
+                f"`modalities` {','.join(modalities)!r}: `data-path` {str(path)!r} "
+                f"has no array {', '.join(f'x_{m}' for m in missing) or '(none named)'}"
+                f"; accepted names: {', '.join(k[2:] for k in x_keys)}"
+            )
+        x_keys = sorted(f"x_{m}" for m in modalities)
+
+    labels = members["labels"]
+    n = labels.rows
+    if labels.ndim not in (1, 2) or n == 0:
+        raise ValueError(
+            f"`data-path` {str(path)!r}: `labels` must be (n,) integers or (n, C) "
+            f"multi-hot with n >= 1, got shape {labels.shape}"
+        )
+    stored = members.get(IMAGE_SHAPE_ARRAY)
+    hwc = _resolve_image_shape(
+        image_shape, None if stored is None else read_array(path, stored), path
+    )
+    if hwc is not None and "x_image" not in x_keys:
+        raise ValueError(
+            f"`data-path` {str(path)!r}: an image shape {hwc} is given (config key "
+            f"`image-shape` or array `{IMAGE_SHAPE_ARRAY}`) but the file has no "
+            f"`x_image` array (arrays present: {present})"
+        )
+    for key in x_keys:
+        x = members[key]
+        if not key[2:]:
+            raise ValueError(
+                f"`data-path` {str(path)!r}: array `x_` has no modality name; name "
+                "it `x_<modality>`, e.g. `x_image`"
+            )
+        if x.ndim not in (2, 4):
+            raise ValueError(
+                f"`data-path` {str(path)!r}: `{key}` must be 2-D (n x d) feature "
+                "vectors (or flat images with `image-shape`) or 4-D images (n, H, W, "
+                f"C) / (n, C, H, W), got shape {x.shape}"
+            )
+        if x.rows != n:
+            raise ValueError(
+                f"`data-path` {str(path)!r}: `{key}` has {x.rows} rows but `labels` "
+                f"has {n}; every array needs one row per sample"
+            )
+        if not (np.issubdtype(x.dtype, np.number) or x.dtype == np.bool_):
+            raise ValueError(
+                f"`data-path` {str(path)!r}: `{key}` must be numeric, got dtype "
+                f"{x.dtype}"
+            )
+        if np.issubdtype(x.dtype, np.complexfloating):
+            raise ValueError(
+                f"`data-path` {str(path)!r}: `{key}` must be real-valued, got dtype "
+                f"{x.dtype}"
+            )
+        if key == "x_image" and x.ndim == 2 and hwc is not None:
+            h, w, c = hwc
+            if x.shape[1] != h * w * c:
+                raise ValueError(
+                    f"`data-path` {str(path)!r}: `x_image` rows have {x.shape[1]} "
+                    f"values but the image shape {h},{w},{c} (H,W,C) needs {h * w * c}"
+                )
+        if x.ndim == 4:
+            _channels_last(x.shape, key, hwc if key == "x_image" else None, path)
+    return _NpzLayout(path=path, members=members, x_keys=x_keys, n=n, hwc=hwc)
+
+
+def _npz_labels(
+    layout: _NpzLayout,
+) -> tuple[np.ndarray, int, bool, np.ndarray | None]:
+    """``labels`` and ``split`` read and checked: labels, classes, multi, split."""
+    path, members = layout.path, layout.members
+    raw = np.asarray(read_array(path, members["labels"]))
+    if raw.ndim == 1:
+        labels, num_classes, multi = _single_labels(raw, path)
+    else:
+        labels, num_classes, multi = _multi_hot_labels(raw, path)
+    fixed = None
+    if SPLIT_ARRAY in members:
+        fixed = fixed_split_mask(
+            np.asarray(read_array(path, members[SPLIT_ARRAY])),
+            n=layout.n,
+            where=f"`data-path` {str(path)!r}",
+        )
+    return labels, num_classes, multi, fixed
+
+
+def _may_be_nonfinite(dtype: np.dtype) -> bool:
+    """Integers and booleans are finite by type (and fit float32's range)."""
+    return not (np.issubdtype(dtype, np.integer) or dtype == np.bool_)
+
+
+def _nonfinite_rows(x: np.ndarray) -> int:
+    """Rows of ``x`` with a NaN / inf value, or one too large for float32."""
+    with np.errstate(over="ignore"):
+        x32 = np.asarray(x, dtype=np.float32)
+    return int(np.count_nonzero(~np.isfinite(x32).reshape(len(x32), -1).all(axis=1)))
+
+
+def _nonfinite_error(key: str, bad: int, n: int, path: Path) -> ValueError:
+    return ValueError(
+        f"`data-path` {str(path)!r}: `{key}` has non-finite values (NaN/inf, or too "
+        f"large for float32) in {bad} of {n} rows; clean or drop them"
+    )
+
+
+def _sample_shape(
+    member: NpzMember, hwc: tuple[int, int, int] | None
+) -> tuple[int, ...]:
+    """One sample's shape as the loader returns it: ``(d,)`` or ``(C, H, W)``."""
+    if member.ndim == 2 and hwc is not None:
+        h, w, c = hwc
+        return (c, h, w)
+    if member.ndim == 4:
+        _, a, b, d = member.shape
+        last = _channels_last(member.shape, member.name, hwc, Path("."))
+        return (d, a, b) if last else (a, b, d)
+    return tuple(member.shape[1:])
 
 
 def _describe_input(modality: str, x: np.ndarray) -> str:
@@ -354,48 +488,35 @@ def _resolve_image_shape(
     return from_file
 
 
-def _unflatten_hwc(
-    x: np.ndarray, hwc: tuple[int, int, int], path: Path
-) -> np.ndarray:
-    """(n, H*W*C) rows in HWC order -> (n, H, W, C) (a view)."""
-    h, w, c = hwc
-    if x.shape[1] != h * w * c:
-        raise ValueError(
-            f"`data-path` {str(path)!r}: `x_image` rows have {x.shape[1]} values but "
-            f"the image shape {h},{w},{c} (H,W,C) needs {h * w * c}"
-        )
-    return x.reshape(len(x), h, w, c)
-
-
-def _to_nchw(
-    x: np.ndarray, key: str, hwc: tuple[int, int, int] | None, path: Path
-) -> np.ndarray:
-    """(n, H, W, C) or (n, C, H, W) -> (n, C, H, W) (a view).
+def _channels_last(
+    shape: tuple[int, ...], key: str, hwc: tuple[int, int, int] | None, path: Path
+) -> bool:
+    """Whether a 4-D ``shape`` is (n, H, W, C) (True) or (n, C, H, W) (False).
 
     With ``hwc`` known the layout is the one that matches it; otherwise the channel
     axis is axis 3 or axis 1, whichever alone has at most ``MAX_CHANNELS`` entries.
     """
-    _, a, b, d = x.shape
+    _, a, b, d = shape
     if hwc is not None:
         h, w, c = hwc
         if (a, b, d) == (h, w, c):
-            return x.transpose(0, 3, 1, 2)
+            return True
         if (a, b, d) == (c, h, w):
-            return x
+            return False
         raise ValueError(
-            f"`data-path` {str(path)!r}: `{key}` has shape {x.shape}, which is "
+            f"`data-path` {str(path)!r}: `{key}` has shape {tuple(shape)}, which is "
             f"neither (n, H, W, C) nor (n, C, H, W) for the image shape {h},{w},{c}"
         )
     last, first = d <= MAX_CHANNELS, a <= MAX_CHANNELS
     if last and not first:
-        return x.transpose(0, 3, 1, 2)
+        return True
     if first and not last:
-        return x
+        return False
     raise ValueError(
         f"`data-path` {str(path)!r}: cannot tell the channel axis of `{key}` with "
-        f"shape {x.shape}: exactly one of axis 1 (n, C, H, W) and axis 3 (n, H, W, C) "
-        f"must have at most {MAX_CHANNELS} entries; set `image-shape` = 'H,W,C' (or "
-        f"store an `{IMAGE_SHAPE_ARRAY}` array) to say which"
+        f"shape {tuple(shape)}: exactly one of axis 1 (n, C, H, W) and axis 3 (n, H, "
+        f"W, C) must have at most {MAX_CHANNELS} entries; set `image-shape` = 'H,W,C' "
+        f"(or store an `{IMAGE_SHAPE_ARRAY}` array) to say which"
     )
 
 

@@ -175,17 +175,27 @@ def validate_partitioning(
     if key == "dirichlet":
         _check_alpha(alpha)
     if key == "pathological":
-        present = len(np.unique(primary))
-        if (
-            isinstance(classes_per_client, bool)
-            or not isinstance(classes_per_client, Integral)
-            or not 1 <= classes_per_client <= present
-        ):
-            raise ValueError(
-                f"`classes-per-client` must be an integer in 1..{present} (the "
-                f"database has {present} distinct classes), got "
-                f"{classes_per_client!r}"
-            )
+        validate_classes_per_client(classes_per_client, len(np.unique(primary)))
+
+
+def validate_classes_per_client(classes_per_client: int, present: int) -> None:
+    """Check ``classes-per-client`` against the ``present`` distinct classes.
+
+    Raises
+    ------
+    ValueError
+        Naming the key, the value and the accepted range.
+    """
+    if (
+        isinstance(classes_per_client, bool)
+        or not isinstance(classes_per_client, Integral)
+        or not 1 <= classes_per_client <= present
+    ):
+        raise ValueError(
+            f"`classes-per-client` must be an integer in 1..{present} (the "
+            f"database has {present} distinct classes), got "
+            f"{classes_per_client!r}"
+        )
 
 
 def partition_indices(

@@ -109,6 +109,27 @@ def training_mask(num_database: int, train_size: int, seed: int) -> np.ndarray |
     return mask
 
 
+def protocol_indices(
+    labels: np.ndarray,
+    fixed_split: np.ndarray | None,
+    *,
+    query_fraction: float,
+    seed: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Query and database row indices of a run's protocol.
+
+    The file's fixed split (a boolean query mask) when there is one, else the
+    seeded stratified draw :func:`split_query_database`. :func:`load_split` and the
+    pre-flight check (``python -m settings check``) both use it.
+    """
+    if fixed_split is not None:
+        return (
+            np.flatnonzero(fixed_split).astype(np.int64),
+            np.flatnonzero(~fixed_split).astype(np.int64),
+        )
+    return split_query_database(labels, query_fraction=query_fraction, seed=seed)
+
+
 def load_split(
     name: str,
     *,
@@ -147,18 +168,16 @@ def load_split(
         modalities=modalities,
     )
     mask = data.fixed_split if use_file_split else None
+    query_index, database_index = protocol_indices(
+        data.labels, mask, query_fraction=fraction, seed=seed
+    )
     if mask is not None:
-        query_index = np.flatnonzero(mask).astype(np.int64)
-        database_index = np.flatnonzero(~mask).astype(np.int64)
         query_text = (
             f"the file's fixed split: {len(query_index)} queries, "
             f"{len(database_index)} database (array `{SPLIT_ARRAY}` of "
             f"{Path(str(data_path)).name})"
         )
     else:
-        query_index, database_index = split_query_database(
-            data.labels, query_fraction=fraction, seed=seed
-        )
         query_text = f"stratified {fraction:.0%} of {name} (seed {seed})"
     data, applied = scale_inputs(
         data, database_index, mode=feature_scaling, source=data_path

@@ -51,10 +51,11 @@ from flwr.app import Array, ArrayRecord
 
 from privacy.ledger import JournalError, LedgerJournal, PrivacyLedger
 from server.results import INCOMPLETE
+from settings.resume import CHECKPOINT, checkpoint_file
+from settings.resume import resume_dir as resume_dir  # the ServerApp's import
 from settings.run_settings import ConfigError, RunSettings
 from strategies.state import pack, unpack
 
-CHECKPOINT = "checkpoint.json"
 JOURNAL = "privacy_charges.jsonl"
 FORMAT = 2
 _MAC_DOMAIN = b"fedhash checkpoint v2\0"
@@ -200,12 +201,7 @@ def read_checkpoint(run_dir: Path, settings: RunSettings, *, key: bytes) -> Chec
         edited or cut below the checkpoint's length, or one written with another
         config (the differing keys are listed) or another version of the code.
     """
-    path = run_dir / CHECKPOINT
-    if not path.is_file():
-        raise ConfigError(
-            f"{_RESUME}={str(run_dir)!r}: no {CHECKPOINT} there (a run writes one "
-            "after each completed round before its last)"
-        )
+    path = checkpoint_file(run_dir)
     try:
         payload = json.loads(path.read_text())
     except ValueError:
@@ -304,37 +300,6 @@ def _mac(key: bytes, payload: dict[str, Any]) -> str:
     """HMAC-SHA256 of the payload's canonical JSON (sorted keys, no spaces)."""
     text = json.dumps(payload, sort_keys=True, separators=(",", ":"), allow_nan=True)
     return hmac.new(key, _MAC_DOMAIN + text.encode(), hashlib.sha256).hexdigest()
-
-
-def resume_dir(settings: RunSettings) -> Path:
-    """Return the ``.incomplete`` directory ``resume`` names (suffix optional).
-
-    Raises
-    ------
-    ConfigError
-        If it does not exist, if the run finished, or if this run cannot be
-        resumed (personalized PFMH, DPcode).
-    """
-    if settings.pfmh_personalized:
-        raise ConfigError(
-            f"{_RESUME}: personalized PFMH keeps each client's model in the client's "
-            "memory (context.state), which a new run does not have; resuming would "
-            "silently restart those models. Accepted: pfmh.mode='fedavg', or rerun"
-        )
-    if settings.strategy == "dpcode":
-        raise ConfigError(f"{_RESUME}: DPcode is a one-shot release with no rounds")
-    path = Path(settings.resume)
-    if not path.name.endswith(INCOMPLETE):
-        if path.is_dir() and (path / "summary.json").is_file():
-            raise ConfigError(
-                f"{_RESUME}={settings.resume!r}: that run finished; nothing to resume"
-            )
-        path = path.with_name(path.name + INCOMPLETE)
-    if not path.is_dir():
-        raise ConfigError(
-            f"{_RESUME}={settings.resume!r}: no such run directory ({path})"
-        )
-    return path
 
 
 def _sha256(path: Path) -> str:

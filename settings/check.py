@@ -4,9 +4,11 @@ Resolves the run config exactly as ``flwr run`` does (the defaults of
 ``[tool.flwr.app.config]`` in ``pyproject.toml`` fused with ``--run-config``
 overrides, with Flower's syntax), validates it with the code the ServerApp
 uses (:meth:`settings.run_settings.RunSettings.from_config`), and checks that every
-file the config names exists and is readable on this machine. On success it prints
-the resolved config and exits 0; on the first problem it prints one line naming the
-key, the value and what is accepted, and exits 2.
+file the config names exists and is readable on this machine, then reads the data
+the run will read (:func:`check_data`: a ``.npz`` against the loader's rules,
+``classes-per-client`` against the class count, the ``resume`` checkpoint). On
+success it prints the resolved config and exits 0; on the first problem it prints
+one line naming the key, the value and what is accepted, and exits 2.
 
 ``make run`` and the experiment runners call this first, so a bad value costs well
 under two seconds, not a SuperLink and a Ray start.
@@ -24,10 +26,12 @@ import os
 import re
 import sys
 import tomllib
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from settings.resume import checkpoint_file, resume_dir
 from settings.run_settings import RENAMED, ConfigError, RunSettings
 from settings.schema import unknown_key
 
@@ -136,8 +140,16 @@ def file_problems(settings: RunSettings) -> list[str]:
     def need(key: str, value: str, *, kind: str, what: str) -> None:
         path = Path(value).expanduser()
         exists = path.is_dir() if kind == "dir" else path.is_file()
-        if not exists:
-            problems.append(f"{key}={value!r}: {what} does not exist")
+        if not exists and path.exists():  # a folder for a file, or the reverse
+            given, wanted = ("a file", "a folder") if kind == "dir" else (
+                "a folder", "a file"
+            )
+            problems.append(f"{key}={value!r} is {given}; accepted: {wanted} ({what})")
+        elif not exists:
+            from hashdata.recipes import missing_file_hint
+
+            hint = missing_file_hint(value) if kind == "file" else ""
+            problems.append(f"{key}={value!r}: {what} does not exist{hint}")
         elif not os.access(path, os.R_OK):
             problems.append(f"{key}={value!r}: {what} is not readable")
 
@@ -164,13 +176,81 @@ def file_problems(settings: RunSettings) -> list[str]:
     return problems
 
 
-def check(run_config: Sequence[str] | None) -> tuple[RunSettings, dict[str, Any]]:
-    """Resolve, validate and check files; raise :class:`ConfigError` on a problem."""
+def check_data(settings: RunSettings, num_clients: int | None = None) -> None:
+    """Read what the run will read, as far as a check can without loading it.
+
+    * ``dataset = "npz"``: the file against every rule of the loader
+      (:func:`hashdata.loaders.check_npz`, the loader's own code): an archive of
+      numeric ``.npy`` arrays, ``labels`` with one row per sample, no non-finite
+      feature, a valid ``split`` / image shape. Headers first; only the labels,
+      the split and float feature arrays (streamed) are read.
+    * ``partitioning = "pathological"``: ``classes-per-client`` against the
+      dataset's class count, where it is known before the split (the partitioner's
+      own rule, :func:`hashdata.partition.validate_classes_per_client`; the run
+      checks it again on the database rows).
+    * ``num_clients`` given (``make run`` passes ``NUM_CLIENTS``) and an ``npz``
+      file: the partitioning of the database rows (the file's split or the seeded
+      one, :func:`hashdata.split.protocol_indices`) over that many clients, with
+      the rules the ServerApp applies (:func:`hashdata.validate_partitioning`:
+      more clients than rows, ``partition-repeats``, ``dirichlet-alpha``,
+      ``classes-per-client`` on the database's classes). Whether a Dirichlet draw
+      succeeds is still only known when the partitioner runs.
+    * ``resume``: the run directory exists, is unfinished and holds a checkpoint
+      (:mod:`settings.resume`, the ServerApp's code).
+
+    Raises
+    ------
+    ConfigError
+        The first problem, one line naming the value and what is accepted.
+    """
+    from hashdata.loaders import FIXED_NUM_CLASSES, check_npz
+    from hashdata.partition import validate_classes_per_client, validate_partitioning
+    from hashdata.split import protocol_indices
+
+    classes = FIXED_NUM_CLASSES.get(settings.dataset)
+    try:
+        if settings.dataset == "npz" and settings.data_path:  # else a node's
+            summary = check_npz(
+                settings.data_path,
+                image_shape=settings.image_hwc(),
+                modalities=settings.modality_names(),
+            )
+            classes = summary.primary_classes
+            if num_clients is not None:
+                with warnings.catch_warnings():  # the run says it, once, in its log
+                    warnings.simplefilter("ignore")
+                    _, database = protocol_indices(
+                        summary.labels,
+                        summary.fixed_split,
+                        query_fraction=settings.query_fraction,
+                        seed=settings.seed,
+                    )
+                validate_partitioning(
+                    summary.labels[database],
+                    scheme=settings.partitioning,
+                    num_partitions=num_clients,
+                    alpha=settings.dirichlet_alpha,
+                    classes_per_client=settings.classes_per_client,
+                    repeats=settings.partition_repeats,
+                )
+        if settings.partitioning == "pathological" and classes is not None:
+            validate_classes_per_client(settings.classes_per_client, classes)
+    except (ValueError, FileNotFoundError) as exc:
+        raise ConfigError(str(exc)) from None
+    if settings.resume:
+        checkpoint_file(resume_dir(settings))
+
+
+def check(
+    run_config: Sequence[str] | None, num_clients: int | None = None
+) -> tuple[RunSettings, dict[str, Any]]:
+    """Resolve, validate, check files and data; raise :class:`ConfigError`."""
     config = resolve_run_config(run_config)
     settings = RunSettings.from_config(config)
     problems = file_problems(settings)
     if problems:
         raise ConfigError(problems[0])
+    check_data(settings, num_clients)
     return settings, config
 
 
@@ -190,9 +270,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--quiet", action="store_true", help="print nothing on success"
     )
+    parser.add_argument(
+        "--num-clients",
+        type=int,
+        default=None,
+        help="the federation's num-supernodes: also check the partitioning",
+    )
     args = parser.parse_args(argv)
     try:
-        _, config = check(args.run_config)
+        _, config = check(args.run_config, args.num_clients)
     except ConfigError as exc:
         print(f"error: run config: {exc}", file=sys.stderr)
         return EXIT_BAD_CONFIG

@@ -76,9 +76,10 @@ def test_flwr_run_cli_writes_a_complete_results_directory(tmp_path):
     assert "round   1/1" in proc.stdout + proc.stderr
 
 
-def test_make_run_fails_when_the_serverapp_refuses_the_data(tmp_path):
-    # passes the local check (the file exists and is readable) but is no .npz:
-    # the ServerApp refuses it in one ERROR line, the run ends failed, make fails
+def test_make_run_refuses_unreadable_data_before_flower_starts(tmp_path):
+    # the file exists and is readable but is no .npz: the pre-flight check reads
+    # it (the loader's own rules) and refuses it in one line, exit 2, before any
+    # SuperLink or Ray starts (the ServerApp would refuse it in the same words)
     bad = tmp_path / "features.npz"
     bad.write_text("not an archive")
     config = (
@@ -87,12 +88,12 @@ def test_make_run_fails_when_the_serverapp_refuses_the_data(tmp_path):
     )
     done = make_run(config)
     text = done.stdout + done.stderr
-    assert done.returncode != 0, text[-3000:]
+    assert done.returncode == 2, text[-3000:]
     config_lines = [line for line in text.splitlines() if "run config:" in line]
     assert len(config_lines) == 1, config_lines
     assert "could not be read as a .npz archive" in config_lines[0]
     assert "Traceback" not in text
-    assert "ended finished:failed" in text
+    assert "ended finished" not in text and not (tmp_path / "results").exists()
 
 
 def test_flwr_run_fails_with_the_nodes_reason_when_their_policy_refuses(

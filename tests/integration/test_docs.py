@@ -7,10 +7,12 @@ reference no longer has fails here (and in CI), not on a reader's screen.
 
 import io
 import os
+import re
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 import pytest
 import yaml
@@ -49,9 +51,15 @@ def _config() -> dict:
     return yaml.safe_load((ROOT / "mkdocs.yml").read_text())
 
 
-def test_docs_build_strict_without_warnings(tmp_path):
-    site = tmp_path / "site"
-    proc = _mkdocs_build(ROOT / "mkdocs.yml", site)
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """The site, built once for the tests that read it."""
+    site = tmp_path_factory.mktemp("docs") / "site"
+    return site, _mkdocs_build(ROOT / "mkdocs.yml", site)
+
+
+def test_docs_build_strict_without_warnings(built):
+    site, proc = built
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-5000:]
     assert "WARNING" not in output, output[-5000:]
@@ -60,10 +68,78 @@ def test_docs_build_strict_without_warnings(tmp_path):
         assert "<!-- results:" not in page.read_text(), page
         assert "<!-- config" not in page.read_text(), page
     # generated content landed: the reference's keys, a result table's numbers
-    assert "code-length" in (site / "configuration" / "index.html").read_text()
-    fedhap = (site / "methods" / "fedhap" / "index.html").read_text()
+    assert "code-length" in (site / "configuration.html").read_text()
+    fedhap = (site / "methods" / "fedhap.html").read_text()
     table = (DOCS / "results" / "fedhap" / "table.md").read_text()
     assert table.splitlines()[4].split("|")[2].strip() in fedhap  # first result cell
+
+
+_LINK = re.compile(r"""(?:href|src)=["']([^"']+)["']""")
+
+
+def test_site_opened_from_disk_links_to_pages_not_folders(built):
+    """Opened as site/index.html (no web server), a link to a folder shows a
+    directory listing: every local link and asset must be a file of the site."""
+    site, proc = built
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    # 404.html is only ever served by a web server (its links are absolute)
+    pages = sorted(p for p in site.rglob("*.html") if p.name != "404.html")
+    assert len(pages) >= len(_nav_pages(_config()["nav"]))
+    checked = 0
+    for page in pages:
+        for link in _LINK.findall(page.read_text()):
+            parts = urlsplit(link)
+            if parts.scheme or parts.netloc or not parts.path:
+                continue  # external, or an anchor on the same page
+            target = (page.parent / unquote(parts.path)).resolve()
+            assert target.is_file(), f"{page.relative_to(site)} links to {link}"
+            checked += 1
+    assert checked > 100, checked
+
+
+def test_search_works_offline(built):
+    """The search index is inlined as a script (mkdocs-material's offline plugin)
+    and the web-worker shim it needs under file:// is served from the site."""
+    site, _ = built
+    index = (site / "search" / "search_index.js").read_text()
+    assert index.startswith("var __index = {") and '"location":"running.html' in index
+    for page in site.rglob("*.html"):
+        html = page.read_text()
+        assert "iframe-worker-shim.js" in html or page.name == "404.html", page
+        remote = re.findall(r"""<(?:script|link)[^>]+(?:src|href)=["']https?:""", html)
+        assert not remote, (page, remote)  # nothing a reader offline cannot load
+
+
+#: repository paths the docs name, outside links and result markers
+_REPO_PATH = re.compile(r"(?<![\w/.<>-])((?:tests|benchmarks)/[\w./*-]*)")
+
+
+def _doc_texts() -> dict[str, str]:
+    pages = [p for p in DOCS.rglob("*.md") if p.relative_to(DOCS).parts[0] != "results"]
+    texts = {str(p.relative_to(ROOT)): p.read_text() for p in pages}
+    texts["README.md"] = (ROOT / "README.md").read_text()
+    return texts
+
+
+def test_every_tests_and_benchmarks_path_named_in_the_docs_exists():
+    missing = []
+    for name, text in _doc_texts().items():
+        text = re.sub(r"<!--.*?-->", "", text, flags=re.S)  # result markers
+        for match in _REPO_PATH.finditer(text):
+            path = match.group(1).rstrip(".").split("::")[0]
+            if "<" in path or "{" in path:
+                continue
+            found = any(ROOT.glob(path)) if "*" in path else (ROOT / path).exists()
+            if not found:
+                missing.append(f"{name}: {path}")
+    assert not missing, missing
+
+
+def test_docs_document_no_decorator_the_registry_lacks():
+    """The registry is one explicit table (METHODS), not a ``@register`` decorator."""
+    has_decorator = "def register(" in (ROOT / "strategies" / "registry.py").read_text()
+    for name, text in _doc_texts().items():
+        assert has_decorator or "@register" not in text, name
 
 
 def test_every_page_is_in_the_nav_and_every_nav_page_exists():

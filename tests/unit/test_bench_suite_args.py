@@ -68,6 +68,8 @@ def test_missing_data_file_is_refused_before_any_run(capsys, tmp_path, no_runs):
         str(out),
     )
     assert f"data file not found: {tmp_path / 'wiki.npz'}" in err
+    # and which recipe makes it
+    assert f"python -m hashdata.prepare wiki --source DIR --out {tmp_path}" in err
     # dpcode's default dataset needs MIRFlickr too: every missing file is named
     assert str(tmp_path / "mirflickr25k_tags.npz") in err
     assert not out.exists()
