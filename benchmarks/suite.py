@@ -101,6 +101,17 @@ def _npz(*extra: str) -> tuple[str, ...]:
 MIRFLICKR = "mirflickr25k_tags.npz"
 WIKI = "wiki.npz"
 CIFAR10 = "cifar10_jpeg.npz"
+#: CIFAR-10 (JPEG copy) as frozen EfficientNet-Lite0 features, made once by
+#: ``python -m hashdata.features --backbone efficientnet-lite0 --data
+#: ../shared/data/cifar10_jpeg.npz --out <data-dir>/cifar10_effnet-lite0_160.npz
+#: --image-size 160`` (never in git; pass its folder as ``--data-dir``).
+CIFAR10_FEATURES = "cifar10_effnet-lite0_160.npz"
+_FEATURES_DESCRIPTION = (
+    "CIFAR-10 (JPEG copy) as 1,280-d features of the frozen ImageNet-pretrained "
+    "EfficientNet-Lite0 at 160 px (the papers' feature protocol; the file "
+    f"{CIFAR10_FEATURES} from `python -m hashdata.features`, in --data-dir), the "
+    "file's 10,000 test images as queries and 50,000 training images as database"
+)
 
 
 @dataclass(frozen=True)
@@ -214,6 +225,29 @@ PAPERS: dict[str, Paper] = {
                     module="experiments.real_data_table",
                     quick=(*_MIRFLICKR_QUICK, "--ceiling-lr-grid", "0.0005"),
                 ),
+                Dataset(
+                    "cifar10-features",
+                    _FEATURES_DESCRIPTION + ": FedHAP against DPSH, CSQ and DCH "
+                    "under FedAvg, IID and 3 classes per client, 10 clients, 32 "
+                    "bits, the centralized ceiling; untuned (every method at the "
+                    "default learning rate: the driver's tuning scores on the "
+                    "queries)",
+                    file=CIFAR10_FEATURES,
+                    args=(
+                        "--data-path",
+                        "{data_dir}/" + CIFAR10_FEATURES,
+                        "--untuned",
+                        "--clients",
+                        "10",
+                        "--bits",
+                        "32",
+                        "--methods",
+                        "DPSH (FedAvg),FedHAP,centralized (DPSH),CSQ (FedAvg),"
+                        "DCH (FedAvg)",
+                    ),
+                    module="experiments.real_data_table",
+                    quick=("--clients", "2", "--rounds", "1", "--bits", "16"),
+                ),
             ),
             # the distance table alone: one simulation
             quick=(
@@ -281,6 +315,12 @@ PAPERS: dict[str, Paper] = {
                     "CIFAR-10 (JPEG copy), 60,000 32x32 RGB images, ResNet-18",
                     file=CIFAR10,
                     args=_npz("image-shape=32,32,3"),
+                ),
+                Dataset(
+                    "cifar10-features",
+                    _FEATURES_DESCRIPTION + " (model auto: the mlp hash head)",
+                    file=CIFAR10_FEATURES,
+                    args=_npz("map-top-k=1000", "precision-k=100,500,1000"),
                 ),
             ),
             quick=("--bits", "16", "--clients", "2", "--rounds", "1")

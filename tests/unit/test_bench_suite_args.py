@@ -155,3 +155,19 @@ def test_mirflickr_paper_is_the_paper_split_table_and_its_quick_run_is_small(
         for flag in ("--lr-grid", "--ceiling-lr-grid")
     }
     assert last == {"--lr-grid": "0.0005", "--ceiling-lr-grid": "0.0005"}
+
+
+def test_cifar10_features_runs_the_feature_file_from_the_data_dir(tmp_path) -> None:
+    from benchmarks.suite import CIFAR10_FEATURES
+
+    (tmp_path / CIFAR10_FEATURES).write_bytes(b"")
+    for paper, module_arg in (("phashing", "dataset=npz"), ("fedhap", "--untuned")):
+        plan = _plan(
+            "--paper", paper, "--dataset", "cifar10-features",
+            "--data-dir", str(tmp_path), "--out", str(tmp_path / "res"),
+        )  # fmt: skip
+        (run,) = plan.runs
+        assert run.out == tmp_path / "res" / f"{paper}-cifar10-features"
+        assert module_arg in run.argv
+        assert any(CIFAR10_FEATURES in a for a in run.argv)
+        assert "image-shape=32,32,3" not in run.argv  # features, not images

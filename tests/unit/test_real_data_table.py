@@ -89,7 +89,14 @@ def test_tables_state_protocol_tuning_ceiling_and_floor(tmp_path) -> None:
     }
     assert summary["cells"]["FedHAP | iid"]["map_all"] == pytest.approx([0.7, 0.71])
     # FedHAP's MIRFlickr protocol: the paper's 10,000 training rows, named as such
+    # on MIRFlickr only
     args.train_size = 10000
+    rdt._write(
+        rows, tuning, {"DPSH (FedAvg)": 2e-3}, args, methods, ["iid", "non-iid"], 0.0
+    )
+    text = (tmp_path / "table.md").read_text()
+    assert text.startswith("Protocol (the file's queries;")
+    args.data_path = tmp_path / "mirflickr25k_tags.npz"
     rdt._write(
         rows, tuning, {"DPSH (FedAvg)": 2e-3}, args, methods, ["iid", "non-iid"], 0.0
     )
@@ -251,3 +258,26 @@ def test_a_resume_of_a_folder_that_tuned_fedhap_needs_its_grid() -> None:
         rdt.check_fedhap_tuning(rows, None)
     rdt.check_fedhap_tuning(rows, [5e-4, 2e-3])
     rdt.check_fedhap_tuning(rows[2:], None)  # FedHAP untuned there: nothing to pass
+
+
+def test_untuned_tables_say_so_and_run_no_tuning(tmp_path) -> None:
+    rows = [_row(m, "non-iid", 0, 0.6) for m in ("DPSH (FedAvg)", "FedHAP")]
+    args = argparse.Namespace(
+        data_path=tmp_path / "f.npz",
+        clients=10,
+        bits=32,
+        rounds=10,
+        classes_per_client=3,
+        tune_seed=99,
+        seeds="0",
+        out=tmp_path,
+        train_size=0,
+        fedhap_lr_grid=None,
+        untuned=True,
+    )
+    rdt._write(rows, [], {}, args, ["DPSH (FedAvg)", "FedHAP"], ["non-iid"], 0.0)
+    text = (tmp_path / "table.md").read_text()
+    assert "untuned (defaults): every method and the ceiling at learning rate" in text
+    assert "tuned on seed" not in text and "Learning-rate tuning" not in text
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["setup"]["untuned"] is True
