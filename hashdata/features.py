@@ -42,6 +42,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -174,7 +175,7 @@ def image_layout(
     return (hwc[0], hwc[1], hwc[2])
 
 
-def to_pixels(batch: np.ndarray, hwc: tuple[int, int, int] | None):  # -> Tensor
+def to_pixels(batch: np.ndarray, hwc: tuple[int, int, int] | None) -> Any:  # Tensor
     """Rows of the source array -> (n, 3, H, W) float tensor in [0, 1]."""
     import torch
 
@@ -235,7 +236,7 @@ def extract(
         (len(rows), feature width) float32.
     """
     import torch
-    from tqdm import tqdm
+    from tqdm import tqdm  # type: ignore[import-untyped]
 
     from hashing.efficientnet_lite import efficientnet_lite0, preprocess
 
@@ -370,7 +371,9 @@ def run(argv: list[str] | None = None) -> Path:
                 "0 = database)"
             )
         rows = balanced_subset(labels, split, queries=q, database=d, seed=args.seed)
-        out_split = np.concatenate([np.zeros(d, np.int8), np.ones(q, np.int8)])
+        out_split: np.ndarray | None = np.concatenate(
+            [np.zeros(d, np.int8), np.ones(q, np.int8)]
+        )
     else:
         rows = np.arange(n)
         out_split = split

@@ -119,8 +119,10 @@ def test_interrupted_run_resumes_from_its_chunks(tmp_path, monkeypatch) -> None:
     assert not partial.exists()
     fresh = tmp_path / "fresh.npz"
     assert F.main(args(data, fresh)) == 0
+    # chunks of 8 rows against one batch: other BLAS blockings, so equal only to
+    # float32 rounding (a chunk out of order would differ by ~0.1)
     np.testing.assert_allclose(
-        np.load(out)["x_image"], np.load(fresh)["x_image"], rtol=1e-5, atol=1e-6
+        np.load(out)["x_image"], np.load(fresh)["x_image"], rtol=1e-4, atol=1e-5
     )
 
 
