@@ -236,6 +236,18 @@ def tiny_images(path: Path, *, seed: int = 0) -> Path:
     return path
 
 
+def features_options(features: Path, rounds: int) -> list[str]:
+    """Return the ``--set`` options of a run on the features file (``mlp``)."""
+    options = {
+        "dataset": "npz",
+        "data-path": str(features),
+        "model": "mlp",
+        "rounds": rounds,
+        "eval-every": rounds,
+    }
+    return [arg for k, v in options.items() for arg in ("--set", f"{k}={v}")]
+
+
 def run_step(cmd: list[str], log: Path, timeout: float, env: dict) -> tuple[int, float]:
     """Run ``cmd`` with its output in ``log``; (exit code, seconds). 124 = timeout."""
     t0 = time.monotonic()
@@ -448,18 +460,7 @@ def main() -> None:  # noqa: C901 -- one linear script, step after step
         shutil.rmtree(results, ignore_errors=True)
         results.mkdir(parents=True)
         if protocol == "features":
-            data = [
-                "--set",
-                "dataset=npz",
-                "--set",
-                f"data-path={features}",
-                "--set",
-                "model=mlp",
-                "--set",
-                f"rounds={plan.features_rounds}",
-                "--set",
-                f"eval-every={plan.features_rounds}",
-            ]
+            data = features_options(features, plan.features_rounds)
         else:
             data = [
                 "--set",
@@ -540,16 +541,7 @@ def main() -> None:  # noqa: C901 -- one linear script, step after step
             str(results),
             "--set",
             "strategy=fedavg",
-            "--set",
-            "dataset=npz",
-            "--set",
-            f"data-path={features}",
-            "--set",
-            "model=mlp",
-            "--set",
-            "rounds=1",
-            "--set",
-            "eval-every=1",
+            *features_options(features, 1),
             *common,
         ]
         rc, secs = run_step(cmd, logs / "loopback.log", budget.left(), env)

@@ -46,6 +46,8 @@ from typing import Any
 
 import numpy as np
 
+from hashdata.recipes.common import file_sha256
+
 #: Backbones this command knows: name -> feature width.
 BACKBONES: dict[str, int] = {"efficientnet-lite0": 1280}
 #: Rows per resumable chunk.
@@ -70,15 +72,6 @@ class Job:
     rows_sha256: str
     n_rows: int
     chunk_rows: int
-
-
-def file_sha256(path: Path) -> str:
-    """Hex sha256 of a file's bytes."""
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def parse_subset(text: str) -> tuple[int, int]:
