@@ -361,7 +361,8 @@ def main() -> None:
     print(
         f"{len(manifest['wheels'])} wheels for CPython {args.python_version}; Ray "
         f"{ray['original_bytes'] / 2**20:.1f} MiB wheel without {ray['dropped']} "
-        f"jar files ({ray['dropped_bytes'] / 2**20:.1f} MiB), "
+        f"files ({ray['dropped_bytes'] / 2**20:.1f} MiB unpacked: jars, dashboard "
+        "client, libraries), "
         f"{len(ray['stripped'])} binaries stripped"
     )
     print(f"{args.out_dir / ARCHIVE}: {mib:.1f} MiB (limit {LIMIT_MIB} MiB)")

@@ -1,8 +1,9 @@
 """benchmarks/gpu_bundle.py: the wheel rewrite that makes Ray fit one device call.
 
 The download and the Ray check need the network and a large wheel; they ran once
-(docs/results/gpu/bundle.json). Here: a small synthetic wheel is rewritten, pip
-installs it (which checks every RECORD hash) and it imports.
+(docs/results/gpu/bundle/manifest-*.json). Here: a small synthetic wheel is
+rewritten, its RECORD is verified (pip does not check it), pip installs it and it
+imports.
 """
 
 from __future__ import annotations
