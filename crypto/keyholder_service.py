@@ -54,7 +54,7 @@ import json
 import logging
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -199,15 +199,20 @@ def create_app(
             {"session": keyholder.session_id().hex(), "proof": proof.hex()}
         )
 
-    @app.post(IDENTIFY_PATH)
-    async def identify(request: Request) -> JSONResponse:
+    async def guarded(
+        request: Request,
+        limit: int,
+        handle: Callable[[bytes], Awaitable[JSONResponse]],
+    ) -> JSONResponse:
+        """Gate every endpoint that reads a body, then call ``handle(body)``.
+
+        The token, the size (declared, then as streamed) and a request slot.
+        """
         if not authorized(request):
             return unauthorized()
         declared = request.headers.get("content-length")
-        if declared is not None and (
-            not declared.isdigit() or int(declared) > identify_limit
-        ):
-            return _too_large(identify_limit)
+        if declared is not None and (not declared.isdigit() or int(declared) > limit):
+            return _too_large(limit)
         if not slots.acquire(blocking=False):
             return JSONResponse(
                 {"detail": "keyholder busy, retry later"},
@@ -218,52 +223,28 @@ def create_app(
             chunks, size = [], 0
             async for chunk in request.stream():
                 size += len(chunk)
-                if size > identify_limit:
-                    return _too_large(identify_limit)
+                if size > limit:
+                    return _too_large(limit)
                 chunks.append(chunk)
-            try:
-                stream, round_, masked = _parse_identify(json.loads(b"".join(chunks)))
-                culprits = await run_in_threadpool(
-                    keyholder.identify, stream, round_, masked
-                )
-            except AggregateRefused as error:
-                return _refused(error, None)
-            except Exception as error:  # malformed: the caller's error, never a 500
-                return _refused(AggregateRefused("malformed"), type(error).__name__)
-            return JSONResponse({"culprits": list(culprits)})
+            return await handle(b"".join(chunks))
         finally:
             slots.release()
 
-    @app.post(DECRYPT_PATH)
-    async def decrypt_aggregate(request: Request) -> JSONResponse:
-        if not authorized(request):
-            return unauthorized()
-        declared = request.headers.get("content-length")
-        if declared is not None and (
-            not declared.isdigit() or int(declared) > max_body_bytes
-        ):
-            return _too_large(max_body_bytes)
-        if not slots.acquire(blocking=False):
-            return JSONResponse(
-                {"detail": "keyholder busy, retry later"},
-                status_code=429,
-                headers={"Retry-After": "1"},
+    async def _identify(raw: bytes) -> JSONResponse:
+        try:
+            stream, round_, masked = _parse_identify(json.loads(raw))
+            culprits = await run_in_threadpool(
+                keyholder.identify, stream, round_, masked
             )
-        try:
-            return await _serve(request)
-        finally:
-            slots.release()
+        except AggregateRefused as error:
+            return _refused(error, None)
+        except Exception as error:  # malformed: the caller's error, never a 500
+            return _refused(AggregateRefused("malformed"), type(error).__name__)
+        return JSONResponse({"culprits": list(culprits)})
 
-    async def _serve(request: Request) -> JSONResponse:
-        chunks = []
-        size = 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > max_body_bytes:
-                return _too_large(max_body_bytes)
-            chunks.append(chunk)
+    async def _decrypt(raw: bytes) -> JSONResponse:
         try:
-            body = json.loads(b"".join(chunks))
+            body = json.loads(raw)
         except Exception:  # undecodable, too deep: the client's error
             return _refused(AggregateRefused("malformed"), "body is not valid JSON")
         if not isinstance(body, dict) or set(body) != {"encrypted_sum"}:
@@ -279,6 +260,14 @@ def create_app(
             logger.exception("keyholder: unexpected error on a request")
             return _refused(AggregateRefused("malformed"), type(error).__name__)
         return JSONResponse({"sums": [str(value) for value in sums.tolist()]})
+
+    @app.post(IDENTIFY_PATH)
+    async def identify(request: Request) -> JSONResponse:
+        return await guarded(request, identify_limit, _identify)
+
+    @app.post(DECRYPT_PATH)
+    async def decrypt_aggregate(request: Request) -> JSONResponse:
+        return await guarded(request, max_body_bytes, _decrypt)
 
     return app
 
