@@ -20,13 +20,12 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-
-from tests.compose_local import free_port
 
 RAY = Path(sys.executable).parent / "ray"
 
@@ -41,21 +40,24 @@ class LoopbackCluster:
     def __init__(self) -> None:
         # short: Ray's Unix sockets live under the temp dir (108-byte path limit)
         self.root = Path(tempfile.mkdtemp(prefix="fh-ray-", dir="/tmp"))
-        self.port = free_port()
+        self.used: set[int] = set()  # every port handed to this cluster's nodes
+        self.port = self.ports(1)[0]
         self.address = f"127.0.0.1:{self.port}"
         self.procs: dict[str, subprocess.Popen] = {}
 
     def start(self, name: str, *args: str, num_cpus: int = 1) -> None:
         temp = self.root / name
         temp.mkdir()
-        ports = {  # every port explicit and free: other Ray instances may run here
-            "--node-manager-port": free_port(),
-            "--object-manager-port": free_port(),
-            "--metrics-export-port": free_port(),
-            "--runtime-env-agent-port": free_port(),
-            "--dashboard-agent-listen-port": free_port(),
-            "--dashboard-agent-grpc-port": free_port(),
-        }
+        flags = (
+            "--node-manager-port",
+            "--object-manager-port",
+            "--metrics-export-port",
+            "--runtime-env-agent-port",
+            "--dashboard-agent-listen-port",
+            "--dashboard-agent-grpc-port",
+        )
+        # every port explicit, free and distinct: other Ray instances may run here
+        ports = dict(zip(flags, self.ports(len(flags)), strict=True))
         cmd = [str(RAY), "start", *args, "--block", "--num-cpus", str(num_cpus)]
         cmd += ["--node-ip-address", "127.0.0.1", "--temp-dir", str(temp)]
         cmd += ["--object-store-memory", str(128 * 1024**2), "--disable-usage-stats"]
@@ -66,7 +68,29 @@ class LoopbackCluster:
                 cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )
 
+    def ports(self, n: int) -> list[int]:
+        """Return ``n`` free ports, distinct from each other and from earlier ones.
+
+        Each is held open until all are drawn: two separate ``free_port()`` calls
+        can return the same port, and Ray refuses a port given to two components.
+        """
+        socks, out = [], []
+        try:
+            while len(out) < n:
+                sock = socket.socket()
+                socks.append(sock)
+                sock.bind(("127.0.0.1", 0))
+                port = sock.getsockname()[1]
+                if port not in self.used:
+                    self.used.add(port)
+                    out.append(port)
+        finally:
+            for sock in socks:
+                sock.close()
+        return out
+
     def start_head(self, num_cpus: int = 1) -> None:
+        dashboard, client = self.ports(2)
         self.start(
             "head",
             "--head",
@@ -75,9 +99,9 @@ class LoopbackCluster:
             "--include-dashboard",
             "false",
             "--dashboard-port",
-            str(free_port()),
+            str(dashboard),
             "--ray-client-server-port",
-            str(free_port()),
+            str(client),
             "--num-gpus",
             "0",
             num_cpus=num_cpus,
