@@ -12,7 +12,7 @@ folder                 contents (who mounts it)
 ``ca/``                ``ca.crt``, ``ca.key``: the private CA. Mounted nowhere;
                        keep ``ca.key`` offline.
 ``superlink/``         ``ca.crt``, ``server.crt``/``server.key`` (SANs ``superlink``,
-                       ``localhost``, ``127.0.0.1``, ``::1`` and ``--superlink-san``),
+                       ``superlink-core``, ``localhost``, ``127.0.0.1``, ``::1``),
                        ``superexec.secret`` (SuperLink)
 ``serverapp/``         ``ca.crt``, ``superexec.secret``, ``aggregator.json`` (the
                        ServerApp executor; ``dphe.key-dir`` points here)
@@ -31,6 +31,12 @@ folder                 contents (who mounts it)
 ``fleet-gateway/``     ``ca.crt``, ``server.crt``/``server.key`` (SANs
                        ``fleet-gateway``, loopback names and ``--superlink-san``):
                        the Fleet-only listener the SuperNodes connect to
+``runtime-gateway/``   ``ca.crt``, ``server.crt``/``server.key`` (SANs
+                       ``runtime-gateway``, loopback names): the Runtime-only
+                       listener the ServerApp executor connects to
+``control-gateway/``   ``ca.crt``, ``server.crt``/``server.key`` (SANs
+                       ``control-gateway``, loopback names and ``--superlink-san``):
+                       the Control-only listener published on the host's loopback
 ``fab-registry/``      ``ca.crt``, ``server.crt``/``server.key`` (SANs
                        ``fab-registry``, loopback names): where the SuperLink
                        fetches signed FABs (``deploy/fab_registry.py``)
@@ -42,7 +48,8 @@ folder                 contents (who mounts it)
                        (``127.0.0.1:<port>``, TLS with ``ca/ca.crt``) and
                        ``fedhash-insecure``: ``FLWR_HOME`` for ``flwr run`` on the
                        host
-``flwr-cli/``          ``config.toml`` with connection ``fedhash`` (``superlink:8000``)
+``flwr-cli/``          ``config.toml`` with connection ``fedhash``
+                       (``control-gateway:9093``)
                        and ``ca.crt``: the compose service that registers SuperNodes
 =====================  ==========================================================
 
@@ -79,6 +86,10 @@ DEFAULT_OUT = Path("deploy/credentials")
 MARKER = ".fedhash-credentials"
 SUPERLINK_SERVICE = "superlink"
 FLEET_GATEWAY_SERVICE = "fleet-gateway"
+RUNTIME_GATEWAY_SERVICE = "runtime-gateway"
+CONTROL_GATEWAY_SERVICE = "control-gateway"
+CONTROL_GATEWAY_PORT = 9093
+SUPERLINK_CORE_NAME = "superlink-core"  # its alias on the only network it listens on
 FAB_REGISTRY_SERVICE = "fab-registry"
 TRUSTED_ENTITIES_FILE = "trusted-entities.yaml"
 KEYHOLDER_SERVICE = "keyholder"
@@ -141,6 +152,16 @@ class Credentials:
     def fleet_gateway(self) -> Path:
         """The Fleet gateway's folder (the SuperNodes' only way in)."""
         return self.root / FLEET_GATEWAY_SERVICE
+
+    @property
+    def runtime_gateway(self) -> Path:
+        """The Runtime gateway's folder (the ServerApp executor's only way in)."""
+        return self.root / RUNTIME_GATEWAY_SERVICE
+
+    @property
+    def control_gateway(self) -> Path:
+        """The Control gateway's folder (the operator's host only)."""
+        return self.root / CONTROL_GATEWAY_SERVICE
 
     @property
     def fab_registry(self) -> Path:
@@ -420,14 +441,22 @@ def generate(
         return secrets.token_hex(32).encode("ascii")
 
     link_secret = secret()
-    server(creds.superlink, [SUPERLINK_SERVICE, *LOOPBACK_NAMES, *superlink_sans])
+    # the SuperLink is reached only by its gateways (and its own health check)
+    server(creds.superlink, [SUPERLINK_SERVICE, SUPERLINK_CORE_NAME, *LOOPBACK_NAMES])
     _write(creds.superlink / "superexec.secret", link_secret, secret=True)
     _write(creds.serverapp / "superexec.secret", link_secret, secret=True)
     server(creds.keyholder, [KEYHOLDER_SERVICE, *LOOPBACK_NAMES])
     # the SuperNodes reach the SuperLink through the gateway, under the same names
+    # SuperNodes reach the Fleet gateway, the operator the Control gateway, under
+    # the SuperLink's public names (--superlink-san)
     server(
         creds.fleet_gateway, [FLEET_GATEWAY_SERVICE, *LOOPBACK_NAMES, *superlink_sans]
     )
+    server(
+        creds.control_gateway,
+        [CONTROL_GATEWAY_SERVICE, *LOOPBACK_NAMES, *superlink_sans],
+    )
+    server(creds.runtime_gateway, [RUNTIME_GATEWAY_SERVICE, *LOOPBACK_NAMES])
     server(creds.fab_registry, [FAB_REGISTRY_SERVICE, *LOOPBACK_NAMES])
     signing_private, signing_public, signing_id = make_fab_signing_key("fab-signing")
     _write(creds.fab_signing_key, signing_private, secret=True)
@@ -441,6 +470,8 @@ def generate(
         creds.serverapp,
         creds.keyholder,
         creds.fleet_gateway,
+        creds.runtime_gateway,
+        creds.control_gateway,
         creds.fab_registry,
     ):
         _write(folder / "ca.crt", ca_pem, secret=False)
@@ -471,7 +502,7 @@ def generate(
     _write(
         cli / "config.toml",
         connection_toml(
-            address=f"{SUPERLINK_SERVICE}:{COMPOSE_SUPERLINK_PORT}",
+            address=f"{CONTROL_GATEWAY_SERVICE}:{CONTROL_GATEWAY_PORT}",
             root_certificates="/credentials/ca.crt",
         ).encode(),
         secret=False,

@@ -389,7 +389,7 @@ def test_supernodes_run_only_fabs_signed_by_a_trusted_entity(
     FAB arrives without signatures: Flower 1.42 attaches them only to FABs
     fetched from the Hub, here the registry) and the registry serving a FAB signed
     by a key the nodes do not trust. The trusted-id-but-wrong-key case is in
-    tests/integration/test_fleet_gateway.py.
+    tests/integration/test_api_gateway.py.
     """
     dep = deployment
     private, _, rogue_id = make_fab_signing_key("rogue")

@@ -28,7 +28,7 @@ from packaging.version import Version
 
 from crypto.keyholder_service import build_parser as keyholder_parser
 from deploy.fab_registry import build_parser as registry_parser
-from deploy.fleet_gateway import build_parser as gateway_parser
+from deploy.api_gateway import build_parser as gateway_parser
 from deploy.generate import COMPOSE_SUPERLINK_PORT, generate
 from deploy.register import build_parser as register_parser
 from settings.check import parse_run_config
@@ -89,7 +89,7 @@ def known_flags(command: list[str]) -> set[str] | None:
         parser = keyholder_parser()
     elif command[:3] == ["python", "-m", "deploy.register"]:
         parser = register_parser()
-    elif command[:3] == ["python", "-m", "deploy.fleet_gateway"]:
+    elif command[:3] == ["python", "-m", "deploy.api_gateway"]:
         parser = gateway_parser()
     elif command[:4] == ["python", "-m", "deploy.fab_registry", "serve"]:
         sub = next(a for a in registry_parser()._actions if a.choices)
@@ -117,6 +117,8 @@ def test_compose_files_are_yaml_with_known_services(name: str, compose: dict):
             "serverapp",
             "keyholder",
             "fleet-gateway",
+            "runtime-gateway",
+            "control-gateway",
             "fab-registry",
             *SUPERNODES,
             *CLIENTAPPS,
@@ -149,8 +151,12 @@ def test_ports_agree(compose: dict):
     link = flags(services["superlink"]["command"])
     port = int(link["--port"])
     assert port == COMPOSE_SUPERLINK_PORT  # what deploy.generate's configs use
-    # published on the host's loopback only: the Control API has no user auth
-    assert services["superlink"]["ports"] == [f"127.0.0.1:{port}:{port}"]
+    # nothing of the SuperLink is published: the host reaches the Control gateway,
+    # on its loopback only (the Control API has no user auth), at the port the
+    # host's Flower config names
+    assert "ports" not in services["superlink"]
+    control = int(flags(services["control-gateway"]["command"])["--port"])
+    assert services["control-gateway"]["ports"] == [f"127.0.0.1:{port}:{control}"]
     for name, service in services.items():
         command = service.get("command", [])
         for flag in ("--superlink", "--runtime-api-address"):
@@ -333,25 +339,41 @@ def test_credentials_data_and_results_never_enter_a_fab():
     assert kept == {".gitignore", "pyproject.toml", "deploy/generate.py"}
 
 
-CONTROL_LISTENER = "superlink"  # Flower 1.42: Fleet, Control, Runtime on one port
-OPERATOR_SIDE = {"superlink", "register-supernodes", "fleet-gateway", "fab-registry"}
+CORE = "superlink-core"  # the only network the SuperLink listens on
+GATEWAYS = {"fleet-gateway": "fleet", "runtime-gateway": "runtime", "control-gateway": "control"}
 
 
 def _members(services: dict, network: str) -> set[str]:
     return {n for n, s in services.items() if network in s.get("networks", [])}
 
 
-def test_no_supernode_shares_a_network_with_the_control_api(compose: dict):
+def test_each_party_reaches_only_the_gateway_of_its_api(compose: dict):
+    """Flower 1.42 serves Fleet, Control and Runtime on one SuperLink port, with no
+    user authentication on Control. The SuperLink listens only on its address on
+    `superlink-core`, whose only other members are the three gateways; SuperNodes
+    reach the Fleet gateway, the ServerApp executor the Runtime gateway, the host and
+    the key registration the Control gateway; the FAB registry, on `registry` with
+    the SuperLink, finds nothing listening there."""
     services, networks = compose["services"], compose["networks"]
-    control = set(services[CONTROL_LISTENER]["networks"])
-    for name in (*SUPERNODES, *CLIENTAPPS):
-        shared = control & set(services[name]["networks"])
-        assert not shared, f"{name} shares {shared} with the Control API listener"
-    # the SuperLink's networks: the operator's side only
-    for network in control:
-        assert _members(services, network) <= OPERATOR_SIDE | {"serverapp"}, network
-    # the SuperNodes' network holds SuperNodes and the Fleet-only gateway, nothing
-    # else; the gateway's way to the SuperLink is a network of those two only
+    link = services["superlink"]
+    assert flags(link["command"])["--host"] == CORE
+    assert link["networks"][CORE] == {"aliases": [CORE]}
+    for name, service in services.items():  # the alias is defined nowhere else
+        nets = service.get("networks", [])
+        if isinstance(nets, dict):
+            for net, cfg in nets.items():
+                assert CORE not in ((cfg or {}).get("aliases") or []) or (
+                    name, net) == ("superlink", CORE), name
+    assert networks[CORE]["internal"] is True
+    assert _members(services, CORE) == {"superlink", *GATEWAYS}
+    for gateway, api in GATEWAYS.items():
+        command = flags(services[gateway]["command"])
+        assert command["--api"] == api, gateway
+        assert command["--superlink"] == f"superlink:{COMPOSE_SUPERLINK_PORT}"
+    # whoever else shares a network with the SuperLink: the FAB registry only
+    for network in set(link["networks"]) - {CORE}:
+        assert _members(services, network) == {"superlink", "fab-registry"}, network
+    # SuperNodes: only the Fleet gateway, on networks of SuperNodes and it alone
     for name in SUPERNODES:
         for network in services[name]["networks"]:
             if network.startswith("node-"):
@@ -359,21 +381,25 @@ def test_no_supernode_shares_a_network_with_the_control_api(compose: dict):
             assert _members(services, network) == {*SUPERNODES, "fleet-gateway"}
         target = flags(services[name]["command"])["--superlink"]
         assert target.split(":")[0] == "fleet-gateway", name
-    gateway = flags(services["fleet-gateway"]["command"])
-    assert gateway["--superlink"] == f"{CONTROL_LISTENER}:{COMPOSE_SUPERLINK_PORT}"
-    inner = set(services["fleet-gateway"]["networks"]) & control
-    assert len(inner) == 1
-    assert _members(services, inner.pop()) == {"fleet-gateway", CONTROL_LISTENER}
+    # the ServerApp executor: only the Runtime gateway (and the keyholder)
+    serverapp = services["serverapp"]
+    target = flags(serverapp["command"])["--runtime-api-address"]
+    assert target.split(":")[0] == "runtime-gateway"
+    assert _members(services, "runtime") == {"serverapp", "runtime-gateway"}
+    assert not set(serverapp["networks"]) & set(link["networks"])
+    # the Control gateway: the host's loopback and the one-shot registration only
+    assert set(services["register-supernodes"]["networks"]) == {"control"}
+    assert _members(services, "control") == {"control-gateway", "register-supernodes"}
+    for name in (*SUPERNODES, *CLIENTAPPS, "serverapp", "keyholder", "fab-registry"):
+        assert not set(services[name]["networks"]) & {"control", CORE}, name
     # internal networks stay internal; only `control` (host loopback) and `fleet`
     # have a route out
     outside = {n for n, cfg in networks.items() if not (cfg or {}).get("internal")}
     assert outside == {"control", "fleet"}
-    # the Control API port is published on the host's loopback only; the gateway's
-    # port defaults to loopback too (FEDHASH_FLEET_BIND opens it for remote nodes)
-    assert services[CONTROL_LISTENER]["ports"] == ["127.0.0.1:8000:8000"]
+    # the gateway's port defaults to loopback (FEDHASH_FLEET_BIND opens it)
     assert services["fleet-gateway"]["ports"] == ["127.0.0.1:9092:9092"]
-    # registration runs on the operator's side, against the SuperLink's own port
-    assert set(services["register-supernodes"]["networks"]) <= control
+    for name in ("runtime-gateway", "serverapp", "fab-registry", "keyholder"):
+        assert "ports" not in services[name], name
 
 
 def test_supernodes_run_only_signed_fabs(compose: dict, creds):
@@ -432,6 +458,8 @@ needs_compose = pytest.mark.skipif(
 LONG_RUNNING = {
     "superlink",
     "fleet-gateway",
+    "runtime-gateway",
+    "control-gateway",
     "fab-registry",
     "serverapp",
     "keyholder",
@@ -645,7 +673,7 @@ _PROGRAMS = {
     "flower-superlink": "superlink",
     "python -m deploy.fab_registry serve": "fab-registry",
     "python -m crypto.keyholder_service": "keyholder",
-    "python -m deploy.fleet_gateway": "fleet-gateway",
+    "python -m deploy.api_gateway": "fleet-gateway",
     "flower-supernode": "supernode-0",
 }
 

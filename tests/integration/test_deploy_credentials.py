@@ -46,12 +46,15 @@ def _sans(cert: x509.Certificate) -> set[str]:
 def test_server_certificates_are_signed_by_the_ca_for_their_names(creds):
     ca = _cert(creds.ca_cert)
     expected = {
-        creds.superlink: {"superlink", "localhost", "127.0.0.1", "::1"}
-        | {"flwr.example.org", "10.0.0.5"},
+        # only its gateways reach the SuperLink: no public name
+        creds.superlink: {"superlink", "superlink-core", "localhost", "127.0.0.1", "::1"},
         creds.keyholder: {"keyholder", "localhost", "127.0.0.1"},
         # remote SuperNodes reach the gateway under the SuperLink's extra names
         creds.fleet_gateway: {"fleet-gateway", "localhost", "127.0.0.1"}
         | {"flwr.example.org", "10.0.0.5"},
+        creds.control_gateway: {"control-gateway", "localhost", "127.0.0.1"}
+        | {"flwr.example.org", "10.0.0.5"},
+        creds.runtime_gateway: {"runtime-gateway", "localhost", "127.0.0.1"},
         creds.fab_registry: {"fab-registry", "localhost", "127.0.0.1"},
         **{creds.supernode(i): {f"supernode-{i}", "localhost"} for i in range(N)},
     }
@@ -155,7 +158,7 @@ def test_flower_homes_point_at_the_superlink(creds):
     }
     assert host["superlink"]["fedhash-insecure"]["insecure"] is True
     cli = tomllib.loads((creds.root / "flwr-cli" / "config.toml").read_text())
-    assert cli["superlink"]["fedhash"]["address"] == "superlink:8000"
+    assert cli["superlink"]["fedhash"]["address"] == "control-gateway:9093"
 
 
 def test_refusals(tmp_path, creds, capsys):
@@ -208,7 +211,12 @@ def test_fab_signing_key_and_trusted_entities_are_what_flower_loads(creds):
         _validate_public_keys_ed25519(entities)
         assert list(entities) == [key_id]
         assert load_ssh_public_key(entities[key_id].encode()) == key.public_key()
-    for folder in (creds.fleet_gateway, creds.fab_registry):
+    for folder in (
+        creds.fleet_gateway,
+        creds.runtime_gateway,
+        creds.control_gateway,
+        creds.fab_registry,
+    ):
         assert names(folder) == {"ca.crt", "server.crt", "server.key"}
     # the signing key is in no service's folder
     assert [p for p in creds.root.rglob("fab-signing.key")] == [creds.fab_signing_key]

@@ -1,4 +1,4 @@
-"""deploy/fleet_gateway.py and deploy/fab_registry.py without processes.
+"""deploy/api_gateway.py and deploy/fab_registry.py without processes.
 
 The gateway is driven in-process (ASGI) with a fake SuperLink behind it; the
 registry's signatures are checked with Flower 1.42's own SuperNode verification
@@ -23,8 +23,8 @@ from flwr.supernode.start_client_internal import _verify_fab
 
 from deploy.fab_registry import create_app as create_registry
 from deploy.fab_registry import fab_paths, publish, sign_fab
-from deploy.fleet_gateway import DEFAULT_MAX_BODY, FleetGateway, allowed, fleet_paths
-from deploy.fleet_gateway import main as gateway_main
+from deploy.api_gateway import DEFAULT_MAX_BODY, ApiGateway, allowed, api_paths, fleet_paths
+from deploy.api_gateway import main as gateway_main
 from deploy.generate import make_fab_signing_key, trusted_entities_yaml
 from tests.compose_local import ROOT
 
@@ -53,6 +53,27 @@ def test_gateway_allows_exactly_flowers_fleet_routes():
     assert any(p.startswith("/v1/control/") for p in everything)  # refused above
 
 
+def test_each_gateway_allows_exactly_its_apis_routes_and_no_other():
+    """fleet / runtime / control split every API route of the SuperLink between them,
+    with no route in two of them: the ServerApp's gateway serves no Control route,
+    the operator's no Runtime route, and so on."""
+    everything = _all_superlink_paths()
+    apis = {api: api_paths(api) for api in ("fleet", "runtime", "control")}
+    assert "/v1/runtime/pull-task-input" in apis["runtime"]
+    assert "/v1/control/start-run" in apis["control"]
+    for api, paths in apis.items():
+        assert paths <= everything, api
+        for other, other_paths in apis.items():
+            if other != api:
+                assert not paths & other_paths, (api, other)
+                for path in other_paths:
+                    assert not allowed("POST", path, paths), (api, path)
+    served = set().union(*apis.values())
+    assert {p for p in everything - served if p.startswith("/v1/")} == set()
+    with pytest.raises(ValueError, match="accepted are fleet, runtime, control"):
+        api_paths("admin")
+
+
 def _gateway_call(method: str, raw_path: bytes, body: bytes = b"", headers=()):
     seen: list[httpx.Request] = []
 
@@ -67,9 +88,9 @@ def _gateway_call(method: str, raw_path: bytes, body: bytes = b"", headers=()):
         seen.append(request)
         return httpx.Response(200, stream=Body(b"pong:" + request.content))
 
-    gateway = FleetGateway(
+    gateway = ApiGateway(
         "https://superlink:8000",
-        fleet=fleet_paths(),
+        paths=fleet_paths(),
         transport=httpx.MockTransport(upstream),
         max_body=1024,
     )
@@ -184,7 +205,7 @@ def test_gateway_streams_bodies_instead_of_buffering_them():
     # the old gateway read the whole body (up to 512 MiB) before forwarding a byte
     progress = [0]
     upstream = _Recorder(progress)
-    gateway = FleetGateway("https://superlink:8000", fleet=fleet_paths(),
+    gateway = ApiGateway("https://superlink:8000", paths=fleet_paths(),
                            transport=upstream, max_body=10_000)
     sent: list = []
     asyncio.run(gateway(_scope(), _pieces(4, 1000, progress), _collector(sent)))
@@ -196,7 +217,7 @@ def test_gateway_streams_bodies_instead_of_buffering_them():
 def test_gateway_cuts_a_long_body_and_refuses_a_declared_one_unread():
     progress = [0]
     upstream = _Recorder(progress)
-    gateway = FleetGateway("https://superlink:8000", fleet=fleet_paths(),
+    gateway = ApiGateway("https://superlink:8000", paths=fleet_paths(),
                            transport=upstream, max_body=2500)
     assert gateway.max_body < 512 * 1024 * 1024
     sent: list = []
@@ -214,7 +235,7 @@ def test_gateway_caps_requests_in_flight_and_stalled_bodies():
     async def scenario():
         gate = asyncio.Event()
         progress = [0]
-        gateway = FleetGateway("https://superlink:8000", fleet=fleet_paths(),
+        gateway = ApiGateway("https://superlink:8000", paths=fleet_paths(),
                                transport=_Recorder(progress, gate), max_active=1,
                                body_idle_s=0.05)
         first: list = []

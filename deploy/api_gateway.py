@@ -1,31 +1,39 @@
-"""The SuperNodes' only way to the SuperLink: ``python -m deploy.fleet_gateway``.
+"""One of a SuperLink's APIs, and nothing else: ``python -m deploy.api_gateway``.
 
-Usage: ``python -m deploy.fleet_gateway --superlink superlink:8000 --root-certificates
-CA --host 0.0.0.0 --port 9092 --ssl-certfile CRT --ssl-keyfile KEY [--insecure]``.
+Usage: ``python -m deploy.api_gateway --api fleet|runtime|control --superlink
+superlink:8000 --root-certificates CA --host 0.0.0.0 --port 9092 --ssl-certfile CRT
+--ssl-keyfile KEY [--insecure]``.
 
 Flower 1.42's SuperLink serves its Fleet, Control and Runtime APIs from one HTTP
 listener (``superlink/cli/flower_superlink.py``: ``_run_superlink_http_api`` runs one
 ``uvicorn`` server for the app that ``superlink/main.py`` builds with all three
 routers; ``--fleet-api-address`` and ``--control-api-address`` are deprecated and only
 start legacy gRPC servers behind internal switches). The open-source Control API
-has no user authentication: whoever reaches that port can submit runs and register
-SuperNode keys (``/v1/control/register-node``).
+has no user authentication: whoever reaches that port can submit runs, submit FABs
+and register SuperNode keys (``/v1/control/register-node``).
 
-So the SuperLink is put on networks no SuperNode is on, and the SuperNodes talk to
-this gateway instead. It is a separate listener that serves exactly the Fleet API:
+So in the compose deployment the SuperLink listens only on a network that holds
+nothing but these gateways (``superlink-core``), and every other party reaches it
+through the gateway of the one API it needs:
 
-* ``POST`` on the paths of Flower's own Fleet router
-  (``flwr.superlink.routers.fleet.router``, all under ``/v1/fleet/``) and ``GET`` /
-  ``HEAD /health`` are forwarded unchanged (body and headers, so SuperNode
-  authentication, which signs a timestamp header, still works end to end) to the
-  SuperLink over TLS, verified against the deployment's CA;
-* everything else (the Control API ``/v1/control/*``, the Runtime API
-  ``/v1/runtime/*``, ``/docs``, ``/openapi.json``, any other path or method) is
-  answered ``404`` here and never reaches the SuperLink. Paths are compared exactly,
-  so ``..``, ``//`` or percent-encoding cannot reach another route.
+* ``--api fleet`` (the SuperNodes): ``POST`` on the paths of Flower's Fleet router
+  (``flwr.superlink.routers.fleet.router``, all under ``/v1/fleet/``);
+* ``--api runtime`` (the ServerApp executor): ``POST`` on the paths of Flower's
+  Runtime routers (``flwr.supercore.routers.runtime``, all under ``/v1/runtime/``);
+* ``--api control`` (the operator's host and the one-shot key registration only):
+  ``POST`` on the paths of Flower's Control router (all under ``/v1/control/``).
 
-The gateway has no credentials of its own beyond its TLS certificate; it does not
-weaken SuperNode authentication, which the SuperLink still checks.
+``GET`` / ``HEAD /health`` is served by each. Allowed requests are forwarded
+unchanged (body and headers, so SuperNode authentication, which signs a timestamp
+header, and the SuperExec secret still work end to end) to the SuperLink over TLS,
+verified against the deployment's CA. Everything else (the other APIs, ``/docs``,
+``/openapi.json``, any other path or method) is answered ``404`` here and never
+reaches the SuperLink. Paths are compared exactly, so ``..``, ``//`` or
+percent-encoding cannot reach another route.
+
+A gateway has no credentials of its own beyond its TLS certificate; it does not
+weaken SuperNode authentication or the SuperExec secret, which the SuperLink still
+checks.
 
 Anyone who reaches the gateway's port can send it bodies before any authentication
 (the SuperLink checks the node's signature only once the request is complete), so
@@ -56,7 +64,7 @@ from typing import Any
 
 import httpx
 
-FLEET_PREFIX = "/v1/fleet/"
+PREFIXES = {"fleet": "/v1/fleet/", "runtime": "/v1/runtime/", "control": "/v1/control/"}
 HEALTH = "/health"
 HOP_BY_HOP = frozenset(
     {
@@ -80,27 +88,53 @@ Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
-log = logging.getLogger("fleet_gateway")
+log = logging.getLogger("api_gateway")
+
+
+def _router_paths(api: str) -> list[str]:
+    """The paths of Flower's own router(s) for ``api``."""
+    if api == "fleet":
+        from flwr.superlink.routers.fleet.router import router  # noqa: PLC0415
+
+        routers = [router]
+    elif api == "runtime":
+        from flwr.supercore.routers.runtime.responses import (  # noqa: PLC0415
+            router as responses,
+        )
+        from flwr.supercore.routers.runtime.router import router  # noqa: PLC0415
+
+        routers = [router, responses]
+    elif api == "control":
+        from flwr.superlink.routers.control.router import router  # noqa: PLC0415
+
+        routers = [router]
+    else:
+        raise ValueError(f"api={api!r}: accepted are {', '.join(PREFIXES)}")
+    return [route.path for r in routers for route in r.routes]
+
+
+def api_paths(api: str) -> frozenset[str]:
+    """Return the paths of one of Flower's SuperLink APIs (``fleet``, ``runtime``,
+    ``control``); each starts with that API's prefix (``/v1/<api>/``)."""
+    paths = frozenset(_router_paths(api))
+    if not paths or not all(p.startswith(PREFIXES[api]) for p in paths):
+        raise RuntimeError(f"unexpected {api} routes in this Flower: {sorted(paths)}")
+    return paths
 
 
 def fleet_paths() -> frozenset[str]:
     """Return the paths of Flower's Fleet API router (all ``/v1/fleet/...``)."""
-    from flwr.superlink.routers.fleet.router import router  # noqa: PLC0415
-
-    paths = frozenset(route.path for route in router.routes)
-    if not paths or not all(p.startswith(FLEET_PREFIX) for p in paths):
-        raise RuntimeError(f"unexpected Fleet routes in this Flower: {sorted(paths)}")
-    return paths
+    return api_paths("fleet")
 
 
-def allowed(method: str, path: str, fleet: frozenset[str]) -> bool:
-    """Whether the gateway forwards ``method path``."""
+def allowed(method: str, path: str, paths: frozenset[str]) -> bool:
+    """Whether the gateway forwards ``method path`` (``paths``: its API's)."""
     if path == HEALTH:
         return method in ("GET", "HEAD")
-    return method == "POST" and path in fleet
+    return method == "POST" and path in paths
 
 
-class FleetGateway:
+class ApiGateway:
     """ASGI app: forward allowed requests to ``upstream``, refuse the rest."""
 
     def __init__(
@@ -108,14 +142,14 @@ class FleetGateway:
         upstream: str,
         *,
         verify: ssl.SSLContext | bool = True,
-        fleet: frozenset[str] | None = None,
+        paths: frozenset[str] | None = None,
         max_body: int = DEFAULT_MAX_BODY,
         max_active: int = DEFAULT_MAX_CONNECTIONS,
         body_idle_s: float = DEFAULT_BODY_IDLE_S,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.upstream = upstream.rstrip("/")
-        self.fleet = fleet if fleet is not None else fleet_paths()
+        self.paths = paths if paths is not None else fleet_paths()
         self.max_body = max_body
         self.max_active = max_active
         self.body_idle_s = body_idle_s
@@ -146,7 +180,7 @@ class FleetGateway:
             return  # websockets: not served
         method, path = scope["method"], scope["path"]
         raw_path = scope.get("raw_path") or path.encode()
-        if raw_path.decode("latin-1") != path or not allowed(method, path, self.fleet):
+        if raw_path.decode("latin-1") != path or not allowed(method, path, self.paths):
             self.refused += 1
             client = scope.get("client") or ("?", 0)
             log.warning("refused %s %r from %s", method, raw_path, client[0])
@@ -277,9 +311,16 @@ async def _respond(send: Send, status: int, body: bytes) -> None:
 def build_parser() -> argparse.ArgumentParser:
     """Return the argument parser."""
     parser = argparse.ArgumentParser(
-        prog="python -m deploy.fleet_gateway",
-        description="Serve only Flower's Fleet API (and /health) of a SuperLink, so "
-        "that SuperNodes never reach its Control or Runtime API.",
+        prog="python -m deploy.api_gateway",
+        description="Serve one of a SuperLink's APIs (and /health), so that whoever "
+        "reaches this port never reaches the others.",
+    )
+    parser.add_argument(
+        "--api",
+        choices=sorted(PREFIXES),
+        default="fleet",
+        help="the API served (default fleet: SuperNodes; runtime: the ServerApp "
+        "executor; control: the operator)",
     )
     parser.add_argument(
         "--superlink", required=True, help="SuperLink host:port (all its APIs)"
@@ -329,7 +370,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ):
         if not value > 0:
             print(
-                f"fleet_gateway: {flag}={value}: accepted is a number > 0",
+                f"api_gateway: {flag}={value}: accepted is a number > 0",
                 file=sys.stderr,
             )
             return 2
@@ -338,7 +379,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         if not (args.ssl_certfile and args.ssl_keyfile and args.root_certificates):
             print(
-                "fleet_gateway: --ssl-certfile, --ssl-keyfile and --root-certificates "
+                "api_gateway: --ssl-certfile, --ssl-keyfile and --root-certificates "
                 "are required (or --insecure)",
                 file=sys.stderr,
             )
@@ -348,20 +389,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(levelname)s %(name)s: %(message)s"
     )
-    app = FleetGateway(
+    app = ApiGateway(
         f"{scheme}://{args.superlink}",
         verify=verify,
+        paths=api_paths(args.api),
         max_body=args.max_body_bytes,
         max_active=args.max_connections,
         body_idle_s=args.body_idle_seconds,
     )
     log.info(
-        "serving the Fleet API of %s://%s on %s:%d (%d routes); all else 404",
+        "serving the %s API of %s://%s on %s:%d (%d routes); all else 404",
+        args.api,
         scheme,
         args.superlink,
         args.host,
         args.port,
-        len(app.fleet),
+        len(app.paths),
     )
     import uvicorn  # noqa: PLC0415
 
