@@ -3,6 +3,7 @@
 Usage::
 
     python -m deploy.fab_registry sign APP_DIR --key KEY [--key-id ID] --registry DIR
+        [--version X.Y.Z] [--valid-days 30]
     python -m deploy.fab_registry serve --registry DIR [--host H] [--port P]
         --ssl-certfile CRT --ssl-keyfile KEY
 
@@ -27,13 +28,18 @@ Why this exists (Flower 1.42, checked in the installed source):
   the *stock* SuperNodes verify them with Flower's own code.
 
 The registry need not be trusted: it cannot forge a signature, and a FAB it alters no
-longer matches its signature. ``sign`` builds the FAB exactly as ``flwr run`` /
-``flwr build`` do (``flwr.cli.build.build_fab_from_disk``, fixed timestamps, so the
-same files give the same bytes) and signs it as ``flwr app review`` does.
+longer matches its signature. ``sign`` builds the FAB as ``flwr run`` / ``flwr build``
+do (``flwr.cli.build.build_fab_from_files``, fixed timestamps) with the build's
+version stamped into its ``pyproject.toml`` (one patch above the registry's newest,
+unless ``--version`` says higher), signs it as ``flwr app review`` does, and also
+signs a manifest (app id, version, sha256, expiry; ``deploy/fab_manifest.py``) that
+the SuperNodes check through ``deploy/supernode_guard.py``: a registry that serves an
+older or expired signed build is refused too.
 
 Layout of DIR: ``<publisher>/<name>/<version>.fab`` and ``<version>.json``
 (``{"fab_sha256": ..., "verifications": [{"public_key_id", "signature",
-"signed_at"}]}``, the Hub's format).
+"signed_at", "manifest", "manifest_signature"}]}``, the Hub's format plus the
+manifest, which Flower passes through to the SuperNodes).
 """
 
 from __future__ import annotations
@@ -46,6 +52,8 @@ import json
 import os
 import re
 import sys
+import time
+import tomllib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -54,8 +62,15 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import Response
 from packaging.version import Version
 
+from deploy.fab_manifest import (
+    DEFAULT_VALID_DAYS,
+    VERSION,
+    Manifest,
+    sign_manifest,
+    stamp_version,
+)
+
 APP_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
-VERSION = re.compile(r"^\d+\.\d+\.\d+$")
 KEY_ID_FILE = "key-id"
 API_PREFIX = "/v1"
 
@@ -101,24 +116,82 @@ def read_key_id(private_key_path: Path, key_id: str | None) -> str:
     return path.read_text().strip()
 
 
+def registry_versions(registry: Path, fab_id: str) -> list[str]:
+    """Versions of ``fab_id`` (``publisher/name``) the registry holds, oldest first."""
+    publisher, name = fab_id.split("/")
+    folder = fab_paths(registry, publisher, name, "0.0.0").parent
+    found = [p.stem for p in folder.glob("*.fab") if VERSION.match(p.stem)]
+    return sorted(found, key=Version)
+
+
+def next_version(pyproject_version: str, held: Sequence[str]) -> str:
+    """The version of a new build: the app's own, or one patch above the newest
+    held, whichever is higher."""
+    if not held:
+        return pyproject_version
+    newest = Version(held[-1])
+    bumped = f"{newest.major}.{newest.minor}.{newest.micro + 1}"
+    return max(pyproject_version, bumped, key=Version)
+
+
 def publish(
-    app_dir: Path, registry: Path, private_key_path: Path, key_id: str
+    app_dir: Path,
+    registry: Path,
+    private_key_path: Path,
+    key_id: str,
+    *,
+    version: str | None = None,
+    valid_days: float = DEFAULT_VALID_DAYS,
+    now: int | None = None,
 ) -> tuple[str, Path]:
-    """Build ``app_dir``'s FAB, sign it, store both; return ``(app spec, fab path)``."""
-    from flwr.cli.build import build_fab_from_disk  # noqa: PLC0415
+    """Build ``app_dir``'s FAB under a new version, sign it and its manifest, store
+    both; return ``(app spec, fab path)``.
+
+    ``version`` defaults to one patch above the registry's newest (or the app's own
+    when that is higher); an explicit one must be above the newest. The manifest
+    expires ``valid_days`` after signing.
+    """
+    from flwr.cli.build import build_fab_from_files, collect_files  # noqa: PLC0415
     from flwr.common.config import (  # noqa: PLC0415
         get_fab_config,
         get_metadata_from_config,
     )
 
-    fab = build_fab_from_disk(app_dir.resolve())
-    fab_id, version = get_metadata_from_config(get_fab_config(fab))
+    if not valid_days > 0:
+        raise ValueError(f"--valid-days={valid_days}: accepted is a number > 0")
+    files = dict(collect_files(app_dir.resolve()))
+    pyproject = files["pyproject.toml"]
+    raw = pyproject.read_bytes() if isinstance(pyproject, Path) else pyproject
+    config = tomllib.loads(raw.decode())
+    fab_id = f"{config['tool']['flwr']['app']['publisher']}/{config['project']['name']}"
+    held = registry_versions(registry, fab_id)
+    if version is None:
+        version = next_version(config["project"]["version"], held)
+    elif not VERSION.match(version):
+        raise ValueError(f"--version={version}: accepted is x.y.z, digits only")
+    elif held and Version(version) <= Version(held[-1]):
+        raise ValueError(
+            f"--version={version}: accepted is a version above {held[-1]}, the "
+            "registry's newest (nodes refuse a build older than one they ran)"
+        )
+    files["pyproject.toml"] = stamp_version(raw, version)
+    fab, _ = build_fab_from_files(files)
+    built_id, built_version = get_metadata_from_config(get_fab_config(fab))
+    if (built_id, built_version) != (fab_id, version):
+        raise ValueError(f"built {built_id}=={built_version}, expected {fab_id}=={version}")
     publisher, name = fab_id.split("/")
     base = fab_paths(registry, publisher, name, version)
-    record = {
-        "fab_sha256": hashlib.sha256(fab).hexdigest(),
-        "verifications": [sign_fab(fab, private_key_path, key_id)],
-    }
+    signed_at = int(now if now is not None else time.time())
+    manifest = Manifest(
+        fab_id=fab_id,
+        version=version,
+        fab_sha256=hashlib.sha256(fab).hexdigest(),
+        signed_at=signed_at,
+        expires_at=signed_at + int(valid_days * 86400),
+    )
+    verification = sign_fab(fab, private_key_path, key_id, signed_at=signed_at)
+    verification.update(sign_manifest(manifest, private_key_path))
+    record = {"fab_sha256": manifest.fab_sha256, "verifications": [verification]}
     base.parent.mkdir(parents=True, exist_ok=True)
     for suffix, data in ((".fab", fab), (".json", json.dumps(record).encode())):
         tmp = base.with_name(base.name + suffix + ".tmp")
@@ -196,6 +269,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--key-id", default=None, help=f"public key id (default: {KEY_ID_FILE} file)"
     )
     sign.add_argument("--registry", required=True, help="registry folder")
+    sign.add_argument(
+        "--version",
+        default=None,
+        help="version of this build, x.y.z, above the registry's newest (default: "
+        "one patch above it)",
+    )
+    sign.add_argument(
+        "--valid-days",
+        type=float,
+        default=DEFAULT_VALID_DAYS,
+        help=f"days until nodes refuse this build (default {DEFAULT_VALID_DAYS})",
+    )
     serve = sub.add_parser("serve", help="serve the registry over HTTPS")
     serve.add_argument("--registry", required=True, help="registry folder")
     serve.add_argument("--host", default="127.0.0.1")
@@ -215,7 +300,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         key = Path(args.key)
         try:
             spec, fab = publish(
-                Path(args.app), Path(args.registry), key, read_key_id(key, args.key_id)
+                Path(args.app),
+                Path(args.registry),
+                key,
+                read_key_id(key, args.key_id),
+                version=args.version,
+                valid_days=args.valid_days,
             )
         except (ValueError, OSError) as error:
             print(f"fab_registry sign: {error}", file=sys.stderr)

@@ -72,7 +72,14 @@ def override(n: int, compose_file: Path = ROOT / "docker-compose.yml") -> dict:
                 service["command"] = _partitions(service["command"], n)
             services[f"{kind}-{i}"] = service
         networks[f"node-{i}"] = copy.deepcopy(base["networks"]["node-0"])
-    return {"services": services, "networks": networks}
+    # each new node's own state volumes (FAB versions, privacy ledger)
+    volumes = {
+        _renumber(name, i): copy.deepcopy(cfg)
+        for i in range(BASE_NODES, n)
+        for name, cfg in base.get("volumes", {}).items()
+        if name.startswith(("supernode-0-", "clientapp-0-"))
+    }
+    return {"services": services, "networks": networks, "volumes": volumes}
 
 
 def write(n: int, out: Path) -> Path:

@@ -313,6 +313,13 @@ def prototype_epsilon_floor(terms: RunTerms) -> float:
     return epsilon_per_code(terms.prototype_flip_beta, terms.code_bits)
 
 
+def _above(epsilon: float, limit: float) -> bool:
+    """``epsilon > limit`` beyond float rounding: an epsilon set in the run config
+    comes back from the flip probability it sets (4.0 per bit x 32 bits gives
+    128.00000000000003 per record), and must meet a limit of the same value."""
+    return epsilon > limit and not math.isclose(epsilon, limit, rel_tol=1e-9)
+
+
 def check_run(policy: NodePolicy, terms: RunTerms) -> list[str]:
     """Every rule of ``policy`` that ``terms`` break, one sentence each.
 
@@ -337,7 +344,7 @@ def check_run(policy: NodePolicy, terms: RunTerms) -> list[str]:
     limit = policy.max_code_epsilon
     if limit is not None and terms.publishes_codes:
         eps = code_epsilon(terms, limit.unit)
-        if eps > limit.epsilon:
+        if _above(eps, limit.epsilon):
             out.append(
                 f"{terms.label('code_flip_beta')} publishes codes at epsilon "
                 f"{_eps(eps)} {limit.unit}, above the policy's max-epsilon.codes = "
@@ -346,7 +353,7 @@ def check_run(policy: NodePolicy, terms: RunTerms) -> list[str]:
     limit = policy.max_prototype_epsilon
     if limit is not None and terms.publishes_prototypes:
         eps = prototype_epsilon_floor(terms)
-        if eps > limit.epsilon:
+        if _above(eps, limit.epsilon):
             out.append(
                 f"{terms.label('prototype_flip_beta')} publishes prototypes at "
                 f"epsilon {_eps(eps)} {limit.unit} or more, above the policy's "

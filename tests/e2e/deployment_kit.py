@@ -5,7 +5,8 @@ processes (``tests/compose_local.py`` maps container paths to the generated
 credentials, service names to 127.0.0.1 and ports to free ones): SuperLink (TLS,
 SuperNode authentication, process isolation, SuperExec secret, state in
 ``volumes/superlink-state/state.db``), the DPHE keyholder, the ServerApp executor,
-the FAB registry, the Fleet gateway, and N registered SuperNodes, each with its
+the FAB registry, the Fleet, Runtime and Control gateways, and N registered
+SuperNodes, each with its
 ClientApp executor. Every process is started in its own session and stopped by its
 process group id. Used by ``test_deployment.py`` (3 + 1 nodes) and
 ``test_deployment_restart.py`` (8 nodes, opt-in).
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import ssl
 import subprocess
@@ -186,13 +188,13 @@ def loopback_deployment(
     is activated.
     """
     (tmp / "logs").mkdir()
-    link_port = free_port()
+    link_port, control_port = free_port(), free_port()
     creds = generate(
         tmp / "credentials",
         num_supernodes=num_nodes,
         key_bits=512,
         allow_test_keys=True,
-        host_port=link_port,
+        host_port=control_port,  # the host's flwr reaches the Control gateway
     )
     for i in no_bundle:
         (creds.clientapp(i) / f"client-{i}.json").unlink()
@@ -214,7 +216,10 @@ def loopback_deployment(
             path.mkdir(parents=True, exist_ok=True)
         return path
 
-    plan = LocalPlan(compose, rebase, {("superlink", 8000): link_port}, BIN)
+    ports = {("superlink", 8000): link_port, ("control-gateway", 9093): control_port}
+    plan = LocalPlan(compose, rebase, ports, BIN)
+    # compose mounts ./deploy/policy (the nodes' privacy policy) read-only
+    shutil.copytree(ROOT / "deploy" / "policy", rebase("./deploy/policy"), dirs_exist_ok=True)
     env = {
         **os.environ,
         "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
@@ -234,7 +239,7 @@ def loopback_deployment(
             creds.keyholder / "keyholder-streams.json",
             run_streams(keyholder_run_config, key_bits=512),
         )
-        for name in ("superlink", "keyholder", "serverapp", "fab-registry"):
+        for name in ("superlink", "keyholder", "fab-registry"):
             dep.start(name)
         wait_https(
             f"https://127.0.0.1:{link_port}/health",
@@ -242,6 +247,17 @@ def loopback_deployment(
             dep.procs["superlink"],
             60,
         )
+        # the ServerApp executor's and the operator's one-API ways in
+        for name, port in (("runtime-gateway", 9091), ("control-gateway", 9093)):
+            dep.start(name)
+        for name, port in (("runtime-gateway", 9091), ("control-gateway", 9093)):
+            wait_https(
+                f"https://127.0.0.1:{plan.port(name, port)}/health",
+                creds.ca_cert,
+                dep.procs[name],
+                60,
+            )
+        dep.start("serverapp")
         # the one-shot registration service, with the host's Flower home
         config_toml = (creds.flwr_home / "config.toml").read_bytes()
         register = dep.start(

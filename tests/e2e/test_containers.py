@@ -423,25 +423,24 @@ def _last_line(text: str, needle: str) -> str:
 
 PROBE = r"""
 import json, socket, ssl, sys, urllib.error, urllib.request
+names, targets, gateway, paths = (json.loads(a) for a in sys.argv[1:5])
 out = {}
-for name, port in (("superlink", 8000), ("keyholder", 8765), ("fleet-gateway", 9092)):
+for name in names:
     try:
-        socket.getaddrinfo(name, port)
+        socket.getaddrinfo(name, 443)
         out[name] = "resolves"
     except socket.gaierror:
         out[name] = "no such host"
-for ip, port in json.loads(sys.argv[1]):
+for ip, port in targets:
     try:
         socket.create_connection((ip, port), timeout=3).close()
         out[f"{ip}:{port}"] = "connected"
     except OSError as error:
         out[f"{ip}:{port}"] = type(error).__name__
-if out["fleet-gateway"] == "resolves":
+if gateway:
     ca = ssl.create_default_context(cafile="/credentials/ca.crt")
-    for path in ("/v1/control/start-run", "/v1/control/register-node",
-                 "/v1/runtime/get-nodes"):
-        req = urllib.request.Request(
-            "https://fleet-gateway:9092" + path, data=b"", method="POST")
+    for path in paths:
+        req = urllib.request.Request(gateway + path, data=b"", method="POST")
         try:
             out[path] = urllib.request.urlopen(req, timeout=10, context=ca).status
         except urllib.error.HTTPError as error:
@@ -450,7 +449,7 @@ print(json.dumps(out))
 """
 
 
-def _addresses(s: Session, service: str, port: int) -> list[tuple[str, int]]:
+def _addresses(s: Session, service: str, *ports: int) -> list[tuple[str, int]]:
     cid = s.compose("ps", "-q", service).stdout.strip()
     info = json.loads(
         subprocess.run(
@@ -458,36 +457,56 @@ def _addresses(s: Session, service: str, port: int) -> list[tuple[str, int]]:
         ).stdout
     )[0]
     return [
-        (n["IPAddress"], port) for n in info["NetworkSettings"]["Networks"].values()
+        (n["IPAddress"], port)
+        for n in info["NetworkSettings"]["Networks"].values()
+        for port in ports
     ]
 
 
-def test_supernodes_reach_neither_the_control_api_nor_the_keyholder(session: Session):
+SERVICES = ("superlink", "keyholder", "fleet-gateway", "runtime-gateway", "control-gateway")
+CONTROL = ["/v1/control/start-run", "/v1/control/add-app", "/v1/control/register-node"]
+RUNTIME = ["/v1/runtime/get-nodes", "/v1/runtime/push-messages"]
+FLEET = ["/v1/fleet/pull-messages"]
+
+
+def test_each_container_reaches_only_the_api_it_needs(session: Session):
+    """Probed from inside the containers: whom each resolves, which SuperLink,
+    gateway and keyholder addresses (every network, every SuperLink API port) it
+    can open a connection to, and what its one gateway answers to other APIs'
+    routes. The SuperLink listens on its `superlink-core` address only."""
     s = session
-    targets = _addresses(s, "superlink", 8000) + _addresses(s, "keyholder", 8765)
-    for service in ("supernode-0", "clientapp-0"):
+    link = _addresses(s, "superlink", 8000, 9091, 9092, 9093)
+    keyholder = _addresses(s, "keyholder", 8765)
+    runtime = _addresses(s, "runtime-gateway", 9091)
+    control = _addresses(s, "control-gateway", 9093)
+    fleet = _addresses(s, "fleet-gateway", 9092)
+    cases = {
+        # service: (reachable names, unreachable targets, its gateway, foreign paths)
+        "supernode-0": ({"fleet-gateway"}, link + keyholder + runtime + control,
+                        "https://fleet-gateway:9092", CONTROL + RUNTIME),
+        "clientapp-0": (set(), link + keyholder + runtime + control + fleet, "", []),
+        "serverapp": ({"keyholder", "runtime-gateway"}, link + control + fleet,
+                      "https://runtime-gateway:9091", CONTROL + FLEET),
+        "fab-registry": ({"superlink"}, link + keyholder + runtime + control + fleet,
+                         "", []),
+    }
+    for service, (names, targets, gateway, foreign) in cases.items():
         proc = s.compose(
-            "exec",
-            "-T",
-            service,
-            "python",
-            "-c",
-            PROBE,
-            json.dumps(targets),
-            timeout=180,
+            "exec", "-T", service, "python", "-c", PROBE, json.dumps(SERVICES),
+            json.dumps(targets), json.dumps(gateway), json.dumps(foreign),
+            timeout=300,
         )
         seen = json.loads(proc.stdout.strip().splitlines()[-1])
         say(f"{service} probes:", seen)
-        assert (
-            seen["superlink"] == "no such host" and seen["keyholder"] == "no such host"
-        )
+        for name in SERVICES:
+            expected = "resolves" if name in names else "no such host"
+            assert seen[name] == expected, (service, name, seen[name])
         for ip, port in targets:
             assert seen[f"{ip}:{port}"] != "connected", (service, ip, port)
-        if service == "supernode-0":  # its one way in: the Fleet API only
-            assert seen["fleet-gateway"] == "resolves"
-            assert {seen[p] for p in seen if p.startswith("/v1/")} == {404}
-        else:
-            assert seen["fleet-gateway"] == "no such host"
+        assert {seen[p] for p in foreign} <= {404}, (service, seen)
+    # the one-API gateways forward their own API (the run above went through them)
+    assert "refused POST" in s.logs_of("runtime-gateway")
+    assert "refused POST" in s.logs_of("fleet-gateway")
 
 
 def _variant(s: Session, name: str) -> Path:
@@ -553,15 +572,19 @@ def test_unsigned_and_untrusted_fabs_are_refused(session: Session):
     registry = ["--registry", "deploy/fabs"]
     runs = {"unsigned": _submit(s, str(unsigned), "unsigned", config)}
     try:
-        subprocess.run(
+        signed = subprocess.run(
             [*sign, str(untrusted), *registry, "--key", str(key), "--key-id", rogue_id],
             cwd=s.work,
             env=s.env,
             check=True,
             capture_output=True,
+            text=True,
             timeout=120,
         )
-        runs["untrusted"] = _submit(s, APP, "untrusted", config)
+        # each build gets a new version; run the one just signed
+        spec = re.search(r"flwr run (@\S+)", signed.stdout).group(1)
+        assert spec != APP
+        runs["untrusted"] = _submit(s, spec, "untrusted", config)
     finally:  # the registry serves the operator's FAB again
         subprocess.run(
             [

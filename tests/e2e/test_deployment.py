@@ -434,6 +434,52 @@ def test_seeded_privacy_noise_is_refused_by_the_deployment(deployment: Deploymen
         assert f"[RUN {run[0]}]" not in dep.log(f"supernode-{i}")
 
 
+def test_executor_and_operator_reach_only_their_api(deployment: Deployment):
+    """The ServerApp executor's gateway serves the Runtime API only, the operator's
+    the Control API only: a compromised ServerApp cannot submit runs or FABs, nor
+    register node keys; the run above went through both."""
+    dep = deployment
+    ca = ssl.create_default_context(cafile=str(dep.creds.ca_cert))
+    runtime = f"https://127.0.0.1:{dep.plan.port('runtime-gateway', 9091)}"
+    control = f"https://127.0.0.1:{dep.plan.port('control-gateway', 9093)}"
+    cmd = dep.plan.command("serverapp")
+    assert cmd[cmd.index("--runtime-api-address") + 1] == runtime.removeprefix(
+        "https://"
+    )
+
+    def post(base: str, path: str) -> int:
+        request = urllib.request.Request(base + path, data=b"", method="POST")
+        request.add_header("Content-Type", "application/protobuf")
+        try:
+            with urllib.request.urlopen(request, timeout=10, context=ca) as response:
+                return response.status
+        except urllib.error.HTTPError as error:
+            error.close()
+            return error.code
+
+    for path in (
+        "/v1/control/start-run",
+        "/v1/control/add-app",
+        "/v1/control/register-node",
+        "/v1/fleet/pull-messages",
+        "/v1/runtime/../control/start-run",
+        "/docs",
+    ):
+        assert post(runtime, path) == 404, path
+    for path in (
+        "/v1/runtime/get-nodes",
+        "/v1/runtime/push-messages",
+        "/v1/fleet/pull-messages",
+        "/v1/control/../runtime/get-nodes",
+    ):
+        assert post(control, path) == 404, path
+    # their own API's routes reach the SuperLink, which checks the caller itself
+    assert post(runtime, "/v1/runtime/get-nodes") != 404
+    assert post(control, "/v1/control/list-runs") != 404
+    assert dep.log("runtime-gateway").count("refused") >= 6
+    assert dep.log("control-gateway").count("refused") >= 4
+
+
 def test_supernodes_reach_only_the_fleet_api(deployment: Deployment):
     dep = deployment
     ca = ssl.create_default_context(cafile=str(dep.creds.ca_cert))
@@ -509,3 +555,31 @@ def test_supernodes_reach_only_the_fleet_api(deployment: Deployment):
     rogue = _rogue_supernode(dep, "sybil", edit)
     assert rogue.returncode != 0
     assert "Failed to activate SuperNode" in rogue.stdout, rogue.stdout[-2000:]
+
+
+def test_an_older_signed_build_is_refused_by_every_node(deployment: Deployment):
+    """The registry need not be trusted: serving an older build the operator once
+    signed is refused by every SuperNode once it ran a newer one (signed manifest,
+    deploy/supernode_guard.py), although Flower's own signature check accepts it
+    (tests/integration/attacks/test_fab_rollback.py)."""
+    dep = deployment
+    older = dep.sign(dep.creds.fab_signing_key)
+    newer = dep.sign(dep.creds.fab_signing_key)
+    version = newer.rsplit("==", 1)[1]
+    assert older != newer
+    accepted = f"FAB fedhash/fedhash=={version} accepted"
+
+    def every_node_accepted(_out: str) -> bool:
+        return all(
+            accepted in dep.log(f"supernode-{i}") for i in range(GOOD_NODES + 1)
+        )
+
+    _finish(dep, _submit(dep, newer, "newer"), every_node_accepted, "newer: accepted")
+    assert every_node_accepted("")
+    run = _submit(dep, older, "older")
+    out = _finish(dep, run, _refused_by_every_node, "older: refusals")
+    assert _refused_by_every_node(out), out[-3000:]
+    assert "Discovery:" not in out
+    for i in range(GOOD_NODES + 1):
+        log = dep.log(f"supernode-{i}")
+        assert f"is older than {version}, which this node already ran" in log, log[-2000:]

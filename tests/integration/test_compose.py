@@ -29,6 +29,7 @@ from packaging.version import Version
 from crypto.keyholder_service import build_parser as keyholder_parser
 from deploy.fab_registry import build_parser as registry_parser
 from deploy.api_gateway import build_parser as gateway_parser
+from deploy.supernode_guard import build_parser as guard_parser
 from deploy.generate import COMPOSE_SUPERLINK_PORT, generate
 from deploy.register import build_parser as register_parser
 from settings.check import parse_run_config
@@ -91,6 +92,10 @@ def known_flags(command: list[str]) -> set[str] | None:
         parser = register_parser()
     elif command[:3] == ["python", "-m", "deploy.api_gateway"]:
         parser = gateway_parser()
+    elif command[:3] == ["python", "-m", "deploy.supernode_guard"]:
+        # its own flag, then flower-supernode's
+        own = {s for a in guard_parser()._actions for s in a.option_strings}
+        return {f for f in own if f.startswith("--")} | flower_help()["flower-supernode"]
     elif command[:4] == ["python", "-m", "deploy.fab_registry", "serve"]:
         sub = next(a for a in registry_parser()._actions if a.choices)
         parser = sub.choices["serve"]
@@ -203,6 +208,8 @@ def test_node_configs_match_partitions_bundles_and_mounts(compose: dict, creds):
             "num-partitions",
             "data-path",
             "dphe-key-bundle",
+            "privacy-policy",
+            "state-dir",
         }
         assert config["num-partitions"] == NUM_NODES
         seen.append(config["partition-id"])
@@ -218,6 +225,20 @@ def test_node_configs_match_partitions_bundles_and_mounts(compose: dict, creds):
         assert data and data[0].read_only
         assert config["data-path"].startswith("/data/")
         assert data[0].source == f"./deploy/data/{name}"
+        # the node's own privacy policy (read-only, shipped strict) and a state
+        # volume of its own for its ledger; the SuperNode keeps its FAB versions
+        by_target = {m.target: m for m in mounts(compose["services"][executor])}
+        policy = by_target["/policy"]
+        assert policy.read_only and policy.source == "./deploy/policy"
+        assert config["privacy-policy"] == "/policy/node-privacy-policy.toml"
+        assert (ROOT / "deploy/policy/node-privacy-policy.toml").is_file()
+        state = by_target[config["state-dir"]]
+        assert not state.read_only and state.source == f"{executor}-state"
+        guard = compose["services"][name]["command"]
+        assert guard[:3] == ["python", "-m", "deploy.supernode_guard"]
+        node_mounts = {m.target: m for m in mounts(compose["services"][name])}
+        fab_state = node_mounts[guard[guard.index("--fab-state-dir") + 1]]
+        assert not fab_state.read_only and fab_state.source == f"{name}-state"
     assert sorted(seen) == list(range(NUM_NODES))
 
 
@@ -674,7 +695,7 @@ _PROGRAMS = {
     "python -m deploy.fab_registry serve": "fab-registry",
     "python -m crypto.keyholder_service": "keyholder",
     "python -m deploy.api_gateway": "fleet-gateway",
-    "flower-supernode": "supernode-0",
+    "python -m deploy.supernode_guard": "supernode-0",
 }
 
 

@@ -39,7 +39,7 @@ from strategies.fedavg.strategy import HashingFedAvg
 from tests.messages import reply_from
 
 ROOT = Path(__file__).resolve().parents[2]
-STRICT = ROOT / "deploy" / "node-privacy-policy.toml"
+STRICT = ROOT / "deploy" / "policy" / "node-privacy-policy.toml"
 
 pytestmark = pytest.mark.usefixtures("task_identity")
 
@@ -50,6 +50,25 @@ def test_the_shipped_strict_policy_parses_and_refuses_a_plaintext_run():
     assert policy.refuse_seeded_noise
     plain = run_terms(RunSettings.from_config({}))
     assert any("secure-aggregation='none'" in r for r in check_run(policy, plain))
+
+
+@pytest.mark.parametrize("preset", ["conf/deploy-fedhap-dphe.toml", "deploy/smoke-run.toml"])
+def test_the_deployment_presets_meet_the_policy_compose_mounts(preset):
+    """docker-compose.yml mounts deploy/policy/ into every ClientApp executor; the
+    runs the docs and the container test submit meet it, a prototype flip of
+    exactly the cap included (4 per bit x 32 bits = 128 per record, beyond float
+    rounding), and lowering a flip epsilon's protection is refused."""
+    from tests.integration.test_compose import parse_run_config
+
+    policy = read_policy(STRICT)
+    config = parse_run_config([str(ROOT / preset)])
+    assert check_run(policy, run_terms(RunSettings.from_config(config))) == []
+    exact = {**config, "code-length": 32, "privacy.prototype-flip-epsilon": 4.0}
+    assert check_run(policy, run_terms(RunSettings.from_config(exact))) == []
+    for key in ("privacy.code-flip-epsilon", "privacy.prototype-flip-epsilon"):
+        weaker = {**config, key: 0.0}  # 0 = no flips: epsilon infinite
+        reasons = check_run(policy, run_terms(RunSettings.from_config(weaker)))
+        assert any(key in r for r in reasons), (key, reasons)
 
 
 @pytest.mark.parametrize(
