@@ -327,6 +327,29 @@ def test_dockerfile_pins_user_and_offline_runtime():
     assert "deploy/credentials/" in dockerignore and ".venv/" in dockerignore
 
 
+def test_dockerfile_copies_every_deploy_module_the_services_run(compose: dict):
+    """A compose command's `python -m deploy.X`, and every deploy module it imports,
+    is in the image (a renamed module broke the build once, seen only by
+    make test-containers)."""
+    text = (ROOT / "deploy/Dockerfile").read_text()
+    copied = set(re.findall(r"deploy/(\w+)\.py", text))
+    wanted = set()
+    for name in all_files():
+        for service in load_compose(ROOT / name)["services"].values():
+            command = service.get("command") or []
+            if command[:2] == ["python", "-m"] and command[2].startswith("deploy."):
+                wanted.add(command[2].split(".")[1])
+    todo = list(wanted)
+    while todo:
+        source = (ROOT / "deploy" / f"{todo.pop()}.py").read_text()
+        for module in re.findall(r"^\s*from deploy\.(\w+) import", source, re.M):
+            if module not in wanted:
+                wanted.add(module)
+                todo.append(module)
+    assert {"api_gateway", "supernode_guard", "fab_manifest"} <= wanted
+    assert wanted <= copied, wanted - copied
+
+
 def test_constraints_pin_every_dependency_within_pyproject():
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     pins = {}
