@@ -662,6 +662,14 @@ def test_scale_override_adds_nodes_with_their_own_keys_partitions_and_data():
         assert app["networks"] == [f"node-{i}"]
         assert f"supernode-{i}:9094" in app["command"]
         assert data["networks"][f"node-{i}"] == {"internal": True}
+        # its own state volumes: FAB versions (SuperNode), privacy ledger (ClientApp)
+        assert f"supernode-{i}-state:/state" in node["volumes"]
+        assert f"clientapp-{i}-state:/state" in app["volumes"]
+        assert f"supernode-{i}-state" in data["volumes"]
+        assert f"clientapp-{i}-state" in data["volumes"]
+        assert "privacy-policy='/policy/node-privacy-policy.toml'" in " ".join(
+            node["command"]
+        )
     with pytest.raises(ValueError):
         override(2)
 
