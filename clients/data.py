@@ -24,6 +24,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from clients import partition_cache
 from hashdata import (
     ProtocolSplit,
     load_split,
@@ -199,14 +200,17 @@ def source_stamp(data_path: str) -> tuple:
 def load_local_data(
     settings: RunSettings, *, partition_id: int, num_partitions: int
 ) -> LocalData:
-    """Return this node's partition of the database (cached per process).
+    """Return this node's partition of the database (cached per process and on disk).
 
     The dataset is loaded, split and scaled once per process and data key
     (:func:`data_key` plus :func:`source_stamp` of ``data-path``); each partition is
     then cut from it once and kept. Only the :data:`CACHED_KEYS` most recently used
     keys are kept (a process holds at most that many datasets and their
-    partitions); different keys never share an entry. The arrays are the same
-    values a fresh load gives (tests/unit/test_data_cache.py).
+    partitions); different keys never share an entry. For data read from
+    ``data-path``, a partition is also written to the node's disk and memory-mapped
+    by later processes (:mod:`clients.partition_cache`: a fresh ClientApp process per
+    message then skips the load). The arrays are the same values a fresh load gives
+    (tests/unit/test_data_cache.py).
     """
     key = (data_key(settings), source_stamp(settings.data_path))
     part = (int(partition_id), int(num_partitions))
@@ -217,15 +221,33 @@ def load_local_data(
             hit = entry.partitions.get(part)
             if hit is not None:
                 return hit
-    if entry is None:
-        loaded = _CacheEntry(split=load_key_split(key[0]), partitions={})
+    disk = partition_cache.cache_root() if key[1] not in ((), ("missing",)) else None
+    name = partition_cache.entry_name(key[0], key[1], part) if disk else ""
+    if disk is not None:
+        fields = partition_cache.read(disk, name)
+        if fields is not None:
+            return _keep(key, part, LocalData(**fields), split=None)
+    if entry is None or entry.split is None:
+        split = load_key_split(key[0])
         with _LOCK:
-            entry = _CACHE.setdefault(key, loaded)
-            _CACHE.move_to_end(key)
-            while len(_CACHE) > CACHED_KEYS:
-                _CACHE.popitem(last=False)
+            entry = _CACHE.setdefault(key, _CacheEntry(split=split, partitions={}))
+            if entry.split is None:
+                entry.split = split
     local = _cut_partition(entry.split, key[0], *part)
+    if disk is not None:
+        partition_cache.write(disk, name, vars(local))
+    return _keep(key, part, local, split=entry.split)
+
+
+def _keep(
+    key: tuple, part: tuple[int, int], local: LocalData, *, split: ProtocolSplit | None
+) -> LocalData:
+    """Keep ``local`` in the process cache (at most :data:`CACHED_KEYS` keys)."""
     with _LOCK:
+        entry = _CACHE.setdefault(key, _CacheEntry(split=split, partitions={}))
+        _CACHE.move_to_end(key)
+        while len(_CACHE) > CACHED_KEYS:
+            _CACHE.popitem(last=False)
         return entry.partitions.setdefault(part, local)
 
 
@@ -235,7 +257,7 @@ CACHED_KEYS = 2
 
 @dataclass
 class _CacheEntry:
-    split: ProtocolSplit
+    split: ProtocolSplit | None  # None: only partitions read from the disk cache
     partitions: dict[tuple[int, int], LocalData]
 
 

@@ -23,6 +23,13 @@ def pytest_configure(config):
     20 s). Child processes (Ray workers, ClientApps) inherit ``OMP_NUM_THREADS``. A
     single process keeps the defaults.
     """
+    # a node's on-disk partition cache (clients/partition_cache.py) goes to a
+    # folder of this test session, never to the user's ~/.cache; child processes
+    # (ClientApps, Ray workers) inherit it
+    if "FEDHASH_DATA_CACHE" not in os.environ:
+        import tempfile
+
+        os.environ["FEDHASH_DATA_CACHE"] = tempfile.mkdtemp(prefix="fedhash-data-cache-")
     if os.environ.get("PYTEST_XDIST_WORKER"):
         os.environ["OMP_NUM_THREADS"] = "1"
         os.environ["MKL_NUM_THREADS"] = "1"

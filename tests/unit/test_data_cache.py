@@ -168,3 +168,54 @@ def test_pfmh_local_queries_are_the_fresh_ones() -> None:
         got.local_queries.numpy(), again.local_queries.numpy()
     )
     np.testing.assert_array_equal(got.labels.numpy(), again.labels.numpy())
+
+
+def test_a_fresh_process_maps_the_partition_from_the_nodes_disk(
+    tmp_path, monkeypatch
+):
+    """clients/partition_cache.py: the first load writes the node's partition, a
+    later process (here: after clear_cache) maps it without loading the dataset,
+    with the same arrays; a rewritten file, another partition or
+    FEDHASH_DATA_CACHE=off never gets the cached entry."""
+    rng = np.random.default_rng(0)
+    labels = np.arange(240) % 4
+
+    def data(seed: int) -> dict:
+        rng = np.random.default_rng(seed)
+        return {"x_feat": rng.random((240, 12)).astype(np.float32), "labels": labels}
+
+    path = write_npz(tmp_path / "d.npz", **data(0))
+    monkeypatch.setenv("FEDHASH_DATA_CACHE", str(tmp_path / "cache"))
+    s = settings(dataset="npz", **{"data-path": str(path)})
+    first = load_local_data(s, partition_id=1, num_partitions=3)
+    assert len(list((tmp_path / "cache").iterdir())) == 1
+    clear_cache()
+    loads = []
+    real = client_data.load_key_split
+    monkeypatch.setattr(
+        client_data, "load_key_split", lambda key: loads.append(key) or real(key)
+    )
+    again = load_local_data(s, partition_id=1, num_partitions=3)
+    assert loads == []  # mapped from disk, the dataset was not loaded
+    assert torch.equal(again.inputs, first.inputs)
+    assert torch.equal(again.labels, first.labels)
+    assert torch.equal(again.database_index, first.database_index)
+    assert (again.num_classes, again.publishes) == (first.num_classes, first.publishes)
+    expected_x, expected_y = fresh(s, 1, 3)
+    np.testing.assert_array_equal(again.inputs.numpy(), expected_x)
+    np.testing.assert_array_equal(again.labels.numpy(), expected_y)
+    # another partition of the same process: loaded (and cached) normally
+    load_local_data(s, partition_id=2, num_partitions=3)
+    assert len(loads) == 1
+    # the file rewritten under the same path: a new key, never the old entry
+    clear_cache()
+    write_npz(path, **data(5))
+    os.utime(path, ns=(1, 1))
+    rewritten = load_local_data(s, partition_id=1, num_partitions=3)
+    assert len(loads) == 2
+    assert not torch.equal(rewritten.inputs, first.inputs)
+    # switched off
+    clear_cache()
+    monkeypatch.setenv("FEDHASH_DATA_CACHE", "off")
+    load_local_data(s, partition_id=1, num_partitions=3)
+    assert len(loads) == 3
