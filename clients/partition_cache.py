@@ -40,7 +40,7 @@ ENV = "FEDHASH_DATA_CACHE"
 
 
 def cache_root() -> Path | None:
-    """The cache folder, or ``None`` when ``FEDHASH_DATA_CACHE=off``."""
+    """Return the cache folder, or ``None`` when ``FEDHASH_DATA_CACHE=off``."""
     value = os.environ.get(ENV, "").strip()
     if value.lower() == "off":
         return None
@@ -51,13 +51,13 @@ def cache_root() -> Path | None:
 
 
 def entry_name(key: Any, stamp: tuple, partition: tuple[int, int]) -> str:
-    """The entry of ``(key, stamp, partition)`` (a hex digest)."""
+    """Return the entry name of ``(key, stamp, partition)`` (a hex digest)."""
     text = json.dumps([FORMAT, list(key), repr(stamp), list(partition)], default=repr)
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 def read(root: Path, name: str) -> dict[str, Any] | None:
-    """The fields of a cached partition (tensors memory-mapped), or ``None``."""
+    """Return a cached partition's fields (tensors memory-mapped), or ``None``."""
     folder = root / name
     meta_path = folder / "meta.json"
     try:
@@ -81,7 +81,9 @@ def read(root: Path, name: str) -> dict[str, Any] | None:
         if modalities is None:
             fields["inputs"] = tensor("inputs")
         else:
-            fields["inputs"] = {m: tensor(f"inputs-{i}") for i, m in enumerate(modalities)}
+            fields["inputs"] = {
+                m: tensor(f"inputs-{i}") for i, m in enumerate(modalities)
+            }
         for optional in ("local_queries", "train_positions"):
             fields[optional] = tensor(optional) if meta[optional] else None
     except (OSError, ValueError, KeyError):
@@ -94,8 +96,10 @@ def read(root: Path, name: str) -> dict[str, Any] | None:
 
 
 def write(root: Path, name: str, fields: dict[str, Any]) -> None:
-    """Store a partition's fields under ``name``; a failure only logs (the run
-    goes on from memory)."""
+    """Store a partition's fields under ``name``.
+
+    A failure only logs: the run goes on from memory.
+    """
     try:
         root.mkdir(parents=True, exist_ok=True)
         if (root / name).exists():

@@ -92,7 +92,7 @@ log = logging.getLogger("api_gateway")
 
 
 def _router_paths(api: str) -> list[str]:
-    """The paths of Flower's own router(s) for ``api``."""
+    """Return the paths of Flower's own router(s) for ``api``."""
     if api == "fleet":
         from flwr.superlink.routers.fleet.router import router  # noqa: PLC0415
 
@@ -114,8 +114,11 @@ def _router_paths(api: str) -> list[str]:
 
 
 def api_paths(api: str) -> frozenset[str]:
-    """Return the paths of one of Flower's SuperLink APIs (``fleet``, ``runtime``,
-    ``control``); each starts with that API's prefix (``/v1/<api>/``)."""
+    """Return the paths of one of Flower's SuperLink APIs.
+
+    ``api``: ``fleet``, ``runtime`` or ``control``; each path starts with that API's
+    prefix (``/v1/<api>/``).
+    """
     paths = frozenset(_router_paths(api))
     if not paths or not all(p.startswith(PREFIXES[api]) for p in paths):
         raise RuntimeError(f"unexpected {api} routes in this Flower: {sorted(paths)}")

@@ -59,7 +59,7 @@ class Manifest:
     expires_at: int  # unix seconds; refused from then on
 
     def canonical(self) -> bytes:
-        """The exact bytes that are signed."""
+        """Return the exact bytes that are signed."""
         return DOMAIN + json.dumps(asdict(self), sort_keys=True).encode()
 
     @classmethod
@@ -103,7 +103,7 @@ def stamp_version(pyproject: bytes, version: str) -> bytes:
 
 
 def sign_manifest(manifest: Manifest, private_key_path: Path) -> dict[str, Any]:
-    """The fields a verification record carries for ``manifest``."""
+    """Return the fields a verification record carries for ``manifest``."""
     from flwr.supercore.primitives.asymmetric_ed25519 import (  # noqa: PLC0415
         load_private_key,
         sign_message,
@@ -144,7 +144,7 @@ def check_manifest(
     *,
     now: float,
 ) -> Manifest:
-    """The manifest a trusted entity signed for exactly ``fab``, unexpired.
+    """Return the manifest a trusted entity signed for exactly ``fab``, unexpired.
 
     ``verifications`` is what the SuperNode receives (``Fab.verifications``: key id
     -> JSON of the record). Raises ``ManifestRefused`` naming the failed rule.

@@ -125,8 +125,10 @@ def registry_versions(registry: Path, fab_id: str) -> list[str]:
 
 
 def next_version(pyproject_version: str, held: Sequence[str]) -> str:
-    """The version of a new build: the app's own, or one patch above the newest
-    held, whichever is higher."""
+    """Return the version of a new build.
+
+    The app's own, or one patch above the newest held, whichever is higher.
+    """
     if not held:
         return pyproject_version
     newest = Version(held[-1])
@@ -144,8 +146,9 @@ def publish(
     valid_days: float = DEFAULT_VALID_DAYS,
     now: int | None = None,
 ) -> tuple[str, Path]:
-    """Build ``app_dir``'s FAB under a new version, sign it and its manifest, store
-    both; return ``(app spec, fab path)``.
+    """Build, version and sign ``app_dir``'s FAB; return ``(app spec, fab path)``.
+
+    The FAB and its manifest are signed and stored in ``registry``.
 
     ``version`` defaults to one patch above the registry's newest (or the app's own
     when that is higher); an explicit one must be above the newest. The manifest
@@ -178,7 +181,9 @@ def publish(
     fab, _ = build_fab_from_files(files)
     built_id, built_version = get_metadata_from_config(get_fab_config(fab))
     if (built_id, built_version) != (fab_id, version):
-        raise ValueError(f"built {built_id}=={built_version}, expected {fab_id}=={version}")
+        raise ValueError(
+            f"built {built_id}=={built_version}, expected {fab_id}=={version}"
+        )
     publisher, name = fab_id.split("/")
     base = fab_paths(registry, publisher, name, version)
     signed_at = int(now if now is not None else time.time())

@@ -1,4 +1,4 @@
-"""A SuperNode that also checks the FAB's signed manifest: ``python -m deploy.supernode_guard``.
+"""A SuperNode that checks FAB manifests: ``python -m deploy.supernode_guard``.
 
 Usage: ``python -m deploy.supernode_guard --fab-state-dir DIR [flower-supernode
 arguments...]``: runs Flower's ``flower-supernode`` with the same arguments, in the
@@ -118,7 +118,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (OSError, ValueError) as error:
         print(f"supernode_guard: --fab-state-dir={state}: {error}", file=sys.stderr)
         return 2
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, format="%(levelname)s %(name)s: %(message)s"
+    )
     install(VersionLedger(state))
     from flwr.supernode.cli import flower_supernode  # noqa: PLC0415
 

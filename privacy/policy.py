@@ -314,9 +314,12 @@ def prototype_epsilon_floor(terms: RunTerms) -> float:
 
 
 def _above(epsilon: float, limit: float) -> bool:
-    """``epsilon > limit`` beyond float rounding: an epsilon set in the run config
-    comes back from the flip probability it sets (4.0 per bit x 32 bits gives
-    128.00000000000003 per record), and must meet a limit of the same value."""
+    """Whether ``epsilon > limit`` beyond float rounding.
+
+    An epsilon set in the run config comes back from the flip probability it sets
+    (4.0 per bit x 32 bits gives 128.00000000000003 per record), and must meet a
+    limit of the same value.
+    """
     return epsilon > limit and not math.isclose(epsilon, limit, rel_tol=1e-9)
 
 

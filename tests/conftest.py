@@ -29,7 +29,8 @@ def pytest_configure(config):
     if "FEDHASH_DATA_CACHE" not in os.environ:
         import tempfile
 
-        os.environ["FEDHASH_DATA_CACHE"] = tempfile.mkdtemp(prefix="fedhash-data-cache-")
+        cache = tempfile.mkdtemp(prefix="fedhash-data-cache-")
+        os.environ["FEDHASH_DATA_CACHE"] = cache
     if os.environ.get("PYTEST_XDIST_WORKER"):
         os.environ["OMP_NUM_THREADS"] = "1"
         os.environ["MKL_NUM_THREADS"] = "1"

@@ -219,7 +219,8 @@ def loopback_deployment(
     ports = {("superlink", 8000): link_port, ("control-gateway", 9093): control_port}
     plan = LocalPlan(compose, rebase, ports, BIN)
     # compose mounts ./deploy/policy (the nodes' privacy policy) read-only
-    shutil.copytree(ROOT / "deploy" / "policy", rebase("./deploy/policy"), dirs_exist_ok=True)
+    policy = ROOT / "deploy" / "policy"
+    shutil.copytree(policy, rebase("./deploy/policy"), dirs_exist_ok=True)
     env = {
         **os.environ,
         "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
@@ -248,7 +249,7 @@ def loopback_deployment(
             60,
         )
         # the ServerApp executor's and the operator's one-API ways in
-        for name, port in (("runtime-gateway", 9091), ("control-gateway", 9093)):
+        for name in ("runtime-gateway", "control-gateway"):
             dep.start(name)
         for name, port in (("runtime-gateway", 9091), ("control-gateway", 9093)):
             wait_https(

@@ -463,7 +463,13 @@ def _addresses(s: Session, service: str, *ports: int) -> list[tuple[str, int]]:
     ]
 
 
-SERVICES = ("superlink", "keyholder", "fleet-gateway", "runtime-gateway", "control-gateway")
+SERVICES = (
+    "superlink",
+    "keyholder",
+    "fleet-gateway",
+    "runtime-gateway",
+    "control-gateway",
+)
 CONTROL = ["/v1/control/start-run", "/v1/control/add-app", "/v1/control/register-node"]
 RUNTIME = ["/v1/runtime/get-nodes", "/v1/runtime/push-messages"]
 FLEET = ["/v1/fleet/pull-messages"]

@@ -21,10 +21,16 @@ from flwr.supercore.fab import Fab
 from flwr.superlink.main import create_app as create_superlink_app
 from flwr.supernode.start_client_internal import _verify_fab
 
+from deploy.api_gateway import (
+    DEFAULT_MAX_BODY,
+    ApiGateway,
+    allowed,
+    api_paths,
+    fleet_paths,
+)
+from deploy.api_gateway import main as gateway_main
 from deploy.fab_registry import create_app as create_registry
 from deploy.fab_registry import fab_paths, publish, sign_fab
-from deploy.api_gateway import DEFAULT_MAX_BODY, ApiGateway, allowed, api_paths, fleet_paths
-from deploy.api_gateway import main as gateway_main
 from deploy.generate import make_fab_signing_key, trusted_entities_yaml
 from tests.compose_local import ROOT
 

@@ -27,11 +27,11 @@ from packaging.requirements import Requirement
 from packaging.version import Version
 
 from crypto.keyholder_service import build_parser as keyholder_parser
-from deploy.fab_registry import build_parser as registry_parser
 from deploy.api_gateway import build_parser as gateway_parser
-from deploy.supernode_guard import build_parser as guard_parser
+from deploy.fab_registry import build_parser as registry_parser
 from deploy.generate import COMPOSE_SUPERLINK_PORT, generate
 from deploy.register import build_parser as register_parser
+from deploy.supernode_guard import build_parser as guard_parser
 from settings.check import parse_run_config
 from tests.compose_local import (
     ROOT,
@@ -95,7 +95,8 @@ def known_flags(command: list[str]) -> set[str] | None:
     elif command[:3] == ["python", "-m", "deploy.supernode_guard"]:
         # its own flag, then flower-supernode's
         own = {s for a in guard_parser()._actions for s in a.option_strings}
-        return {f for f in own if f.startswith("--")} | flower_help()["flower-supernode"]
+        flower = flower_help()["flower-supernode"]
+        return {f for f in own if f.startswith("--")} | flower
     elif command[:4] == ["python", "-m", "deploy.fab_registry", "serve"]:
         sub = next(a for a in registry_parser()._actions if a.choices)
         parser = sub.choices["serve"]
@@ -384,7 +385,11 @@ def test_credentials_data_and_results_never_enter_a_fab():
 
 
 CORE = "superlink-core"  # the only network the SuperLink listens on
-GATEWAYS = {"fleet-gateway": "fleet", "runtime-gateway": "runtime", "control-gateway": "control"}
+GATEWAYS = {
+    "fleet-gateway": "fleet",
+    "runtime-gateway": "runtime",
+    "control-gateway": "control",
+}
 
 
 def _members(services: dict, network: str) -> set[str]:

@@ -52,7 +52,9 @@ def test_the_shipped_strict_policy_parses_and_refuses_a_plaintext_run():
     assert any("secure-aggregation='none'" in r for r in check_run(policy, plain))
 
 
-@pytest.mark.parametrize("preset", ["conf/deploy-fedhap-dphe.toml", "deploy/smoke-run.toml"])
+@pytest.mark.parametrize(
+    "preset", ["conf/deploy-fedhap-dphe.toml", "deploy/smoke-run.toml"]
+)
 def test_the_deployment_presets_meet_the_policy_compose_mounts(preset):
     """docker-compose.yml mounts deploy/policy/ into every ClientApp executor; the
     runs the docs and the container test submit meet it, a prototype flip of

@@ -177,7 +177,6 @@ def test_a_fresh_process_maps_the_partition_from_the_nodes_disk(
     later process (here: after clear_cache) maps it without loading the dataset,
     with the same arrays; a rewritten file, another partition or
     FEDHASH_DATA_CACHE=off never gets the cached entry."""
-    rng = np.random.default_rng(0)
     labels = np.arange(240) % 4
 
     def data(seed: int) -> dict:

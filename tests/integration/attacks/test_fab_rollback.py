@@ -106,7 +106,8 @@ def test_fab_rollback_to_an_older_signed_build_is_refused(operator, caplog):
     assert "1.0.0 is older than 1.0.1, which this node already ran" in caplog.text
     ledger = json.loads((registry.parent / "node-state" / LEDGER_FILE).read_text())
     assert ledger["operator/tinyapp"]["version"] == "1.0.1"
-    assert (registry.parent / "node-state" / LEDGER_FILE).stat().st_mode & 0o777 == 0o600
+    mode = (registry.parent / "node-state" / LEDGER_FILE).stat().st_mode
+    assert mode & 0o777 == 0o600
     assert node(_served(new), trusted)  # the same build again: fine
 
 
