@@ -61,6 +61,8 @@ $(STAMP): pyproject.toml
 #    line, before any SuperLink or Ray starts (make exits 2).
 # 2. The run streams; its final status is then read from the SuperLink: make fails
 #    (exit 2) unless it finished completed. The local SuperLink is stopped afterwards.
+# 3. The checkout's git commit goes into the run's config.json if the FAB that ran is
+#    this checkout's (server/provenance.py; a FAB carries no .git).
 run: install
 	@awk -v v="$(CLIENT_CPUS)" 'BEGIN { exit !(v ~ /^[0-9]*[.]?[0-9]+$$/ && v + 0 > 0) }' || \
 	  { echo "error: CLIENT_CPUS=$(CLIENT_CPUS): accepted is a number > 0 (CPUs per simulated client)" >&2; exit 2; }
@@ -77,6 +79,8 @@ run: install
 	  rc=$${PIPESTATUS[0]}; \
 	  if [ $$rc -eq 0 ]; then $(PY) -m server.local_superlink status $(FLWR_HOME_DIR) \
 	    $(FLWR_HOME_DIR)/last-run.log; rc=$$?; fi; \
+	  if [ $$rc -eq 0 ]; then $(PY) -m server.provenance stamp \
+	    --log $(FLWR_HOME_DIR)/last-run.log || true; fi; \
 	  $(MAKE) --no-print-directory clean-superlink; exit $$rc
 
 # Check a run config without running it: prints the resolved config, or one error line.

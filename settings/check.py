@@ -1,4 +1,4 @@
-"""Check a run config before anything starts: ``python -m settings check``.
+r"""Check a run config before anything starts: ``python -m settings check``.
 
 Resolves the run config exactly as ``flwr run`` does (the defaults of
 ``[tool.flwr.app.config]`` in ``pyproject.toml`` fused with ``--run-config``
@@ -17,7 +17,7 @@ Usage::
 
     python -m settings check [--run-config "code-length=64 strategy='fedhap'"]
     python -m settings check --run-config conf/fedhap.toml --quiet
-    python -m settings check --run-config conf/fedhap.toml --run-config "rounds=5" \\
+    python -m settings check --run-config conf/fedhap.toml --run-config "rounds=5" \
         --write-overrides .flwr/run-config.toml   # then flwr run . --run-config FILE
 """
 
@@ -286,6 +286,9 @@ def check(
     problems = file_problems(settings)
     if problems:
         raise ConfigError(problems[0])
+    from server.tracking import require_logger  # the ServerApp's own check
+
+    require_logger(settings.logger)
     check_data(settings, num_clients)
     return settings, config
 

@@ -44,7 +44,11 @@ def _hits(text: str) -> list[str]:
 
 
 def test_manual_pages_have_no_dates_load_or_issue_numbers():
-    bad = {str(p.relative_to(ROOT)): h for p in _manual_pages() if (h := _hits(p.read_text()))}
+    bad = {
+        str(p.relative_to(ROOT)): h
+        for p in _manual_pages()
+        if (h := _hits(p.read_text()))
+    }
     assert not bad, bad
 
 

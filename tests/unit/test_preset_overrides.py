@@ -14,7 +14,9 @@ PRESET = str(ROOT / "conf" / "fedhap.toml")
 
 
 def test_pairs_after_a_preset_override_its_keys():
-    parsed = parse_run_config([PRESET, "classes-per-client=2 rounds=4", "fedhap.mu=0.1"])
+    parsed = parse_run_config(
+        [PRESET, "classes-per-client=2 rounds=4", "fedhap.mu=0.1"]
+    )
     assert parsed["strategy"] == "fedhap"  # from the preset
     assert parsed["classes-per-client"] == 2  # the preset said 3
     assert parsed["rounds"] == 4 and parsed["fedhap.mu"] == 0.1
