@@ -121,6 +121,15 @@ def test_maths_render_offline_as_mathml(built):
     assert 'display="block"' in (site / "methods/pfmh.html").read_text()
 
 
+def test_figures_link_to_their_image(built):
+    """Click to zoom: every result figure links to its PNG (docs/hooks/figures.py);
+    the link check above makes sure each target exists."""
+    site, _ = built
+    html = (site / "methods" / "fedhap.html").read_text()
+    figures = re.findall(r'<a class="zoom" href="([^"]+[.]png)"><img', html)
+    assert figures and all("results/" in f for f in figures), figures
+
+
 def test_math_hook_converts_and_names_the_page_of_a_bad_formula():
     import math as _stdlib_math  # noqa: F401  (the hook module is also named math)
 
