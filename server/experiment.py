@@ -55,6 +55,7 @@ from server.state_key import KEY_NAME, server_key
 from settings import keys as K
 from settings.run_model import build_run_model, initial_global_state
 from settings.run_settings import ConfigError, RunSettings
+from settings.runtime import default_size_warning
 from strategies.dphe.server_setup import build_secure_components
 from strategies.protocol import HashingStrategy
 from strategies.registry import build_strategy, method
@@ -368,6 +369,8 @@ def run_experiment(
         grid, min_nodes=settings.min_train_nodes, timeout_s=settings.round_timeout
     )
     num_partitions = next(iter(nodes.values())).num_partitions
+    if simulation and (note := default_size_warning(len(nodes))):
+        log(WARNING, "%s", note)  # flwr run . without a federation size
     validate_partitioning(
         data.database_labels,
         scheme=settings.partitioning,

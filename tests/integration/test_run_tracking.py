@@ -223,3 +223,11 @@ def test_compare_refuses_a_folder_that_is_not_a_finished_run(tmp_path, capsys):
     assert "unfinished run" in capsys.readouterr().err
     assert compare.main(["compare", str(tmp_path / "nope")]) == 2
     assert "is not a folder" in capsys.readouterr().err
+
+
+def test_a_simulation_of_flowers_default_size_is_not_silent():
+    """`flwr run .` without a federation size runs Flower's default 2 SuperNodes."""
+    from settings.runtime import default_size_warning
+
+    assert "Flower's default; the documented default is 10" in default_size_warning(2)
+    assert default_size_warning(10) is None and default_size_warning(3) is None
