@@ -10,6 +10,13 @@ CLIENT_CPUS ?= 1
 # GPU share per simulated client (0.1: ten clients on one GPU at once); 0 = CPU only
 CLIENT_GPUS ?= 0
 RUN_CONFIG ?=
+# key=value overrides of RUN_CONFIG's preset: make run RUN_CONFIG=conf/fedhap.toml
+# OVERRIDES="rounds=5 seed=1". Flower takes one .toml or pairs, not both, so the
+# pre-flight writes the preset with its overrides into one file for flwr run.
+OVERRIDES ?=
+OVERRIDES_FILE := $(FLWR_HOME_DIR)/run-config.toml
+RUN_ARGS = $(if $(RUN_CONFIG),--run-config $(RUN_CONFIG)) $(if $(OVERRIDES),--run-config "$(OVERRIDES)")
+FLWR_RUN_CONFIG = $(if $(OVERRIDES),--run-config $(OVERRIDES_FILE),$(if $(RUN_CONFIG),--run-config $(RUN_CONFIG)))
 VERBOSE ?=
 export FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION := 1
 SHELL := /bin/bash
@@ -26,7 +33,7 @@ export FEDHASH_VERBOSE := 1
 QUIET :=
 endif
 
-.PHONY: install run check-config test test-fast lint docs bench-retrieval bench-round-time bench-fedhap-cost \
+.PHONY: install run check-config test test-fast lint docs bench-retrieval bench-dphe bench-round-time bench-fedhap-cost \
 	clean-superlink deploy-credentials deploy-constraints test-containers test-scale
 
 install: $(STAMP)
@@ -54,6 +61,8 @@ $(STAMP): pyproject.toml
 #    line, before any SuperLink or Ray starts (make exits 2).
 # 2. The run streams; its final status is then read from the SuperLink: make fails
 #    (exit 2) unless it finished completed. The local SuperLink is stopped afterwards.
+# 3. The checkout's git commit goes into the run's config.json if the FAB that ran is
+#    this checkout's (server/provenance.py; a FAB carries no .git).
 run: install
 	@awk -v v="$(CLIENT_CPUS)" 'BEGIN { exit !(v ~ /^[0-9]*[.]?[0-9]+$$/ && v + 0 > 0) }' || \
 	  { echo "error: CLIENT_CPUS=$(CLIENT_CPUS): accepted is a number > 0 (CPUs per simulated client)" >&2; exit 2; }
@@ -61,20 +70,22 @@ run: install
 	  { echo "error: CLIENT_GPUS=$(CLIENT_GPUS): accepted is a number >= 0 (GPUs per simulated client)" >&2; exit 2; }
 	@awk -v v="$(NUM_CLIENTS)" 'BEGIN { exit !(v ~ /^[0-9]+$$/ && v + 0 >= 1) }' || \
 	  { echo "error: NUM_CLIENTS=$(NUM_CLIENTS): accepted is a whole number >= 1 (simulated SuperNodes)" >&2; exit 2; }
-	@$(PY) -m settings check --quiet --num-clients $(NUM_CLIENTS) \
-	  $(if $(RUN_CONFIG),--run-config $(RUN_CONFIG))
+	@$(PY) -m settings check --quiet --num-clients $(NUM_CLIENTS) $(RUN_ARGS) \
+	  $(if $(OVERRIDES),--write-overrides $(OVERRIDES_FILE))
 	@mkdir -p $(FLWR_HOME_DIR); \
 	  PATH="$(CURDIR)/$(VENV)/bin:$$PATH" FLWR_HOME=$(FLWR_HOME_DIR) flwr run . --stream \
 	  --federation-config "num-supernodes=$(NUM_CLIENTS) client-resources-num-cpus=$(CLIENT_CPUS) client-resources-num-gpus=$(CLIENT_GPUS)" \
-	  $(if $(RUN_CONFIG),--run-config $(RUN_CONFIG)) 2>&1 | tee $(FLWR_HOME_DIR)/last-run.log $(QUIET); \
+	  $(FLWR_RUN_CONFIG) 2>&1 | tee $(FLWR_HOME_DIR)/last-run.log $(QUIET); \
 	  rc=$${PIPESTATUS[0]}; \
 	  if [ $$rc -eq 0 ]; then $(PY) -m server.local_superlink status $(FLWR_HOME_DIR) \
 	    $(FLWR_HOME_DIR)/last-run.log; rc=$$?; fi; \
+	  if [ $$rc -eq 0 ]; then $(PY) -m server.provenance stamp \
+	    --log $(FLWR_HOME_DIR)/last-run.log || true; fi; \
 	  $(MAKE) --no-print-directory clean-superlink; exit $$rc
 
 # Check a run config without running it: prints the resolved config, or one error line.
 check-config: install
-	@$(PY) -m settings check $(if $(RUN_CONFIG),--run-config $(RUN_CONFIG))
+	@$(PY) -m settings check $(RUN_ARGS)
 
 clean-superlink:
 	@$(PY) -m server.local_superlink stop $(FLWR_HOME_DIR)
@@ -105,8 +116,23 @@ lint: install
 docs: install
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
-bench-retrieval: install
+# Each benchmark target installs the optional packages its benchmark compares against
+# (pyproject.toml extras), once per venv: bench-retrieval needs faiss-cpu and
+# threadpoolctl (the `bench` extra), bench-dphe TenSEAL (`ckks-bench`).
+BENCH_STAMP := $(VENV)/.installed-bench
+CKKS_STAMP := $(VENV)/.installed-ckks-bench
+$(BENCH_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -e ".[dev,bench]"
+	touch $@
+$(CKKS_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -e ".[dev,ckks-bench]"
+	touch $@
+
+bench-retrieval: install $(BENCH_STAMP)
 	$(PY) benchmarks/retrieval.py
+
+bench-dphe: install $(CKKS_STAMP)
+	$(PY) benchmarks/dphe.py $(if $(BENCH_ARGS),$(BENCH_ARGS),--part cnn)
 
 bench-round-time: install
 	$(PY) benchmarks/round_time.py

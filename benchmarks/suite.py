@@ -547,25 +547,13 @@ def build_plan(args: argparse.Namespace) -> Plan:
 
 
 def git_state() -> dict[str, Any]:
-    """``{"commit": sha, "dirty": bool}`` of the repository (``None`` without git)."""
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        status = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return {"commit": None, "dirty": None}
-    return {"commit": head, "dirty": bool(status.strip())}
+    """``{"commit": sha, "dirty": bool}`` of the repository (``None`` without git).
+
+    The runs' own reading (:func:`server.provenance.git_state`), in the suite's shape.
+    """
+    from server.provenance import git_state as checkout_state  # noqa: PLC0415
+
+    return checkout_state(ROOT) or {"commit": None, "dirty": None}
 
 
 def read_record(run: PaperRun) -> dict[str, Any] | None:

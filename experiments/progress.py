@@ -2,7 +2,9 @@
 
 :class:`SweepProgress` prints ``[ 7/36, ETA 41 min 3 s] <name>: <result>`` after
 each finished run; the ETA is the runs left times the mean time of the runs this
-process finished (runs resumed from disk do not count towards the mean).
+process finished (runs resumed from disk do not count towards the mean). In a
+terminal a tqdm progress bar stays below those lines (tqdm turns itself off when
+stderr is not a terminal, so log files get only the lines).
 :func:`cli` wraps an experiment's ``main`` so that a bad config or ``--set`` value
 ends it with one ``error:`` line and exit code 2 instead of a traceback.
 """
@@ -12,6 +14,8 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
+
+from tqdm import tqdm
 
 from settings.run_settings import ConfigError
 
@@ -34,6 +38,8 @@ class SweepProgress:
         self.done = done
         self._started = time.perf_counter()
         self._finished_here = 0
+        # disable=None: a bar only where stderr is a terminal
+        self.bar = tqdm(total=total, initial=done, unit="run", disable=None)
 
     def line(self, text: str) -> str:
         """Count one finished run; return ``[done/total, ETA ...] text``."""
@@ -46,8 +52,15 @@ class SweepProgress:
         return f"[{self.done:>{width}}/{self.total}, ETA {eta}] {text}"
 
     def report(self, text: str) -> None:
-        """Print :meth:`line` (flushed)."""
-        print(self.line(text), flush=True)
+        """Print :meth:`line` (flushed) above the progress bar, and advance the bar."""
+        line = self.line(text)
+        if self.bar.disable:
+            print(line, flush=True)
+        else:
+            tqdm.write(line)
+            self.bar.update(1)
+            if self.done >= self.total:
+                self.bar.close()
 
 
 def format_seconds(seconds: float) -> str:

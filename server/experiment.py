@@ -42,12 +42,20 @@ from server.checkpoint import (
 )
 from server.discovery import describe_nodes
 from server.evaluation import Evaluation, QuerySet, RetrievalEvaluator
-from server.plots import plot_map_per_round, plot_pr_curve, plot_precision_at_k
+from server.plots import (
+    plot_loss_per_round,
+    plot_map_per_round,
+    plot_pr_curve,
+    plot_precision_at_k,
+    run_title,
+)
+from server.provenance import run_provenance
 from server.results import RunResults
 from server.state_key import KEY_NAME, server_key
 from settings import keys as K
 from settings.run_model import build_run_model, initial_global_state
 from settings.run_settings import ConfigError, RunSettings
+from settings.runtime import default_size_warning
 from strategies.dphe.server_setup import build_secure_components
 from strategies.protocol import HashingStrategy
 from strategies.registry import build_strategy, method
@@ -201,6 +209,9 @@ class RoundReporter:
             "train_round_s": time.perf_counter() - self._since if server_round else 0.0,
         }
         row.update(strategy.comm_history.get(server_round, {}))
+        clients = strategy.client_train_history.get(server_round)
+        if clients:  # {partition id: that client's train metrics}
+            row["clients"] = clients
         secure = strategy.secure_aggregation
         if secure is not None and server_round in secure.history:
             row["dphe"] = secure.history[server_round]
@@ -358,6 +369,8 @@ def run_experiment(
         grid, min_nodes=settings.min_train_nodes, timeout_s=settings.round_timeout
     )
     num_partitions = next(iter(nodes.values())).num_partitions
+    if simulation and (note := default_size_warning(len(nodes))):
+        log(WARNING, "%s", note)  # flwr run . without a federation size
     validate_partitioning(
         data.database_labels,
         scheme=settings.partitioning,
@@ -406,9 +419,12 @@ def run_experiment(
         )
     else:
         results = RunResults(settings.results_dir, default_run_id(settings))
-        _write_config(results, settings, model_name, protocol, data, nodes, device)
+        _write_config(
+            results, settings, model_name, protocol, data, nodes, device, grid
+        )
         key = key or server_key(results.root)  # created by a folder's first run
         ledger = open_ledger(results.dir, key)
+    results.set_logger(settings.logger)  # opt-in TensorBoard (server/tracking.py)
     log(INFO, "Protocol: %s", protocol)
     log(INFO, "Results: %s", results.dir)
     try:
@@ -472,6 +488,7 @@ def _write_config(
     data: PreparedData,
     nodes: dict[int, Any],
     device: torch.device,
+    grid: Grid,
 ) -> None:
     results.write_json(
         "config.json",
@@ -492,6 +509,8 @@ def _write_config(
             ],
             "server_device": str(device),
             "torch": torch.__version__,
+            # versions, git commit, FAB hash (a fake grid in tests has no run)
+            "provenance": run_provenance(getattr(grid, "run", None)),
         },
     )
 
@@ -574,12 +593,11 @@ def _write_summary(
             },
         },
     )
-    title = (
-        f"{settings.strategy} {settings.code_length} bits, round {reporter.last_round}"
-    )
+    title = run_title(settings.to_dict(), reporter.last_round)
     plot_map_per_round(
-        reporter.rows, settings.map_top_k, results.path("map_per_round.png")
+        reporter.rows, settings.map_top_k, results.path("map_per_round.png"), title
     )
+    plot_loss_per_round(reporter.rows, title, results.path("loss_per_round.png"))
     if rep is None:  # personalized PFMH: no union ranking, no PR / P@K plots
         return
     plot_pr_curve(rep.to_dict()["pr"], title, results.path("pr_curve.png"))

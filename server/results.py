@@ -1,8 +1,11 @@
 """The results directory of one run.
 
 Layout (``results/<run-id>/``): ``config.json`` (resolved config, protocol, data,
-nodes), ``rounds.jsonl`` (one JSON object per round), ``summary.json`` (final and
-best metrics, PR curve, precision@K), and PNG plots. While the run is going, and if
+nodes, versions and code: :mod:`server.provenance`), ``rounds.jsonl`` (one JSON
+object per round) with ``rounds.csv`` and ``clients.csv`` beside it
+(:mod:`server.rounds_csv`), ``summary.json`` (final and best metrics, PR curve,
+precision@K), PNG plots, and with ``logger = "tensorboard"`` event files
+(:mod:`server.tracking`). While the run is going, and if
 it fails, the directory is ``results/<run-id>.incomplete/`` (a failed run also gets
 ``error.txt``); only a finished run is renamed to ``results/<run-id>/``, so a
 directory without the suffix is always complete.
@@ -14,8 +17,12 @@ import json
 import math
 import os
 import traceback
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from server.rounds_csv import write_clients_csv, write_rounds_csv
+from server.tracking import RoundLogger, open_logger
 
 INCOMPLETE = ".incomplete"
 
@@ -52,6 +59,8 @@ class RunResults:
         if self.final_dir.exists() or self.dir.exists():
             raise FileExistsError(f"results directory {self.final_dir} already exists")
         self.dir.mkdir(parents=True)
+        self.rows: list[dict[str, Any]] = []
+        self.logger: RoundLogger | None = None
 
     @classmethod
     def reopen(cls, incomplete_dir: str | Path) -> RunResults:
@@ -70,6 +79,8 @@ class RunResults:
         self.dir = path
         if self.final_dir.exists():
             raise FileExistsError(f"results directory {self.final_dir} already exists")
+        self.rows = read_rounds(path) if (path / "rounds.jsonl").exists() else []
+        self.logger = None
         error = path / "error.txt"
         if error.exists():
             n = len(list(path.glob("error-before-resume-*.txt"))) + 1
@@ -85,6 +96,17 @@ class RunResults:
         tmp = path.with_suffix(".jsonl.tmp")
         tmp.write_text("".join(json.dumps(_jsonable(r)) + "\n" for r in rows))
         os.replace(tmp, path)
+        self.rows = [_jsonable(r) for r in rows]
+        self._write_csv()
+
+    def set_logger(self, name: str) -> None:
+        """Also send every appended round to the run config's ``logger``."""
+        self.logger = open_logger(name, self.dir)
+
+    def _write_csv(self) -> None:
+        write_rounds_csv(self.rows, self.dir / "rounds.csv")
+        if any(r.get("clients") for r in self.rows):
+            write_clients_csv(self.rows, self.dir / "clients.csv")
 
     def write_json(self, name: str, payload: dict[str, Any]) -> Path:
         """Write ``name`` atomically (temp file + rename)."""
@@ -99,6 +121,10 @@ class RunResults:
         with (self.dir / "rounds.jsonl").open("a") as fh:
             fh.write(json.dumps(_jsonable(payload)) + "\n")
             fh.flush()
+        self.rows.append(_jsonable(payload))
+        self._write_csv()
+        if self.logger is not None:
+            self.logger.log_round(self.rows[-1])
 
     def path(self, name: str) -> Path:
         """Path of a file inside the (current) run directory."""
@@ -106,17 +132,38 @@ class RunResults:
 
     def finish(self) -> Path:
         """Rename to the final directory name; returns it."""
+        self._close_logger()
         os.replace(self.dir, self.final_dir)
         self.dir = self.final_dir
         return self.final_dir
 
     def fail(self, exc: BaseException) -> None:
         """Record the error; the directory keeps its ``.incomplete`` suffix."""
+        self._close_logger()
         text = "".join(traceback.format_exception(exc))
         (self.dir / "error.txt").write_text(text)
+
+
+    def _close_logger(self) -> None:
+        if self.logger is not None:
+            self.logger.close()
+            self.logger = None
 
 
 def read_rounds(run_dir: str | Path) -> list[dict[str, Any]]:
     """Read the per-round records of a run directory."""
     path = Path(run_dir) / "rounds.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines() if line]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m server.results compare RUN [RUN ...]`` (:mod:`server.compare`)."""
+    from server.compare import main as compare_main
+
+    return compare_main(argv)
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main())

@@ -42,9 +42,10 @@ def build_server_app(overrides: Mapping[str, Any] | None = None) -> ServerApp:
                 "injection is for Flower's simulation engine only (deployed clients "
                 "ignore it); accepted in a deployment: 0"
             )
+        simulation = server_in_simulation(grid)
         # a method with its own run (federated analytics) or the training loop
         run = method(settings).run or run_experiment
-        run(grid, settings, simulation=server_in_simulation(grid))
+        run(grid, settings, simulation=simulation)
 
     return app
 

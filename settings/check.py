@@ -1,4 +1,4 @@
-"""Check a run config before anything starts: ``python -m settings check``.
+r"""Check a run config before anything starts: ``python -m settings check``.
 
 Resolves the run config exactly as ``flwr run`` does (the defaults of
 ``[tool.flwr.app.config]`` in ``pyproject.toml`` fused with ``--run-config``
@@ -17,11 +17,14 @@ Usage::
 
     python -m settings check [--run-config "code-length=64 strategy='fedhap'"]
     python -m settings check --run-config conf/fedhap.toml --quiet
+    python -m settings check --run-config conf/fedhap.toml --run-config "rounds=5" \
+        --write-overrides .flwr/run-config.toml   # then flwr run . --run-config FILE
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import sys
@@ -48,46 +51,79 @@ _PATH_DATASETS = ("npz", "cifar10", "multiview-digits")
 def parse_run_config(run_config: Sequence[str] | None) -> dict[str, Any]:
     """Parse ``--run-config`` values as ``flwr run`` does, without importing flwr.
 
-    Same syntax as Flower 1.42's ``flwr.common.config.parse_config_args`` (one
+    Same syntax as Flower 1.42's ``flwr.common.config.parse_config_args`` (a
     ``.toml`` file, or ``key=value`` pairs whose values are TOML scalars; nested
     tables flattened with dots); ``tests/integration/test_fail_fast.py`` checks that
-    both parse alike. Importing flwr alone takes longer than the whole check may.
+    both parse alike. One addition: a preset takes overrides. Flower refuses a
+    ``.toml`` beside ``key=value`` pairs; here a ``.toml`` may come first and the
+    pairs after it override its keys (``--run-config conf/fedhap.toml --run-config
+    "rounds=5"``); :func:`write_overrides` turns the result into the one file
+    ``flwr run`` accepts. Importing flwr alone takes longer than the whole check may.
 
     Raises
     ------
     ConfigError
-        A missing TOML file or a string that does not parse.
+        A missing TOML file, a string that does not parse, or a ``.toml`` after
+        ``key=value`` pairs.
     """
     if not run_config:
         return {}
-    items = list(run_config)
-    if len(items) == 1 and items[0].endswith(".toml"):
-        path = Path(items[0]).expanduser()
-        try:
-            return _flatten(tomllib.loads(path.read_text(encoding="utf-8")))
-        except FileNotFoundError:
-            raise ConfigError(
-                f"--run-config file {items[0]!r} does not exist"
-            ) from None
-        except (OSError, tomllib.TOMLDecodeError) as exc:
-            raise ConfigError(f"--run-config file {items[0]!r}: {exc}") from None
+    items = [item for item in run_config if item]
     overrides: dict[str, Any] = {}
+    if items and items[0].endswith(".toml"):  # the preset, then its overrides
+        overrides = _read_toml(items.pop(0))
     for line in items:
-        if not line:
-            continue
         if line.endswith(".toml"):
             raise ConfigError(
-                "--run-config: TOML files cannot be passed alongside key=value pairs"
+                f"--run-config {line!r}: a .toml must come first (a preset), "
+                "followed by key=value overrides; accepted: one .toml at most"
             )
         text = "\n".join(f"{k} = {v}" for k, v in _PAIR.findall(line))
         try:
-            overrides.update(tomllib.loads(text))
+            overrides.update(_flatten(tomllib.loads(text)))
         except tomllib.TOMLDecodeError:
             raise ConfigError(
                 f"--run-config {line!r}: not in the format key1=123 key2=false "
                 "key3='string' (values: bool, int, float or quoted string)"
             ) from None
-    return _flatten(overrides)
+    return overrides
+
+
+def _read_toml(name: str) -> dict[str, Any]:
+    path = Path(name).expanduser()
+    try:
+        return _flatten(tomllib.loads(path.read_text(encoding="utf-8")))
+    except FileNotFoundError:
+        raise ConfigError(f"--run-config file {name!r} does not exist") from None
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"--run-config file {name!r}: {exc}") from None
+
+
+def overrides_toml(overrides: Mapping[str, Any]) -> str:
+    """Flat TOML (``fedhap.mu = 0.05``) that ``flwr run --run-config FILE`` reads.
+
+    Flower flattens a file's tables exactly as :func:`parse_run_config` does, so
+    the file carries the same overrides. Strings are written as JSON strings,
+    which TOML reads as basic strings.
+    """
+    lines = []
+    for key, value in overrides.items():
+        if isinstance(value, bool):
+            shown = "true" if value else "false"
+        elif isinstance(value, int | float):
+            shown = repr(value)
+        else:
+            shown = json.dumps(str(value))
+        lines.append(f"{key} = {shown}")
+    return "\n".join(lines) + "\n"
+
+
+def write_overrides(run_config: Sequence[str] | None, path: str | Path) -> Path:
+    """Write the parsed overrides (a preset and its overrides) as one ``.toml``."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(overrides_toml(parse_run_config(run_config)), encoding="utf-8")
+    return out
 
 
 def app_config_defaults(project_dir: Path = PROJECT_DIR) -> dict[str, Any]:
@@ -250,6 +286,9 @@ def check(
     problems = file_problems(settings)
     if problems:
         raise ConfigError(problems[0])
+    from server.tracking import require_logger  # the ServerApp's own check
+
+    require_logger(settings.logger)
     check_data(settings, num_clients)
     return settings, config
 
@@ -265,7 +304,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--run-config",
         action="append",
         default=None,
-        help="overrides as for `flwr run --run-config` (key=value pairs or a .toml)",
+        help="overrides as for `flwr run --run-config` (key=value pairs or a .toml); "
+        "a preset .toml first, then key=value overrides of it",
     )
     parser.add_argument(
         "--quiet", action="store_true", help="print nothing on success"
@@ -276,9 +316,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=None,
         help="the federation's num-supernodes: also check the partitioning",
     )
+    parser.add_argument(
+        "--write-overrides",
+        metavar="FILE",
+        default=None,
+        help="once valid, write the overrides (a preset and its key=value "
+        "overrides) as one .toml for `flwr run . --run-config FILE`",
+    )
     args = parser.parse_args(argv)
     try:
         _, config = check(args.run_config, args.num_clients)
+        if args.write_overrides:
+            write_overrides(args.run_config, args.write_overrides)
     except ConfigError as exc:
         print(f"error: run config: {exc}", file=sys.stderr)
         return EXIT_BAD_CONFIG

@@ -38,6 +38,7 @@ PROTOTYPE_WEIGHTINGS = ("mean", "count")
 MIN_BITS, MAX_BITS = 8, 256
 SECURE_AGGREGATIONS = ("none", "dphe")
 FEATURE_SCALINGS = ("auto", "none", "minmax", "standard", "l2")
+LOGGERS = ("none", "tensorboard")
 """``hashdata.scaling.FEATURE_SCALINGS``, repeated so that ``python -m settings check``
 need not import hashdata (and scikit-learn); a test keeps the two equal."""
 STRATEGIES = ("fedavg", "fedprox", "fedhap", "pfmh", "dpcode")
@@ -235,6 +236,12 @@ class RunSettings(Section):
         "",
         "name prefix of the run directory (default "
         "`<strategy>-<dataset>-<bits>b-<partitioning>-s<seed>`)",
+    )
+    logger: str = option(
+        "none",
+        "`tensorboard`: also write each round's metrics as TensorBoard event files "
+        "into the run directory (needs the `tracking` extra)",
+        choices=LOGGERS,
     )
     device: str = option("auto", "where clients train", choices=DEVICES)
     prototype_weighting: str = option(

@@ -39,3 +39,28 @@ def client_in_simulation() -> bool:
     except AttributeError:  # pragma: no cover - Ray layout changed
         return False
     return getattr(worker, "mode", None) == getattr(ray, "WORKER_MODE", object())
+
+
+#: the federation size the docs and ``make run`` use
+DOCUMENTED_SUPERNODES = 10
+
+
+def default_size_warning(num_nodes: int) -> str | None:
+    """Say so when a simulation has Flower's default size (2 SuperNodes), else None.
+
+    ``flwr run .`` takes the federation size from the user's Flower home, not from
+    the app, so a plain ``flwr run .`` gets Flower's default instead of the
+    documented 10; the ServerApp logs this instead of running silently.
+    """
+    from flwr.supercore.constant import DEFAULT_SIMULATION_CONFIG
+
+    if num_nodes != DEFAULT_SIMULATION_CONFIG.num_supernodes:
+        return None
+    n = DOCUMENTED_SUPERNODES
+    return (
+        f"this simulation has {num_nodes} SuperNodes, Flower's default; the "
+        f"documented default is {n}: set it once with `flwr federation "
+        f"simulation-config --num-supernodes {n} --client-resources-num-cpus 1`, or "
+        f'pass --federation-config "num-supernodes={n}" to flwr run (make run does); '
+        f"if {num_nodes} is what you meant, ignore this"
+    )

@@ -45,6 +45,16 @@ if TYPE_CHECKING:
     from strategies.dphe.aggregation import SecureSum
 
 
+def client_metrics(msg: Message) -> dict[str, float]:
+    """Return the numbers of a train reply's MetricRecords (``train-loss`` ...)."""
+    return {
+        name: float(value)
+        for record in msg.content.metric_records.values()
+        for name, value in record.items()
+        if isinstance(value, int | float) and not isinstance(value, bool)
+    }
+
+
 class _PartitionOrderedGrid:
     """A view of a Grid whose ``get_node_ids`` is sorted by partition id."""
 
@@ -94,6 +104,8 @@ class PartitionOrderedMixin:
         self.faults = faults
         self.node_partitions: dict[int, int] = {}
         self.train_history: dict[int, MetricRecord] = {}
+        # {round: {partition id: that client's train metrics}} of the kept replies
+        self.client_train_history: dict[int, dict[int, dict[str, float]]] = {}
         self.comm_history: dict[int, dict[str, float]] = {}
         self.kept_nodes: list[int] = []  # nodes whose replies the last round used
         # {round: [(partition id, mechanisms applied)]} from kept replies' privacy
@@ -341,6 +353,10 @@ class PartitionOrderedMixin:
                 continue
             kept.append(msg)
         self.kept_nodes = [m.metadata.src_node_id for m in kept]
+        self.client_train_history[server_round] = {
+            self.node_partitions.get(m.metadata.src_node_id, -1): client_metrics(m)
+            for m in kept
+        }
         self.privacy_history[server_round] = [
             (self.node_partitions.get(n, -1), self._privacy[n])
             for n in self.kept_nodes

@@ -38,6 +38,8 @@ class HashingStrategy(Protocol):
     ----------
     train_history : dict
         ``{round: aggregated train MetricRecord}``.
+    client_train_history : dict
+        ``{round: {partition id: {metric: value}}}`` of the kept train replies.
     comm_history : dict
         ``{round: {"down_bytes_per_client", "up_bytes_per_client"}}``.
     privacy_history : dict
@@ -50,6 +52,7 @@ class HashingStrategy(Protocol):
     """
 
     train_history: dict[int, MetricRecord]
+    client_train_history: dict[int, dict[int, dict[str, float]]]
     comm_history: dict[int, dict[str, float]]
     privacy_history: dict[int, list[tuple[int, list[MechanismUse]]]]
     prototype_history: dict[int, dict[str, Any]]

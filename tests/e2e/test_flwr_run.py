@@ -74,6 +74,12 @@ def test_flwr_run_cli_writes_a_complete_results_directory(tmp_path):
     assert len(config["nodes"]) == 3
     assert config["config"]["code-length"] == 16
     assert "round   1/1" in proc.stdout + proc.stderr
+    # what ran: versions and the FAB; an installed FAB is no git checkout
+    prov = config["provenance"]
+    assert prov["versions"]["flwr"].startswith("1.42") and prov["versions"]["torch"]
+    assert len(prov["fab"]["hash"]) == 64 and prov["git"] is None
+    for name in ("rounds.csv", "clients.csv", "loss_per_round.png"):
+        assert (runs[0] / name).is_file(), name
 
 
 def test_make_run_refuses_unreadable_data_before_flower_starts(tmp_path):

@@ -110,6 +110,54 @@ def test_search_works_offline(built):
         assert not remote, (page, remote)  # nothing a reader offline cannot load
 
 
+def test_maths_render_offline_as_mathml(built):
+    """TeX in the pages becomes MathML at build time (docs/hooks/math.py): the
+    browser renders it, with no script, font or CDN."""
+    site, _ = built
+    for page in ("methods/random-flipping.html", "methods/pfmh.html"):
+        html = (site / page).read_text()
+        assert html.count("<math ") >= 2 and "arithmatex" not in html, page
+        assert "\\frac" not in html and "\\varepsilon" not in html, page  # no raw TeX
+    assert 'display="block"' in (site / "methods/pfmh.html").read_text()
+
+
+def test_figures_link_to_their_image(built):
+    """Click to zoom: every result figure links to its PNG (docs/hooks/figures.py);
+    the link check above makes sure each target exists."""
+    site, _ = built
+    html = (site / "methods" / "fedhap.html").read_text()
+    figures = re.findall(r'<a class="zoom" href="([^"]+[.]png)"><img', html)
+    assert figures and all("results/" in f for f in figures), figures
+
+
+def test_math_hook_converts_and_names_the_page_of_a_bad_formula():
+    import math as _stdlib_math  # noqa: F401  (the hook module is also named math)
+
+    from mkdocs.exceptions import PluginError
+
+    hook = _load_hook("math")
+    out = hook.render(
+        '<p><span class="arithmatex">\\(e^{\\varepsilon} &lt; 2\\)</span></p>'
+        '<div class="arithmatex">\\[\\frac{1}{2}\\]</div>'
+    )
+    assert '<math xmlns="http://www.w3.org/1998/Math/MathML" display="inline">' in out
+    assert 'display="block"' in out and "<mfrac>" in out
+    assert "<mo>&#x0003C;</mo>" in out  # the HTML-escaped < became a MathML operator
+    with pytest.raises(PluginError, match="page.md: formula 'a\\^'"):
+        hook.render('<span class="arithmatex">\\(a^\\)</span>', where="page.md")
+
+
+def _load_hook(name: str):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        f"docs_hook_{name}", DOCS / "hooks" / f"{name}.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 #: repository paths the docs name, outside links and result markers
 _REPO_PATH = re.compile(r"(?<![\w/.<>-])((?:tests|benchmarks)/[\w./*-]*)")
 
