@@ -1,0 +1,27 @@
+"""Smoke test of ``benchmarks/import_closure.py`` and the split it measures."""
+
+import json
+
+import pytest
+
+from benchmarks import import_closure
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    out = tmp_path_factory.mktemp("closure") / "import_closure.json"
+    import_closure.main(["--out", str(out)])
+    return json.loads(out.read_text())["results"]["this"]
+
+
+def test_the_benchmark_writes_both_closures_and_the_circles(report):
+    assert report["app_modules"] > 50
+    for app in ("clientapp", "serverapp"):
+        closure = report["closures"][app]
+        assert closure["modules"] == len(closure["module_list"]) > 0
+    assert report["circles"]["count"] == len(report["circles"]["components"])
+
+
+def test_circles_are_found_in_a_made_up_graph():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert import_closure.circles(graph) == [["a", "b", "c"]]
