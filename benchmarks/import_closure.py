@@ -46,7 +46,7 @@ print(json.dumps(sorted(
 
 
 def app_packages(root: Path) -> list[str]:
-    """The app's packages: ``[tool.hatch.build.targets.wheel] packages``."""
+    """Return the app's packages (``[tool.hatch.build.targets.wheel] packages``)."""
     meta = tomllib.loads((root / "pyproject.toml").read_text())
     return list(meta["tool"]["hatch"]["build"]["targets"]["wheel"]["packages"])
 
@@ -86,7 +86,7 @@ def _is_type_checking(node: ast.If) -> bool:
 
 
 def _imports(tree: ast.AST, module: str, is_package: bool) -> list[tuple[str, bool]]:
-    """``(imported name, at module level)`` of every import outside TYPE_CHECKING."""
+    """List ``(name, at module level)`` of each import not under TYPE_CHECKING."""
     out: list[tuple[str, bool]] = []
 
     def visit(node: ast.AST, top: bool) -> None:
@@ -123,7 +123,7 @@ def _imports(tree: ast.AST, module: str, is_package: bool) -> list[tuple[str, bo
 def import_graph(
     files: dict[str, Path], *, module_level_only: bool = False
 ) -> dict[str, set[str]]:
-    """``{module: modules of the app it imports}`` (static, from the source)."""
+    """Return ``{module: modules of the app it imports}`` (static, from the source)."""
     graph: dict[str, set[str]] = {}
     for mod, path in files.items():
         tree = ast.parse(path.read_text(), str(path))
@@ -185,7 +185,7 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def is_trainer(module: str) -> bool:
-    """A client trainer module (``strategies/<m>/trainer.py``, ``clients/trainers``)."""
+    """Tell a client trainer (``strategies.<m>.trainer``, ``clients.trainers``)."""
     return module.endswith(".trainer") or module == "clients.trainers"
 
 
