@@ -170,7 +170,7 @@ def file_problems(settings: RunSettings) -> list[str]:
     if dphe.keyholder_ca:
         need(dphe.key("keyholder_ca"), dphe.keyholder_ca, kind="file", what="the CA")
     dpcode = settings.dpcode
-    if settings.strategy == "dpcode" and dpcode.source == "codes":
+    if dpcode.reads_codes_model(settings):
         key = dpcode.key("codes_model")
         need(key, dpcode.codes_model, kind="file", what="the trained model")
     return problems

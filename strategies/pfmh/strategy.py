@@ -60,10 +60,10 @@ from settings.prototype_records import (
     PFMH_UPLOAD,
     prototype_record,
 )
-from settings.run_model import pfmh_loss_config
 from settings.run_settings import RunSettings
 from strategies.fedavg.strategy import common_kwargs
 from strategies.partition_order import PartitionOrderedMixin
+from strategies.pfmh.model import pfmh_loss_config
 from strategies.reply_checks import take_prototype_upload
 
 

@@ -126,7 +126,7 @@ def test_sampling_is_seeded_ordered_by_partition_and_skips_unknown_nodes():
 @pytest.mark.parametrize("name", ["fedavg", "fedprox", "fedhap", "pfmh"])
 def test_every_strategy_implements_the_experiment_interface(name):
     from strategies.protocol import HashingStrategy
-    from strategies.registry import build_strategy, registered_strategies
+    from strategies.server_side import build_strategy, registered_strategies
 
     assert name in registered_strategies()
     config = {"strategy": name}
