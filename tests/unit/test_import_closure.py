@@ -25,3 +25,18 @@ def test_the_benchmark_writes_both_closures_and_the_circles(report):
 def test_circles_are_found_in_a_made_up_graph():
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
     assert import_closure.circles(graph) == [["a", "b", "c"]]
+
+
+def test_the_client_app_imports_its_half_only(report):
+    client = report["closures"]["clientapp"]
+    assert client["under_server"] == []
+    assert not any(
+        m.startswith("strategies.") and m.endswith(".strategy")
+        for m in client["module_list"]
+    )
+    assert client["modules"] <= 60
+
+
+def test_the_server_app_imports_no_client_trainer_and_nothing_circles(report):
+    assert report["closures"]["serverapp"]["client_trainers"] == []
+    assert report["circles"]["components"] == []
