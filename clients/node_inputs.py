@@ -21,11 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from settings import keys as K
-from settings.run_settings import RunSettings
+from settings.run_settings import PATH_DATASETS, RunSettings
 from strategies.dphe.config import DPHEConfig
-
-#: datasets read from ``data-path`` (the others are embedded or generated)
-PATH_DATASETS = ("npz", "cifar10")
 
 
 def with_node_data_path(

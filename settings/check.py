@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from settings.resume import checkpoint_file, resume_dir
-from settings.run_settings import RENAMED, ConfigError, RunSettings
+from settings.run_settings import PATH_DATASETS, RENAMED, ConfigError, RunSettings
 from settings.schema import unknown_key
 
 EXIT_BAD_CONFIG = 2
@@ -41,8 +41,6 @@ PROJECT_DIR = Path(__file__).resolve().parent.parent
 #: Flower 1.42's ``key=value`` pattern (``flwr.common.config.parse_config_args``)
 _PAIR = re.compile(r"(\S+?)=(\'[^\']*\'|\"[^\"]*\"|\S+)")
 
-#: datasets whose ``data-path`` must exist before the run starts
-_PATH_DATASETS = ("npz", "cifar10", "multiview-digits")
 
 
 def parse_run_config(run_config: Sequence[str] | None) -> dict[str, Any]:
@@ -154,7 +152,7 @@ def file_problems(settings: RunSettings) -> list[str]:
             problems.append(f"{key}={value!r}: {what} is not readable")
 
     if (
-        settings.dataset in _PATH_DATASETS
+        settings.dataset in PATH_DATASETS
         and settings.data_path
         and not (settings.dataset == "cifar10" and settings.download)
     ):

@@ -31,6 +31,10 @@ from strategies.pfmh.config import PFMHConfig
 __all__ = ["ConfigError", "RunSettings"]
 
 DATASETS = ("digits", "npz", "cifar10", "multiview-digits")
+"""``hashdata.DATASETS``, repeated so that a config is checked without importing
+hashdata (and scikit-learn); a test keeps the two equal."""
+PATH_DATASETS = ("npz", "cifar10")
+"""Datasets read from ``data-path`` (the others are embedded or generated)."""
 PARTITIONINGS = ("iid", "dirichlet", "pathological")
 MODELS = ("auto", "mlp", "cnn", "resnet18", "efficientnet-lite0")
 LOSSES = ("dpsh", "csq", "hashnet", "dch", "greedyhash")
