@@ -2,9 +2,10 @@
 
 Order of work: validate everything that can be validated (settings, strategy name,
 data files, model/input fit, partitioning against the connected nodes) *before* the
-results directory exists or any training starts; then train with the registered
-strategy, evaluating retrieval every ``eval-every`` rounds; then write the summary
-and plots and make the results directory final.
+results directory exists or any training starts; build the method's strategy last,
+from what those steps learnt (:class:`strategies.protocol.RunContext`); then train,
+evaluating retrieval every ``eval-every`` rounds; then write the summary and plots
+and make the results directory final.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ from server.state_key import KEY_NAME, server_key
 from settings import keys as K
 from settings.run_settings import ConfigError, RunSettings
 from strategies.dphe.server_setup import build_secure_components
-from strategies.protocol import HashingStrategy
+from strategies.protocol import HashingStrategy, RunContext
 from strategies.server_side import ServerSide, build_strategy, server_side
 
 _DATASET = RunSettings.key("dataset")
@@ -337,7 +338,6 @@ def run_experiment(
     the method's server side, as the ServerApp looked it up (else looked up here).
     """
     side = side or server_side(settings)  # unknown strategy -> ConfigError
-    strategy = build_strategy(settings, side)
     checkpoint = None
     if settings.resume:  # wrong dir, config, code version or HMAC -> ConfigError
         resumed = resume_dir(settings)
@@ -367,10 +367,8 @@ def run_experiment(
         classes_per_client=settings.classes_per_client,
         repeats=settings.partition_repeats,
     )
-    strategy.set_node_partitions({n: i.partition_id for n, i in nodes.items()})
-    strategy.set_label_space(data.num_classes)
-    strategy.set_required_mechanisms(settings.required_train_mechanisms)
     initial_state = side.initial_state(settings, initial, data.num_classes)
+    secure_model = secure_prototypes = None
     if settings.secure_aggregation == "dphe":
         secure_model, secure_prototypes = build_secure_components(
             settings,
@@ -380,14 +378,22 @@ def run_experiment(
             simulation=simulation,
             run_id=int(grid.run.run_id),  # the keyholder session serves this run
         )
-        strategy.set_secure_aggregation(secure_model)
-        if secure_prototypes is not None:
-            strategy.set_secure_prototypes(secure_prototypes)
-    if checkpoint is not None:
-        try:
-            strategy.load_state_dict(checkpoint.strategy)
-        except ValueError as exc:
-            raise ConfigError(f"{RunSettings.key('resume')}: {exc}") from None
+    # the strategy last, from what the steps above learnt
+    run = RunContext(
+        node_partitions={n: i.partition_id for n, i in nodes.items()},
+        num_classes=data.num_classes,
+        required_mechanisms=settings.required_train_mechanisms,
+        secure_aggregation=secure_model,
+        secure_prototypes=secure_prototypes,
+        checkpoint=None if checkpoint is None else checkpoint.strategy,
+    )
+    try:
+        strategy = build_strategy(settings, side, run)
+    except ValueError as exc:
+        if checkpoint is None:
+            raise
+        # the checkpoint's state does not fit the connected nodes
+        raise ConfigError(f"{RunSettings.key('resume')}: {exc}") from None
 
     device = select_device(settings.device)
     protocol = protocol_text(settings, data, len(nodes), side)

@@ -43,6 +43,7 @@ from strategies.reply_checks import (
 
 if TYPE_CHECKING:
     from strategies.dphe.aggregation import SecureSum
+    from strategies.protocol import RunContext
 
 
 class _PartitionOrderedGrid:
@@ -216,6 +217,23 @@ class PartitionOrderedMixin:
                     )
                 value = {node_of[pid]: v for pid, v in value.items()}
             setattr(self, name, value)
+
+    def prepare(self, run: RunContext) -> None:
+        """Set the strategy up from the run's context, the checkpoint's state last.
+
+        Raises
+        ------
+        ValueError
+            If the checkpoint holds state of partitions no connected node holds.
+        """
+        self.set_node_partitions(dict(run.node_partitions))
+        self.set_label_space(run.num_classes)
+        self.set_required_mechanisms(run.required_mechanisms)
+        self.set_secure_aggregation(run.secure_aggregation)
+        if run.secure_prototypes is not None:
+            self.set_secure_prototypes(run.secure_prototypes)
+        if run.checkpoint is not None:
+            self.load_state_dict(dict(run.checkpoint))
 
     def set_secure_aggregation(self, secure: SecureAggregator | None) -> None:
         """Aggregate encrypted updates (DPHE) instead of plaintext models."""

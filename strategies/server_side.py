@@ -26,7 +26,7 @@ from strategies.fedhap.strategy import fedhap
 from strategies.pfmh.evaluation import build_pfmh_evaluator, pfmh_protocol, pfmh_table
 from strategies.pfmh.model import build_pfmh_model, pfmh_initial_state
 from strategies.pfmh.strategy import pfmh
-from strategies.protocol import HashingStrategy
+from strategies.protocol import HashingStrategy, RunContext
 
 StrategyFactory = Callable[[RunSettings], HashingStrategy]
 EvaluatorFactory = Callable[..., RetrievalEvaluator]
@@ -117,9 +117,14 @@ def server_side(settings: RunSettings) -> ServerSide:
 
 
 def build_strategy(
-    settings: RunSettings, side: ServerSide | None = None
+    settings: RunSettings,
+    side: ServerSide | None = None,
+    run: RunContext | None = None,
 ) -> HashingStrategy:
     """Build the server strategy of the run's method (``side``: already looked up).
+
+    With ``run`` the strategy is also set up for the run
+    (:meth:`strategies.protocol.HashingStrategy.prepare`).
 
     Raises
     ------
@@ -135,4 +140,6 @@ def build_strategy(
             f"strategy {settings.strategy!r} ({type(strategy).__name__}) does not "
             "implement strategies.protocol.HashingStrategy"
         )
+    if run is not None:
+        strategy.prepare(run)
     return strategy
