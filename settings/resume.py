@@ -24,12 +24,9 @@ def resume_dir(settings: RunSettings) -> Path:
     Raises
     ------
     ConfigError
-        If it does not exist, if the run finished, or if this run cannot be
-        resumed (personalized PFMH, DPcode).
+        If it does not exist or if the run finished (a method that cannot be
+        resumed is refused when the settings are read).
     """
-    refusal = settings.method.resume_refusal(settings)
-    if refusal:
-        raise ConfigError(f"{_RESUME}: {refusal}")
     path = Path(settings.resume)
     if not path.name.endswith(INCOMPLETE):
         if path.is_dir() and (path / "summary.json").is_file():

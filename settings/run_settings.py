@@ -372,6 +372,9 @@ class RunSettings(Section):
                 f"{method.whole_partition}, so duplicated rows would count several "
                 "times; accepted: 1"
             )
+        refusal = method.resume_refusal(self) if self.resume else ""
+        if refusal:
+            raise ConfigError(f"{self.key('resume')}: {refusal}")
         if self.partition_repeats > 1 and self.dp_sgd.enabled:
             raise ConfigError(
                 f"{self.key('partition_repeats')}={self.partition_repeats} with "

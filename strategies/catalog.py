@@ -81,6 +81,14 @@ def _pfmh_personalized(settings: Settings) -> bool:
     return bool(settings.pfmh.personalized)
 
 
+def _pfmh_global_model(settings: Settings) -> bool:
+    return not _pfmh_personalized(settings)
+
+
+def _one_shot(settings: Settings) -> str:
+    return "DPcode is a one-shot release with no rounds"
+
+
 def _pfmh_resume(settings: Settings) -> str:
     if not _pfmh_personalized(settings):
         return ""
@@ -108,7 +116,7 @@ METHODS: dict[str, MethodInfo] = {
             whole_partition="PFMH splits each partition into local queries and a "
             "local database of its own and ranks each client's own partition",
             query_actions=("pfmh_eval",),
-            global_model=lambda s: not _pfmh_personalized(s),
+            global_model=_pfmh_global_model,
             prototypes=_yes,
             resume_refusal=_pfmh_resume,
         ),
@@ -118,7 +126,7 @@ METHODS: dict[str, MethodInfo] = {
             whole_partition="DPcode trains nothing and counts every held row once",
             query_actions=("dpcode",),
             global_model=_no,
-            resume_refusal=lambda s: "DPcode is a one-shot release with no rounds",
+            resume_refusal=_one_shot,
         ),
     )
 }
