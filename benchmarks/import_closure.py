@@ -3,7 +3,8 @@
 Two measures of how the apps hang together:
 
 * **closures**: a fresh interpreter imports one app entry (``clients.client_app``,
-  ``server.server_app``) and lists the modules of the app's packages (the wheel's
+  ``server.server_app``; and the ClientApp with what a FedAvg train message loads)
+  and lists the modules of the app's packages (the wheel's
   ``packages`` in ``pyproject.toml``) that are then in ``sys.modules``; the JSON names
   those under ``server/`` in the ClientApp's closure and the client trainers in the
   ServerApp's.
@@ -31,13 +32,24 @@ import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-ENTRIES = {"clientapp": "clients.client_app", "serverapp": "server.server_app"}
+ENTRIES = {
+    "clientapp": ["clients.client_app"],
+    "serverapp": ["server.server_app"],
+    # what a ClientApp process holds once it has run a FedAvg train message: the
+    # method's client side and the update transport (built on the first one)
+    "clientapp_fedavg_train": [
+        "clients.client_app",
+        "strategies.fedavg.trainer",
+        "clients.update_transport",
+    ],
+}
 
 PROBE = r"""
 import json, sys
 sys.path.insert(0, sys.argv[1])
 import importlib
-importlib.import_module(sys.argv[2])
+for entry in json.loads(sys.argv[2]):
+    importlib.import_module(entry)
 packages = json.loads(sys.argv[3])
 print(json.dumps(sorted(
     m for m in sys.modules if m.split(".")[0] in packages
@@ -63,10 +75,11 @@ def module_files(root: Path, packages: list[str]) -> dict[str, Path]:
     return found
 
 
-def closure(root: Path, entry: str, packages: list[str]) -> list[str]:
+def closure(root: Path, entry: list[str], packages: list[str]) -> list[str]:
     """Modules of ``packages`` a fresh interpreter holds after importing ``entry``."""
     proc = subprocess.run(
-        [sys.executable, "-c", PROBE, str(root), entry, json.dumps(packages)],
+        [sys.executable, "-c", PROBE, str(root), json.dumps(entry)]
+        + [json.dumps(packages)],
         cwd=root,
         capture_output=True,
         text=True,
@@ -213,9 +226,11 @@ def measure(root: Path) -> dict:
 def summary(m: dict) -> str:
     """One line of the headline numbers."""
     c, s = m["closures"]["clientapp"], m["closures"]["serverapp"]
+    t = m["closures"]["clientapp_fedavg_train"]
     return (
         f"ClientApp {c['modules']}/{m['app_modules']} modules "
-        f"({len(c['under_server'])} under server/), ServerApp {s['modules']} "
+        f"({len(c['under_server'])} under server/; {t['modules']} after a FedAvg "
+        f"train message), ServerApp {s['modules']} "
         f"({len(s['client_trainers'])} client trainers), import circles "
         f"{m['circles']['count']} (module level {m['module_level_circles']['count']})"
     )

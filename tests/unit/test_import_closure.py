@@ -40,3 +40,12 @@ def test_the_client_app_imports_its_half_only(report):
 def test_the_server_app_imports_no_client_trainer_and_nothing_circles(report):
     assert report["closures"]["serverapp"]["client_trainers"] == []
     assert report["circles"]["components"] == []
+
+
+def test_a_fedavg_client_loads_no_other_method_and_no_server_code(report):
+    loaded = report["closures"]["clientapp_fedavg_train"]["module_list"]
+    assert "strategies.fedavg.trainer" in loaded
+    # the other methods' config sections are the settings' (no torch there)
+    other = ("server", "hashing.pfmh", "strategies.pfmh.", "strategies.dpcode.")
+    found = [m for m in loaded if m.startswith(other) and not m.endswith(".config")]
+    assert found == []
