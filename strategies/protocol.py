@@ -6,7 +6,7 @@ set-up call with the :class:`RunContext` learnt before the strategy is built
 checkpoint's state), Flower's ``start``, and the per-round histories the
 round reporter reads (train metrics, bytes exchanged, privacy mechanisms applied,
 prototype classes). Every registered strategy implements all of it through
-:class:`strategies.partition_order.PartitionOrderedMixin` (defaults for the parts a
+:class:`strategies.base.HashingStrategyBase` (defaults for the parts a
 method does not use: no prototypes, no secure prototype sums);
 :func:`strategies.server_side.build_strategy` refuses a strategy that does not.
 
