@@ -2,8 +2,8 @@
 
 Flower routes each message on its type (``<category>.<action>``):
 
-* ``train``  -- local training with the method's trainer
-  (:data:`strategies.registry.METHODS`); the update then leaves through the
+* ``train``  -- local training with the method's trainer (its client side,
+  :func:`strategies.client_side.client_side`); the update then leaves through the
   :func:`clients.update_transport.update_transport_mod` mod (sparsified and/or
   DPHE-encrypted as the run asks), and :func:`clients.faults.fault_mod` acts out
   an injected fault (tests and benchmarks, simulation only).
@@ -12,7 +12,11 @@ Flower routes each message on its type (``<category>.<action>``):
   codes (never raw data) through :func:`clients.publish.publish_codes`; a client of
   a repeated split (``partition-repeats > 1``) publishes none, split 0 holds its rows.
 * ``query.<action>`` of a method (PFMH: ``query.pfmh_eval``, per-client retrieval
-  with the client's own model), registered from the method's entry.
+  with the client's own model), registered from :mod:`strategies.catalog`, answered
+  by the run's method's client side.
+
+The app imports no method's code: the client side of a run's method is loaded when
+its first message arrives, and nothing of the server half is imported.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import numpy as np
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
+from flwr.clientapp.typing import ClientAppCallable, Mod
 
 from clients.data import load_local_data
 from clients.faults import fault_mod
@@ -40,14 +45,13 @@ from clients.privacy_noise import (
 )
 from clients.publish import publish_codes
 from clients.trainers import TrainContext, dp_noise_multiplier
-from clients.update_transport import update_transport_mod
 from hashing.codes import pack_bytes, sign_codes
 from hashing.train import encode, select_device
 from settings import keys as K
 from settings.privacy_records import privacy_record
-from settings.run_model import build_run_model
 from settings.run_settings import RunSettings
-from strategies.registry import QueryHandler, method, query_actions
+from strategies.catalog import query_actions
+from strategies.client_side import client_side
 
 logger = logging.getLogger(__name__)
 
@@ -140,7 +144,9 @@ def _build(key: _AppKey) -> ClientApp:
             parsed[memo] = RunSettings.from_config(config)
         return parsed[memo]
 
-    transport = update_transport_mod(settings_of, node_partition, derive_seed)
+    transport = _on_first_train(
+        lambda: _transport_mod(settings_of, node_partition, derive_seed)
+    )
 
     def noise_multiplier_of(settings: RunSettings, context: Context) -> float:
         pid, num = node_partition(context)
@@ -179,7 +185,7 @@ def _build(key: _AppKey) -> ClientApp:
             ),
             state=context.state,
         )
-        trainer = method(settings).trainer
+        trainer = client_side(settings.strategy).trainer
         if trainer is None:
             raise ValueError(f"strategy {settings.strategy!r} trains nothing")
         reply = trainer(msg.content, ctx)
@@ -214,7 +220,8 @@ def _build(key: _AppKey) -> ClientApp:
         data = load_local_data(settings, partition_id=pid, num_partitions=num)
         labels = data.labels.numpy()
         if data.publishes:
-            model = build_run_model(settings, data.input_shape, data.num_classes)
+            build = client_side(settings.strategy).build_model
+            model = build(settings, data.input_shape, data.num_classes)
             model.load_state_dict(msg.content[K.ARRAYS].to_torch_state_dict())
             codes = sign_codes(
                 encode(model, data.inputs, device=select_device(settings.device))
@@ -241,9 +248,15 @@ def _build(key: _AppKey) -> ClientApp:
             reply[K.PRIVACY] = privacy_record(uses)
         return Message(reply, reply_to=msg)
 
-    def method_query(handler: QueryHandler) -> Any:
+    def method_query(action: str, owner: str) -> Any:
         def run(msg: Message, context: Context) -> Message:
             settings = settings_of(context)
+            if settings.strategy != owner:
+                raise ValueError(
+                    f"query.{action} belongs to strategy {owner!r}; this run's "
+                    f"strategy is {settings.strategy!r}"
+                )
+            handler = client_side(owner).queries[action]
             pid, num = node_partition(context)
             reply = handler(
                 msg.content,
@@ -258,10 +271,32 @@ def _build(key: _AppKey) -> ClientApp:
 
         return run
 
-    for action, handler in query_actions().items():
-        app.query(action, mods=[policy])(method_query(handler))
+    for action, owner in query_actions().items():
+        app.query(action, mods=[policy])(method_query(action, owner))
 
     return app
+
+
+def _transport_mod(*args: Any) -> Mod:
+    from clients.update_transport import update_transport_mod
+
+    return update_transport_mod(*args)
+
+
+def _on_first_train(build: Any) -> Mod:
+    """Return the mod ``build()`` makes, built when the first train message arrives.
+
+    The update transport imports the sparsifiers and the Paillier code; a process
+    that answers a query (a deployment starts one per message) does not need them.
+    """
+    built: list[Mod] = []
+
+    def mod(msg: Message, context: Context, call_next: ClientAppCallable) -> Message:
+        if not built:
+            built.append(build())
+        return built[0](msg, context, call_next)
+
+    return mod
 
 
 def _publish_noise(settings: RunSettings, msg: Message, partition_id: int) -> Any:

@@ -147,7 +147,7 @@ class DataKey(NamedTuple):
 def data_key(settings: RunSettings) -> DataKey:
     """Return the settings that determine the data (hashable, for caching)."""
     return DataKey(
-        multimodal=settings.strategy == "pfmh",
+        multimodal=settings.method.multimodal,
         dataset=settings.dataset,
         data_path=settings.data_path,
         download=settings.download,

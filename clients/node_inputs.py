@@ -21,12 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from settings import keys as K
-from settings.run_settings import RunSettings
+from settings.run_settings import PATH_DATASETS, RunSettings
 from strategies.dphe.config import DPHEConfig
-from strategies.dphe.setup import cached_client_bundle, client_bundle_path
-
-#: datasets read from ``data-path`` (the others are embedded or generated)
-PATH_DATASETS = ("npz", "cifar10")
 
 
 def with_node_data_path(
@@ -94,6 +90,10 @@ def check_node_inputs(
             )
     if settings.secure_aggregation != "dphe":
         return
+    # the Paillier code only where the run uses it (a ClientApp process starts per
+    # message in a deployment)
+    from strategies.dphe.setup import cached_client_bundle, client_bundle_path
+
     node_bundle = str(node_config.get(K.DPHE_KEY_BUNDLE, ""))
     path = client_bundle_path(settings, partition_id, node_bundle)
     try:

@@ -108,8 +108,8 @@ def run_terms(
     """
     p, dp = settings.privacy, settings.dp_sgd
     calibration = p.flip_calibration
-    no_model = settings.pfmh_personalized or settings.strategy == "dpcode"
-    prototypes = settings.uses_prototypes or settings.strategy == "pfmh"
+    method = settings.method
+    prototypes = method.prototypes(settings)
     if dp.target_epsilon <= 0:
         noise_multiplier = dp.noise_multiplier
     sigma_label = (
@@ -119,8 +119,8 @@ def run_terms(
     )
     return RunTerms(
         secure_aggregation=settings.secure_aggregation,
-        sends_model=not no_model,
-        publishes_codes=settings.strategy != "dpcode",
+        sends_model=method.global_model(settings),
+        publishes_codes=method.trains,
         code_bits=settings.code_length,
         code_flip_beta=(
             flip_beta(p.code_flip_epsilon, calibration)
@@ -130,7 +130,7 @@ def run_terms(
         publishes_prototypes=prototypes,
         prototype_flip_beta=(
             flip_beta(p.prototype_flip_epsilon, calibration)
-            if p.prototype_flip_epsilon > 0 and settings.strategy == "fedhap"
+            if p.prototype_flip_epsilon > 0 and method.flippable_prototypes
             else None
         ),
         dp_sgd=dp.enabled,
@@ -150,8 +150,9 @@ def run_terms(
                 f"{PrivacyConfig.key('prototype_flip_epsilon')}="
                 f"{p.prototype_flip_epsilon}"
                 + (
-                    " (strategy 'pfmh' publishes its prototypes unflipped)"
-                    if settings.strategy == "pfmh"
+                    f" (strategy {settings.strategy!r} publishes its prototypes "
+                    "unflipped)"
+                    if prototypes and not method.flippable_prototypes
                     else ""
                 )
             ),

@@ -37,8 +37,9 @@ from hashing.pfmh.train import local_prototypes, train_pfmh
 from hashing.prototypes import PrototypeSet
 from hashing.retrieval import evaluate_retrieval
 from hashing.train import LocalTrainConfig, encode, select_device, train_local
-from settings.run_model import build_hash_loss, build_run_model, pfmh_loss_config
+from settings.run_model import build_hash_loss, build_run_model
 from settings.run_settings import RunSettings
+from strategies.pfmh.model import build_pfmh_model, pfmh_loss_config
 
 
 def split_retrieval(
@@ -125,7 +126,7 @@ def train_centralized_pfmh(settings: RunSettings, num_clients: int) -> dict[str,
     modalities = list(parts[0].input_shape)
     x = {m: torch.cat([t[0][m] for t in train]) for m in modalities}
     y = torch.cat([t[1] for t in train])
-    model = build_run_model(settings, parts[0].input_shape)
+    model = build_pfmh_model(settings, parts[0].input_shape)
     device = select_device(settings.device)
     loss_config = pfmh_loss_config(settings)
     generator = torch.Generator().manual_seed(settings.seed)

@@ -16,7 +16,6 @@ from torch import nn
 from hashing.batches import iterate_minibatches
 from hashing.elastic_net import elastic_net_penalty, snap_to_reference
 from hashing.losses import dpsh_loss, proximal_term
-from hashing.pfmh.train import encode_multimodal
 
 
 @dataclass(frozen=True)
@@ -183,6 +182,9 @@ def encode(
         (n, bits) float32; ``hashing.codes.sign_codes`` binarises them.
     """
     if isinstance(inputs, Mapping):
+        # PFMH's code only for its networks (not imported by single-modal runs)
+        from hashing.pfmh.train import encode_multimodal
+
         return encode_multimodal(
             model,  # type: ignore[arg-type]
             inputs,

@@ -2,16 +2,16 @@
 
 Order of work: validate everything that can be validated (settings, strategy name,
 data files, model/input fit, partitioning against the connected nodes) *before* the
-results directory exists or any training starts; then train with the registered
-strategy, evaluating retrieval every ``eval-every`` rounds; then write the summary
-and plots and make the results directory final.
+results directory exists or any training starts; build the method's strategy last,
+from what those steps learnt (:class:`strategies.protocol.RunContext`); then train,
+evaluating retrieval every ``eval-every`` rounds; then write the summary and plots
+and make the results directory final.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from logging import INFO, WARNING
 from pathlib import Path
 from typing import Any
@@ -51,14 +51,14 @@ from server.plots import (
 )
 from server.provenance import run_provenance
 from server.results import RunResults
+from server.run_id import default_run_id
 from server.state_key import KEY_NAME, server_key
 from settings import keys as K
-from settings.run_model import build_run_model, initial_global_state
 from settings.run_settings import ConfigError, RunSettings
 from settings.runtime import default_size_warning
 from strategies.dphe.server_setup import build_secure_components
-from strategies.protocol import HashingStrategy
-from strategies.registry import build_strategy, method
+from strategies.protocol import HashingStrategy, RunContext
+from strategies.server_side import ServerSide, build_strategy, server_side
 
 _DATASET = RunSettings.key("dataset")
 
@@ -98,7 +98,7 @@ def prepare_data(settings: RunSettings) -> PreparedData:
     q_idx, db_idx = split.query_index, split.database_index
     inputs: torch.Tensor | dict[str, torch.Tensor] = torch.from_numpy(x[q_idx])
     input_shape: tuple[int, ...] | dict[str, int] = tuple(x.shape[1:])
-    if method(settings).multimodal:
+    if settings.method.multimodal:
         try:
             require_multimodal(data)
         except ValueError as exc:
@@ -123,7 +123,12 @@ def prepare_data(settings: RunSettings) -> PreparedData:
     )
 
 
-def protocol_text(settings: RunSettings, data: PreparedData, clients: int) -> str:
+def protocol_text(
+    settings: RunSettings,
+    data: PreparedData,
+    clients: int,
+    side: ServerSide | None = None,
+) -> str:
     """Describe the evaluation protocol in words (README and every results file)."""
     relevance = (
         "relevant = shares at least one label"
@@ -156,16 +161,7 @@ def protocol_text(settings: RunSettings, data: PreparedData, clients: int) -> st
             "statistics, where used, from the database part only; one map for the "
             "queries and every client): " + "; ".join(data.scaling)
         )
-    return method(settings).describe_protocol(settings, text)
-
-
-def default_run_id(settings: RunSettings) -> str:
-    """``<run-name or strategy-dataset-bits-partitioning-seed>-<UTC time>``."""
-    name = settings.run_name or (
-        f"{settings.strategy}-{settings.dataset}-{settings.code_length}b-"
-        f"{settings.partitioning}-s{settings.seed}"
-    )
-    return f"{name}-{datetime.now(UTC).strftime('%Y%m%d-%H%M%S-%f')}"
+    return (side or server_side(settings)).describe_protocol(settings, text)
 
 
 class RoundReporter:
@@ -315,9 +311,11 @@ def eta_text(current: int, total: int, round_times: list[float]) -> str:
     return f" | ETA {shown}"
 
 
-def final_table(rows: list[dict[str, Any]], settings: RunSettings) -> str:
+def final_table(
+    rows: list[dict[str, Any]], settings: RunSettings, side: ServerSide | None = None
+) -> str:
     """Fixed-width table of the evaluated rounds."""
-    own = method(settings).results_table
+    own = (side or server_side(settings)).results_table
     if own is not None:
         return own(rows)
     k = settings.map_top_k
@@ -338,14 +336,19 @@ def final_table(rows: list[dict[str, Any]], settings: RunSettings) -> str:
 
 
 def run_experiment(
-    grid: Grid, settings: RunSettings, *, simulation: bool = False
+    grid: Grid,
+    settings: RunSettings,
+    *,
+    simulation: bool = False,
+    side: ServerSide | None = None,
 ) -> RunResults:
     """Validate, train, evaluate and write ``results/<run-id>/``; return the results.
 
     ``simulation`` (the ServerApp's grid is the simulation engine's) allows the
-    in-process DPHE keyholder; otherwise the keyholder must be a service.
+    in-process DPHE keyholder; otherwise the keyholder must be a service. ``side``:
+    the method's server side, as the ServerApp looked it up (else looked up here).
     """
-    strategy = build_strategy(settings)  # unknown strategy -> ConfigError
+    side = side or server_side(settings)  # unknown strategy -> ConfigError
     checkpoint = None
     if settings.resume:  # wrong dir, config, code version or HMAC -> ConfigError
         resumed = resume_dir(settings)
@@ -356,12 +359,10 @@ def run_experiment(
         if (Path(settings.results_dir) / KEY_NAME).exists():
             key = server_key(settings.results_dir, create=False)
     data = prepare_data(settings)  # missing/bad files -> errors
-    model_name = method(settings).model_name or resolve_model_name(
-        settings.model, data.input_shape
-    )
+    model_name = side.model_name or resolve_model_name(settings.model, data.input_shape)
 
     def model_factory() -> torch.nn.Module:
-        return build_run_model(settings, data.input_shape, data.num_classes)
+        return side.build_model(settings, data.input_shape, data.num_classes)
 
     torch.manual_seed(settings.seed)
     initial = model_factory()  # model/input mismatch -> error
@@ -379,10 +380,8 @@ def run_experiment(
         classes_per_client=settings.classes_per_client,
         repeats=settings.partition_repeats,
     )
-    strategy.set_node_partitions({n: i.partition_id for n, i in nodes.items()})
-    strategy.set_label_space(data.num_classes)
-    strategy.set_required_mechanisms(settings.required_train_mechanisms)
-    initial_state = initial_global_state(settings, initial, data.num_classes)
+    initial_state = side.initial_state(settings, initial, data.num_classes)
+    secure_model = secure_prototypes = None
     if settings.secure_aggregation == "dphe":
         secure_model, secure_prototypes = build_secure_components(
             settings,
@@ -392,17 +391,25 @@ def run_experiment(
             simulation=simulation,
             run_id=int(grid.run.run_id),  # the keyholder session serves this run
         )
-        strategy.set_secure_aggregation(secure_model)
-        if secure_prototypes is not None:
-            strategy.set_secure_prototypes(secure_prototypes)
-    if checkpoint is not None:
-        try:
-            strategy.load_state_dict(checkpoint.strategy)
-        except ValueError as exc:
-            raise ConfigError(f"{RunSettings.key('resume')}: {exc}") from None
+    # the strategy last, from what the steps above learnt
+    run = RunContext(
+        node_partitions={n: i.partition_id for n, i in nodes.items()},
+        num_classes=data.num_classes,
+        required_mechanisms=settings.required_train_mechanisms,
+        secure_aggregation=secure_model,
+        secure_prototypes=secure_prototypes,
+        checkpoint=None if checkpoint is None else checkpoint.strategy,
+    )
+    try:
+        strategy = build_strategy(settings, side, run)
+    except ValueError as exc:
+        if checkpoint is None:
+            raise
+        # the checkpoint's state does not fit the connected nodes
+        raise ConfigError(f"{RunSettings.key('resume')}: {exc}") from None
 
     device = select_device(settings.device)
-    protocol = protocol_text(settings, data, len(nodes))
+    protocol = protocol_text(settings, data, len(nodes), side)
     if checkpoint is not None:
         results = RunResults.reopen(resumed)
         ledger = checkpoint.ledger
@@ -443,7 +450,7 @@ def run_experiment(
             "required_mechanisms": settings.required_encode_mechanisms,
             "timeout_s": settings.round_timeout,
         }
-        evaluator = method(settings).evaluator(settings, *args, **kwargs)
+        evaluator = side.evaluator(settings, *args, **kwargs)
         reporter = RoundReporter(settings, evaluator, strategy, results, ledger, key)
         arrays, first_round = ArrayRecord(initial_state), 1
         if checkpoint is not None:
@@ -464,7 +471,8 @@ def run_experiment(
         _write_summary(
             results, settings, reporter, protocol, time.perf_counter() - started
         )
-        log(INFO, "Final retrieval results:\n%s", final_table(reporter.rows, settings))
+        table = final_table(reporter.rows, settings, side)
+        log(INFO, "Final retrieval results:\n%s", table)
         if len(reporter.ledger):
             table = reporter.ledger.table()
             log(INFO, "Privacy ledger (basic composition):\n%s", table)

@@ -14,7 +14,7 @@ from settings.faults import FaultsConfig
 from settings.run_settings import ConfigError, RunSettings
 from settings.runtime import server_in_simulation
 from settings.sections import PrivacyConfig
-from strategies.registry import method
+from strategies.server_side import server_side
 
 
 def build_server_app(overrides: Mapping[str, Any] | None = None) -> ServerApp:
@@ -42,10 +42,12 @@ def build_server_app(overrides: Mapping[str, Any] | None = None) -> ServerApp:
                 "injection is for Flower's simulation engine only (deployed clients "
                 "ignore it); accepted in a deployment: 0"
             )
+        side = server_side(settings)  # the run's method, looked up once
         simulation = server_in_simulation(grid)
-        # a method with its own run (federated analytics) or the training loop
-        run = method(settings).run or run_experiment
-        run(grid, settings, simulation=simulation)
+        if side.run is not None:  # its own run (federated analytics)
+            side.run(grid, settings, simulation=simulation)
+        else:
+            run_experiment(grid, settings, simulation=simulation, side=side)
 
     return app
 

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from settings.resume import checkpoint_file, resume_dir
-from settings.run_settings import RENAMED, ConfigError, RunSettings
+from settings.run_settings import PATH_DATASETS, RENAMED, ConfigError, RunSettings
 from settings.schema import unknown_key
 
 EXIT_BAD_CONFIG = 2
@@ -44,8 +44,6 @@ PROJECT_DIR = Path(__file__).resolve().parent.parent
 #: Flower 1.42's ``key=value`` pattern (``flwr.common.config.parse_config_args``)
 _PAIR = re.compile(r"(\S+?)=(\'[^\']*\'|\"[^\"]*\"|\S+)")
 
-#: datasets whose ``data-path`` must exist before the run starts
-_PATH_DATASETS = ("npz", "cifar10", "multiview-digits")
 
 
 def parse_run_config(run_config: Sequence[str] | None) -> dict[str, Any]:
@@ -190,7 +188,7 @@ def file_problems(settings: RunSettings) -> list[str]:
             problems.append(f"{key}={value!r}: {what} is not readable")
 
     if (
-        settings.dataset in _PATH_DATASETS
+        settings.dataset in PATH_DATASETS
         and settings.data_path
         and not (settings.dataset == "cifar10" and settings.download)
     ):
@@ -206,7 +204,7 @@ def file_problems(settings: RunSettings) -> list[str]:
     if dphe.keyholder_ca:
         need(dphe.key("keyholder_ca"), dphe.keyholder_ca, kind="file", what="the CA")
     dpcode = settings.dpcode
-    if settings.strategy == "dpcode" and dpcode.source == "codes":
+    if dpcode.reads_codes_model(settings):
         key = dpcode.key("codes_model")
         need(key, dpcode.codes_model, kind="file", what="the trained model")
     return problems

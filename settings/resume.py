@@ -24,17 +24,9 @@ def resume_dir(settings: RunSettings) -> Path:
     Raises
     ------
     ConfigError
-        If it does not exist, if the run finished, or if this run cannot be
-        resumed (personalized PFMH, DPcode).
+        If it does not exist or if the run finished (a method that cannot be
+        resumed is refused when the settings are read).
     """
-    if settings.pfmh_personalized:
-        raise ConfigError(
-            f"{_RESUME}: personalized PFMH keeps each client's model in the client's "
-            "memory (context.state), which a new run does not have; resuming would "
-            "silently restart those models. Accepted: pfmh.mode='fedavg', or rerun"
-        )
-    if settings.strategy == "dpcode":
-        raise ConfigError(f"{_RESUME}: DPcode is a one-shot release with no rounds")
     path = Path(settings.resume)
     if not path.name.endswith(INCOMPLETE):
         if path.is_dir() and (path / "summary.json").is_file():

@@ -4,7 +4,8 @@ The global ArrayRecord holds the hashing network's parameters under their own na
 and, for FedHAP with a discriminator, the discriminator's parameters under
 ``discriminator.``; both are FedAvg'd together by Flower. For PFMH the network is
 :class:`hashing.pfmh.model.MultiModalHash`; in its personalized mode the global
-ArrayRecord is empty (the models stay on the clients).
+ArrayRecord is empty (the models stay on the clients); PFMH's network is built by
+:mod:`strategies.pfmh.model`.
 """
 
 from __future__ import annotations
@@ -22,8 +23,6 @@ from hashing.greedyhash import GreedyHashNet, greedyhash_loss
 from hashing.hashnet import continuation_beta, default_alpha, hashnet_loss
 from hashing.losses import dpsh_loss
 from hashing.models import build_model
-from hashing.pfmh.losses import PFMHLossConfig, ablation_config
-from hashing.pfmh.model import build_multimodal_model
 from privacy.dp_sgd import opacus_compatible
 from settings import keys as K
 from settings.run_settings import RunSettings
@@ -46,25 +45,9 @@ def build_run_model(
     (:class:`hashing.greedyhash.GreedyHashNet`, ``num_classes`` outputs), whose
     weights are global arrays like the rest.
 
-    For ``strategy = "pfmh"``, ``input_shape`` is the mapping modality name ->
-    flattened per-sample size (``hashdata.modality_dims``) and the network is PFMH's
-    multi-modal one (``code-length``, ``pfmh.k``, ``pfmh.dropout``; FeaExtractor
-    hidden width = k, ``model`` and ``hidden-dim`` are not used), with initial
-    weights drawn from the run ``seed``: server and clients build the same model.
+    A multi-modal method builds its own network (its server and client sides'
+    ``build_model``, e.g. :func:`strategies.pfmh.model.build_pfmh_model`).
     """
-    if settings.strategy == "pfmh":
-        if not isinstance(input_shape, Mapping):
-            raise ValueError(
-                "strategy 'pfmh' needs a multi-modal dataset: input_shape must map "
-                f"modality name -> size, got {input_shape!r}"
-            )
-        return build_multimodal_model(
-            input_shape,
-            bits=settings.code_length,
-            k=settings.pfmh.k,
-            dropout=settings.pfmh.dropout,
-            seed=settings.seed,
-        )
     if isinstance(input_shape, Mapping):
         raise ValueError(
             f"strategy {settings.strategy!r} trains a single-modal network; got the "
@@ -140,30 +123,15 @@ def build_run_discriminator(settings: RunSettings, num_classes: int) -> Discrimi
     )
 
 
-def pfmh_loss_config(settings: RunSettings) -> PFMHLossConfig:
-    """PFMH's loss weights and Table 2 switches from ``pfmh-*`` keys."""
-    return ablation_config(
-        settings.pfmh.ablation,
-        tau=settings.pfmh.tau,
-        alpha=settings.pfmh.alpha,
-        beta=settings.pfmh.beta,
-    )
-
-
 def initial_global_state(
     settings: RunSettings, model: nn.Module, num_classes: int
 ) -> dict:
-    """State dict of the round-0 global arrays: model (+ discriminator if used).
+    """State dict of the round-0 global arrays of a method with one network.
 
-    Empty for personalized PFMH: no model leaves the server or the clients.
+    A method with more (FedHAP's discriminator) or none (personalized PFMH) has its
+    own ``initial_state`` hook (:mod:`strategies.server_side`).
     """
-    if settings.pfmh_personalized:
-        return {}
-    state = dict(model.state_dict())
-    if settings.uses_discriminator:
-        disc = build_run_discriminator(settings, num_classes)
-        state.update(prefix_state(disc.state_dict()))
-    return state
+    return dict(model.state_dict())
 
 
 def prefix_state(state: Mapping[str, V]) -> dict[str, V]:

@@ -21,6 +21,7 @@ from settings import keys as K
 from settings.faults import FaultsConfig
 from settings.schema import ConfigError, Section, option, unknown_key
 from settings.sections import DPSGDRunConfig, PrivacyConfig, UpdatesConfig
+from strategies.catalog import NAMES, MethodInfo, method_info
 from strategies.dpcode.config import DPcodeConfig
 from strategies.dphe.config import DPHEConfig
 from strategies.fedavg.config import FedProxConfig
@@ -30,6 +31,10 @@ from strategies.pfmh.config import PFMHConfig
 __all__ = ["ConfigError", "RunSettings"]
 
 DATASETS = ("digits", "npz", "cifar10", "multiview-digits")
+"""``hashdata.DATASETS``, repeated so that a config is checked without importing
+hashdata (and scikit-learn); a test keeps the two equal."""
+PATH_DATASETS = ("npz", "cifar10")
+"""Datasets read from ``data-path`` (the others are embedded or generated)."""
 PARTITIONINGS = ("iid", "dirichlet", "pathological")
 MODELS = ("auto", "mlp", "cnn", "resnet18", "efficientnet-lite0")
 LOSSES = ("dpsh", "csq", "hashnet", "dch", "greedyhash")
@@ -41,9 +46,9 @@ FEATURE_SCALINGS = ("auto", "none", "minmax", "standard", "l2")
 LOGGERS = ("none", "tensorboard")
 """``hashdata.scaling.FEATURE_SCALINGS``, repeated so that ``python -m settings check``
 need not import hashdata (and scikit-learn); a test keeps the two equal."""
-STRATEGIES = ("fedavg", "fedprox", "fedhap", "pfmh", "dpcode")
-"""Names of ``strategies/registry.py`` (a test keeps the two equal); checked here so
-that ``python -m settings check`` refuses an unknown name without importing torch."""
+STRATEGIES = NAMES
+"""The methods of :mod:`strategies.catalog` (no torch there: ``python -m settings
+check`` refuses an unknown name without importing it)."""
 
 #: keys renamed when the config was grouped per method (old flat key -> new key);
 #: an old key gets a one-line error naming its new name
@@ -103,7 +108,7 @@ class RunSettings(Section):
     """Datasets with one modality: PFMH (which fuses >= 2) refuses them up front."""
 
     strategy: str = option(
-        "fedavg", "a registered strategy (strategies/registry.py)", choices=STRATEGIES
+        "fedavg", "a method of strategies/catalog.py", choices=STRATEGIES
     )
     rounds: int = option(30, "federated rounds", low=1)
     fraction_train: float = option(
@@ -349,33 +354,34 @@ class RunSettings(Section):
                 f"'npz' only (flat image rows of `x_image`); {self.key('dataset')} "
                 f"is {self.dataset!r}: leave it empty"
             )
-        if self.loss in ("hashnet", "dch", "greedyhash") and self.strategy not in (
-            "fedavg",
-            "fedprox",
-        ):
+        method = self.method
+        if self.loss in ("hashnet", "dch", "greedyhash") and not method.baseline_losses:
             name = {"hashnet": "HashNet", "dch": "DCH", "greedyhash": "GreedyHash"}[
                 self.loss
             ]
+            accepted = [n for n in STRATEGIES if method_info(n).baseline_losses]
             raise ConfigError(
                 f"{self.key('loss')}={self.loss!r} with {self.key('strategy')}="
                 f"{self.strategy!r}: {name} is a baseline loss of FedAvg / FedProx "
                 "(and their centralized ceiling); the other strategies train their "
-                "own objective. Accepted: strategy 'fedavg' or 'fedprox'"
+                f"own objective. Accepted: strategy {' or '.join(map(repr, accepted))}"
             )
-        if self.train_size and self.strategy in ("pfmh", "dpcode"):
+        if self.train_size and method.whole_partition:
             raise ConfigError(
                 f"{self.key('train_size')}={self.train_size} with "
-                f"{self.key('strategy')}={self.strategy!r}: PFMH splits each "
-                "partition into local queries and a local database of its own, and "
-                "DPcode trains nothing; accepted: 0 (every database row)"
+                f"{self.key('strategy')}={self.strategy!r}: "
+                f"{method.whole_partition}; accepted: 0 (every database row)"
             )
-        if self.partition_repeats > 1 and self.strategy in ("pfmh", "dpcode"):
+        if self.partition_repeats > 1 and method.whole_partition:
             raise ConfigError(
                 f"{self.key('partition_repeats')}={self.partition_repeats} with "
-                f"{self.key('strategy')}={self.strategy!r}: PFMH ranks each client's "
-                "own partition and DPcode counts every held row, so duplicated rows "
-                "would count several times; accepted: 1"
+                f"{self.key('strategy')}={self.strategy!r}: "
+                f"{method.whole_partition}, so duplicated rows would count several "
+                "times; accepted: 1"
             )
+        refusal = method.resume_refusal(self) if self.resume else ""
+        if refusal:
+            raise ConfigError(f"{self.key('resume')}: {refusal}")
         if self.partition_repeats > 1 and self.dp_sgd.enabled:
             raise ConfigError(
                 f"{self.key('partition_repeats')}={self.partition_repeats} with "
@@ -427,24 +433,17 @@ class RunSettings(Section):
         return self.privacy.seeded
 
     @property
-    def pfmh_personalized(self) -> bool:
-        """PFMH with models kept on the clients (only prototypes travel)."""
-        return self.strategy == "pfmh" and self.pfmh.mode == "personalized"
-
-    @property
-    def uses_discriminator(self) -> bool:
-        """FedHAP with its discriminator (full and FedHAP-2)."""
-        return self.strategy == "fedhap" and self.fedhap.uses_discriminator
-
-    @property
-    def uses_global_triplet(self) -> bool:
-        """FedHAP with the global-prototype triplet loss (full and FedHAP-3)."""
-        return self.strategy == "fedhap" and self.fedhap.uses_global_triplet
+    def method(self) -> MethodInfo:
+        """The run's method: its capabilities (:mod:`strategies.catalog`)."""
+        return method_info(self.strategy)
 
     @property
     def uses_prototypes(self) -> bool:
-        """Whether clients upload and the server broadcasts class prototypes."""
-        return self.uses_discriminator or self.uses_global_triplet
+        """Whether clients upload prototypes that flips and DPHE sums apply to.
+
+        FedHAP's binary class prototypes (PFMH's real ones are published as is).
+        """
+        return self.method.flippable_prototypes and self.method.prototypes(self)
 
     @property
     def required_train_mechanisms(self) -> tuple[str, ...]:

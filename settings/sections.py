@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 from privacy.flipping import CALIBRATIONS, flip_beta
 from privacy.noise import NOISE_MODES, SEEDED
 from settings.schema import ConfigError, Section, option
+from strategies.catalog import METHODS
 
 
 @dataclass(frozen=True)
@@ -93,7 +94,7 @@ class DPSGDRunConfig(Section):
 
     def check(self, run: Any) -> None:
         """DP-SGD bounds one record's influence only for a per-sample loss."""
-        if self.enabled and run.strategy != "fedhap" and run.loss != "csq":
+        if self.enabled and not run.method.per_sample_objective and run.loss != "csq":
             raise ConfigError(
                 f"{self.key('enabled')}=true with {run.key('loss')}={run.loss!r}: "
                 "DP-SGD clips per-sample gradients, which bounds one record's "
@@ -104,9 +105,6 @@ class DPSGDRunConfig(Section):
 
 SPARSIFIERS = ("none", "top-k", "soft-threshold", "elastic-net")
 """How a client's update ``d = w_local - w_global`` is made sparse (``updates``)."""
-ELASTIC_NET_STRATEGIES = ("fedavg", "fedprox")
-"""Strategies whose clients train in :func:`hashing.train.train_local`, where the
-elastic-net penalty is added (FedHAP, PFMH and DPcode have their own loops)."""
 
 
 @dataclass(frozen=True)
@@ -197,7 +195,11 @@ class UpdatesConfig(Section):
             raise ConfigError(
                 f'{name}="soft-threshold" needs {self.key("soft_threshold")} > 0'
             )
-        if self.soft_threshold > 0 and run.pfmh_personalized:
+        if (
+            self.soft_threshold > 0
+            and run.method.trains
+            and not run.method.global_model(run)
+        ):
             raise ConfigError(
                 f"{self.key('soft_threshold')}={self.soft_threshold} with "
                 f'{run.pfmh.key("mode")}="personalized": no model update is sent'
@@ -213,12 +215,15 @@ class UpdatesConfig(Section):
                 "L1 part makes the zeros; the L2 part alone only shrinks); got "
                 f"{self.elastic_net_l1}"
             )
-        if run.strategy not in ELASTIC_NET_STRATEGIES:
+        if not run.method.baseline_losses:
+            # the FedAvg / FedProx loop (hashing/train.py) adds the penalty; FedHAP,
+            # PFMH and DPcode have their own loops
+            accepted = [n for n in METHODS if METHODS[n].baseline_losses]
             raise ConfigError(
                 f'{name}="elastic-net" with {run.key("strategy")}={run.strategy!r}: '
                 "the penalty is added in the FedAvg / FedProx training loop "
                 "(hashing/train.py); accepted strategies: "
-                f"{', '.join(ELASTIC_NET_STRATEGIES)} (or use {name}=\"top-k\")"
+                f"{', '.join(accepted)} (or use {name}=\"top-k\")"
             )
         if run.dp_sgd.enabled:
             raise ConfigError(

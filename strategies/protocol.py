@@ -1,13 +1,14 @@
 """What the experiment loop needs from a strategy, written down as Protocols.
 
-:class:`HashingStrategy` is the whole interface ``server/experiment.py`` uses: the
-set-up calls made after discovery (partitions, label space, required privacy
-mechanisms, DPHE components), Flower's ``start``, and the per-round histories the
+:class:`HashingStrategy` is the whole interface ``server/experiment.py`` uses: one
+set-up call with the :class:`RunContext` learnt before the strategy is built
+(partitions, label space, required privacy mechanisms, DPHE components, a
+checkpoint's state), Flower's ``start``, and the per-round histories the
 round reporter reads (train metrics, bytes exchanged, privacy mechanisms applied,
 prototype classes). Every registered strategy implements all of it through
-:class:`strategies.partition_order.PartitionOrderedMixin` (defaults for the parts a
+:class:`strategies.base.HashingStrategyBase` (defaults for the parts a
 method does not use: no prototypes, no secure prototype sums);
-:func:`strategies.registry.build_strategy` refuses a strategy that does not.
+:func:`strategies.server_side.build_strategy` refuses a strategy that does not.
 
 :class:`strategies.dphe.protocol.SecureAggregator` is the DPHE component a
 strategy aggregates the model with: what the mixin calls each round and the history
@@ -16,7 +17,8 @@ the reporter reads.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from flwr.app import ArrayRecord, ConfigRecord, MetricRecord
@@ -28,6 +30,29 @@ from strategies.dphe.protocol import SecureAggregator
 if TYPE_CHECKING:
     from privacy.ledger import MechanismUse
     from strategies.dphe.aggregation import SecureSum
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What the experiment learnt before building the strategy, in one place.
+
+    Built after the data is prepared, the nodes are discovered, secure aggregation
+    is set up and any checkpoint is read (``server/experiment.py``), and handed to
+    :meth:`HashingStrategy.prepare`.
+    """
+
+    node_partitions: Mapping[int, int]
+    """``{node_id: partition_id}`` learnt at discovery."""
+    num_classes: int
+    """Size C of the label space."""
+    required_mechanisms: tuple[str, ...] = ()
+    """Privacy mechanisms every train reply must report."""
+    secure_aggregation: SecureAggregator | None = None
+    """The DPHE component the model is aggregated with, if any."""
+    secure_prototypes: SecureSum | None = None
+    """DPHE's encrypted per-class prototype sums, if any."""
+    checkpoint: Mapping[str, Any] | None = field(default=None)
+    """The strategy's state in the checkpoint a resumed run continues from."""
 
 
 @runtime_checkable
@@ -57,6 +82,13 @@ class HashingStrategy(Protocol):
     privacy_history: dict[int, list[tuple[int, list[MechanismUse]]]]
     prototype_history: dict[int, dict[str, Any]]
     secure_aggregation: SecureAggregator | None
+
+    def prepare(self, run: RunContext) -> None:
+        """Set the strategy up for this run: the set-up calls, then the checkpoint.
+
+        ``ValueError`` if the checkpoint's state does not fit the connected nodes.
+        """
+        ...
 
     def set_node_partitions(self, node_partitions: dict[int, int]) -> None:
         """Record ``{node_id: partition_id}`` learnt at discovery."""

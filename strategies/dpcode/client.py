@@ -20,6 +20,7 @@ from privacy.noise import NoiseSource
 from settings import keys as K
 from settings.privacy_records import privacy_record
 from settings.run_settings import RunSettings
+from strategies.client_side import ClientSide
 from strategies.dpcode.items import client_items, codebook
 from strategies.dpcode.records import release_records
 
@@ -59,3 +60,7 @@ def dpcode_reply(
     return RecordDict(
         {DPCODE: arrays, K.CONFIG: config, K.PRIVACY: privacy_record([use])}
     )
+
+
+CLIENT_SIDE = ClientSide(None, queries={DPCODE: dpcode_reply})
+"""DPcode's client half: no training, one query (:mod:`strategies.client_side`)."""

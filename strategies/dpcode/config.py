@@ -59,6 +59,10 @@ class DPcodeConfig(Section):
     )
     chunk_bits: int = option(4, "codes: bits per chunk (divides code-length)", low=1)
 
+    def reads_codes_model(self, run: Any) -> bool:
+        """Whether the run reads ``codes-model`` (DPcode over hash codes)."""
+        return bool(run.strategy == "dpcode" and self.source == "codes")
+
     def check(self, run: Any) -> None:
         """Frames need images and a power-of-two codebook; codes need a model."""
         if run.strategy != "dpcode":

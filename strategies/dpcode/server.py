@@ -39,6 +39,7 @@ from privacy.ledger import PrivacyLedger
 from privacy.noise import SEEDED_WARNING
 from server.discovery import NodeInfo, describe_nodes
 from server.results import RunResults
+from server.run_id import default_run_id
 from settings import keys as K
 from settings.privacy_records import read_privacy
 from settings.run_settings import RunSettings
@@ -51,8 +52,6 @@ QUERY_ROUND = 1
 
 def run_dpcode(grid: Grid, settings: RunSettings, *, simulation: bool) -> RunResults:
     """Run DPcode over every node; write ``results/<run-id>/``; return the results."""
-    from server.experiment import default_run_id  # the run-id scheme, one place
-
     cfg = settings.dpcode
     model_state = _model_state(settings)  # a missing model fails before any node
     nodes = describe_nodes(grid, min_nodes=settings.min_train_nodes)

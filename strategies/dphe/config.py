@@ -5,9 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from crypto.obfuscators import OBFUSCATORS
 from settings.schema import ConfigError, Section, option
 
+OBFUSCATORS = ("full", "djn")
+"""``crypto.obfuscators.OBFUSCATORS``, repeated so that the config (and the
+ClientApp, which parses it) imports no Paillier code; a test keeps the two equal."""
 STRATEGIES = ("fedavg", "fedprox", "fedhap")
 """Strategies DPHE secure aggregation composes with."""
 WEIGHTINGS = ("num-examples", "uniform")

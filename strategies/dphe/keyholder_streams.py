@@ -36,15 +36,17 @@ def run_streams(config: Mapping[str, Any], *, key_bits: int) -> dict[str, DPHEPa
     ConfigError
         If the config is invalid or does not use DPHE.
     """
-    from server.experiment import prepare_data  # torch and the datasets: lazily
-    from settings.run_model import build_run_model, initial_global_state
+    # torch and the datasets: lazily
+    from server.experiment import prepare_data
+    from strategies.server_side import server_side
 
     settings = RunSettings.from_config(config)
     if settings.secure_aggregation != "dphe":
         raise ConfigError('the run config does not set secure-aggregation = "dphe"')
+    side = server_side(settings)
     data = prepare_data(settings)
-    model = build_run_model(settings, data.input_shape)
-    state = initial_global_state(settings, model, data.num_classes)
+    model = side.build_model(settings, data.input_shape, data.num_classes)
+    state = side.initial_state(settings, model, data.num_classes)
     return stream_params(
         settings,
         model_dimension=sum(int(v.numel()) for v in state.values()),

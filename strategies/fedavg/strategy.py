@@ -1,7 +1,7 @@
 """FedAvg and FedProx baselines for federated hashing (Flower's strategies).
 
 Server side they are Flower's ``FedAvg`` / ``FedProx`` plus
-:class:`PartitionOrderedMixin` (reproducible selection/order, reply screening).
+:class:`HashingStrategyBase` (reproducible selection/order, reply screening).
 Client contract: train the received model on the local database partition with the
 DPSH loss (``clients/trainers.py``); under FedProx each client MUST add
 (mu/2)*||w - w_global||^2, with mu sent as ``proximal-mu`` in the ConfigRecord.
@@ -14,14 +14,14 @@ from __future__ import annotations
 from flwr.serverapp.strategy import FedAvg, FedProx
 
 from settings.run_settings import RunSettings
-from strategies.partition_order import PartitionOrderedMixin
+from strategies.base import HashingStrategyBase
 
 
-class HashingFedAvg(PartitionOrderedMixin, FedAvg):
+class HashingFedAvg(HashingStrategyBase, FedAvg):
     """Flower FedAvg with partition-ordered, screened aggregation."""
 
 
-class HashingFedProx(PartitionOrderedMixin, FedProx):
+class HashingFedProx(HashingStrategyBase, FedProx):
     """Flower FedProx with partition-ordered, screened aggregation."""
 
 

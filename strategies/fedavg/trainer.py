@@ -10,6 +10,7 @@ from privacy.ledger import MechanismUse
 from settings import keys as K
 from settings.privacy_records import privacy_record
 from settings.run_model import build_hash_loss, build_run_model
+from strategies.client_side import ClientSide
 
 
 def dpsh_trainer(content: RecordDict, ctx: TrainContext) -> RecordDict:
@@ -68,3 +69,7 @@ def dpsh_trainer(content: RecordDict, ctx: TrainContext) -> RecordDict:
     if uses:
         reply[K.PRIVACY] = privacy_record(uses)
     return reply
+
+
+CLIENT_SIDE = ClientSide(dpsh_trainer)
+"""FedAvg's and FedProx's client half (:mod:`strategies.client_side`)."""

@@ -47,13 +47,13 @@ from settings.prototype_records import (
     prototype_record,
 )
 from settings.run_settings import RunSettings
+from strategies.base import HashingStrategyBase
 from strategies.dphe.aggregation import SecureSum
 from strategies.fedavg.strategy import common_kwargs
-from strategies.partition_order import PartitionOrderedMixin
 from strategies.reply_checks import take_prototype_upload
 
 
-class HashingFedHAP(PartitionOrderedMixin, FedAvg):
+class HashingFedHAP(HashingStrategyBase, FedAvg):
     """Flower FedAvg + FedHAP's global prototypes.
 
     Parameters

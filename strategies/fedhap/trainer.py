@@ -38,6 +38,7 @@ from settings.run_model import (
     split_global_state,
 )
 from settings.run_settings import RunSettings
+from strategies.client_side import ClientSide
 
 Prototypes = tuple[torch.Tensor, torch.Tensor]
 
@@ -52,7 +53,7 @@ def fedhap_trainer(content: RecordDict, ctx: TrainContext) -> RecordDict:
     model = build_run_model(s, ctx.data.input_shape)
     model.load_state_dict(model_state)
     disc = None
-    if s.uses_discriminator:
+    if s.fedhap.uses_discriminator:
         disc = build_run_discriminator(s, num_classes)
         disc.load_state_dict(disc_state)
     prototypes = None
@@ -120,7 +121,7 @@ def _train(
             distance=s.fedhap.triplet_distance,
             mu=s.fedhap.mu,
             lam=s.fedhap.lambda_,
-            global_triplet=s.uses_global_triplet,
+            global_triplet=s.fedhap.uses_global_triplet,
             weight_decay=s.weight_decay,
         ),
         device=ctx.device,
@@ -147,3 +148,7 @@ def dp_objective(
         )
 
     return loss_fn
+
+
+CLIENT_SIDE = ClientSide(fedhap_trainer)
+"""FedHAP's client half (:mod:`strategies.client_side`)."""

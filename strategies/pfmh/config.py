@@ -50,6 +50,11 @@ class PFMHConfig(Section):
     )
 
     @property
+    def personalized(self) -> bool:
+        """Models stay on the clients (only prototypes travel)."""
+        return self.mode == "personalized"
+
+    @property
     def ablation(self) -> str:
         """The Table 2 variant name (``hashing.pfmh.losses.ABLATIONS``)."""
         return VARIANTS[self.variant]

@@ -179,7 +179,7 @@ class PFMHEvaluator(RetrievalEvaluator):
 
 def build_pfmh_evaluator(settings: Any, *args: Any, **kwargs: Any) -> PFMHEvaluator:
     """PFMH's evaluator for the run (personalized or fedavg mode)."""
-    return PFMHEvaluator(*args, personalized=settings.pfmh_personalized, **kwargs)
+    return PFMHEvaluator(*args, personalized=settings.pfmh.personalized, **kwargs)
 
 
 def pfmh_protocol(settings: Any, text: str) -> str:

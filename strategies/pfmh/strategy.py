@@ -27,7 +27,7 @@ Two modes (``pfmh.mode``):
     the client). Flower's FedAvg then only averages the train metrics.
 ``fedavg``
     The multi-modal network is FedAvg'd as usual (replies screened against the
-    global arrays by :class:`PartitionOrderedMixin`), plus the same prototype
+    global arrays by :class:`HashingStrategyBase`), plus the same prototype
     exchange.
 
 Client contract (``strategies/pfmh/trainer.py``): train with the received personal
@@ -60,14 +60,14 @@ from settings.prototype_records import (
     PFMH_UPLOAD,
     prototype_record,
 )
-from settings.run_model import pfmh_loss_config
 from settings.run_settings import RunSettings
+from strategies.base import HashingStrategyBase
 from strategies.fedavg.strategy import common_kwargs
-from strategies.partition_order import PartitionOrderedMixin
+from strategies.pfmh.model import pfmh_loss_config
 from strategies.reply_checks import take_prototype_upload
 
 
-class HashingPFMH(PartitionOrderedMixin, FedAvg):
+class HashingPFMH(HashingStrategyBase, FedAvg):
     """Flower FedAvg + PFMH's prototype aggregation and completion.
 
     Parameters

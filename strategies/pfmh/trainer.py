@@ -49,9 +49,10 @@ from settings.prototype_records import (
     prototype_record,
     read_prototype_record,
 )
-from settings.run_model import build_run_model, pfmh_loss_config
 from settings.run_settings import RunSettings
+from strategies.client_side import ClientSide
 from strategies.pfmh.config import PFMHConfig
+from strategies.pfmh.model import build_pfmh_model, pfmh_loss_config
 
 
 def client_model(
@@ -65,8 +66,8 @@ def client_model(
     Personalized mode: its own, from ``state`` (``context.state``), or a fresh one
     from the run seed when it has none yet. Fedavg mode: the received global arrays.
     """
-    model = build_run_model(settings, data.input_shape)
-    if settings.pfmh_personalized:
+    model = build_pfmh_model(settings, data.input_shape)
+    if settings.pfmh.personalized:
         if state is not None and K.PFMH_MODEL_STATE in state:
             model.load_state_dict(state[K.PFMH_MODEL_STATE].to_torch_state_dict())
         return model
@@ -83,7 +84,7 @@ def pfmh_trainer(content: RecordDict, ctx: TrainContext) -> RecordDict:
     """One PFMH round on this client."""
     s = ctx.settings
     data = ctx.data
-    if s.pfmh_personalized and ctx.state is None:
+    if s.pfmh.personalized and ctx.state is None:
         raise ValueError("personalized PFMH needs the node's context.state")
     model = client_model(s, data, content.get(K.ARRAYS), ctx.state)
     personal = (
@@ -131,7 +132,7 @@ def pfmh_trainer(content: RecordDict, ctx: TrainContext) -> RecordDict:
             publish_pfmh_prototypes(protos), PFMH_UPLOAD
         )
     trained = ArrayRecord(model.cpu().state_dict())
-    if s.pfmh_personalized:
+    if s.pfmh.personalized:
         assert ctx.state is not None
         ctx.state[K.PFMH_MODEL_STATE] = trained
         reply[K.ARRAYS] = ArrayRecord()  # only prototypes travel
@@ -200,3 +201,9 @@ def pfmh_eval_reply(
         if uses:
             reply[K.PRIVACY] = privacy_record(uses)
     return reply
+
+
+CLIENT_SIDE = ClientSide(
+    pfmh_trainer, queries={"pfmh_eval": pfmh_eval_reply}, build_model=build_pfmh_model
+)
+"""PFMH's client half (:mod:`strategies.client_side`)."""

@@ -129,12 +129,13 @@ def test_resume_dir_refusals_and_suffix(tmp_path):
     )
     with pytest.raises(ConfigError, match="no such run directory"):
         ck.resume_dir(RunSettings.from_config({"resume": str(tmp_path / "x")}))
-    personal = RunSettings.from_config(
-        {"resume": str(run.dir), "strategy": "pfmh", "dataset": "multiview-digits",
-         "pfmh.mode": "personalized"}
-    )
-    with pytest.raises(ConfigError, match="personalized PFMH keeps each client"):
-        ck.resume_dir(personal)
+    personal = {"resume": str(run.dir), "strategy": "pfmh",
+                "dataset": "multiview-digits", "pfmh.mode": "personalized"}
+    # refused as the settings are read (python -m settings check, both apps)
+    with pytest.raises(ConfigError, match="resume: personalized PFMH keeps each"):
+        RunSettings.from_config(personal)
+    with pytest.raises(ConfigError, match="resume: DPcode is a one-shot release"):
+        RunSettings.from_config({"resume": str(run.dir), "strategy": "dpcode"})
     run.write_json("summary.json", {})
     run.finish()
     with pytest.raises(ConfigError, match="that run finished"):

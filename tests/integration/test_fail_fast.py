@@ -78,10 +78,35 @@ def test_run_config_parses_as_flower_parses_it(override):
     assert parse_run_config([override]) == parse_config_args([override])
 
 
-def test_settings_strategies_match_the_registry():
-    from strategies.registry import registered_strategies
+def test_every_method_has_both_sides_and_no_other():
+    from strategies import client_side, server_side
+    from strategies.catalog import query_actions
 
-    assert sorted(STRATEGIES) == sorted(registered_strategies())
+    assert sorted(STRATEGIES) == sorted(server_side.registered_strategies())
+    assert sorted(STRATEGIES) == sorted(client_side.MODULES)
+    for name in STRATEGIES:
+        side = client_side.client_side(name)
+        # the catalog names every query action a client side answers
+        assert {a for a, m in query_actions().items() if m == name} == set(side.queries)
+        trains = server_side.SIDES[name].info.trains
+        assert (side.trainer is not None) == trains, name
+
+
+def test_dphe_config_restates_the_obfuscator_names():
+    from crypto.obfuscators import OBFUSCATORS
+    from strategies.dphe.config import OBFUSCATORS as CONFIG_OBFUSCATORS
+
+    assert OBFUSCATORS == CONFIG_OBFUSCATORS
+
+
+def test_restated_names_equal_their_sources():
+    from crypto.keyholder import MIN_CONTRIBUTORS
+    from hashdata import DATASETS
+    from settings.run_settings import DATASETS as SETTINGS_DATASETS
+    from strategies.dphe.config import MIN_CONTRIBUTORS as CONFIG_MIN
+
+    assert DATASETS == SETTINGS_DATASETS
+    assert MIN_CONTRIBUTORS == CONFIG_MIN
 
 
 def _record(exc: BaseException) -> logging.LogRecord:

@@ -16,7 +16,7 @@ from settings.prototype_records import (
 )
 from settings.run_settings import RunSettings
 from strategies.fedhap.strategy import HashingFedHAP
-from strategies.registry import build_strategy
+from strategies.server_side import build_strategy
 from tests.integration.test_strategies import FakeGrid, arrays
 from tests.messages import reply_from
 
@@ -149,7 +149,7 @@ def test_fedhap1_exchanges_no_prototypes():
     settings = RunSettings.from_config(
         {"strategy": "fedhap", "fedhap.variant": "fedhap-1"}
     )
-    assert not settings.uses_prototypes and not settings.uses_discriminator
+    assert not settings.uses_prototypes and not settings.fedhap.uses_discriminator
     s = build_strategy(settings)  # min-train-nodes = 2 by default
     s.set_node_partitions({10: 0, 20: 1})
     s.set_label_space(5)
@@ -170,18 +170,18 @@ def test_fedhap1_exchanges_no_prototypes():
 )
 def test_variant_switches(variant, disc, triplet):
     s = RunSettings.from_config({"strategy": "fedhap", "fedhap.variant": variant})
-    assert (s.uses_discriminator, s.uses_global_triplet) == (disc, triplet)
+    assert (s.fedhap.uses_discriminator, s.fedhap.uses_global_triplet) == (
+        disc,
+        triplet,
+    )
     assert not RunSettings.from_config({"fedhap.variant": variant}).uses_prototypes
 
 
 def test_global_arrays_hold_the_discriminator_and_evaluation_strips_it():
     import torch
 
-    from settings.run_model import (
-        build_run_model,
-        initial_global_state,
-        split_global_state,
-    )
+    from settings.run_model import build_run_model, split_global_state
+    from strategies.fedhap.model import fedhap_initial_state as initial_global_state
 
     s = RunSettings.from_config({"strategy": "fedhap", "code-length": 16})
     model = build_run_model(s, (64,))

@@ -18,7 +18,7 @@ from settings.prototype_records import (
 )
 from settings.run_settings import RunSettings
 from strategies.pfmh.strategy import HashingPFMH
-from strategies.registry import build_strategy
+from strategies.server_side import build_strategy
 from tests.integration.test_strategies import FakeGrid, arrays
 from tests.messages import reply_from
 

@@ -126,7 +126,7 @@ def test_sampling_is_seeded_ordered_by_partition_and_skips_unknown_nodes():
 @pytest.mark.parametrize("name", ["fedavg", "fedprox", "fedhap", "pfmh"])
 def test_every_strategy_implements_the_experiment_interface(name):
     from strategies.protocol import HashingStrategy
-    from strategies.registry import build_strategy, registered_strategies
+    from strategies.server_side import build_strategy, registered_strategies
 
     assert name in registered_strategies()
     config = {"strategy": name}
@@ -141,6 +141,35 @@ def test_every_strategy_implements_the_experiment_interface(name):
     if name != "fedhap":  # only FedHAP's prototypes can travel as encrypted sums
         with pytest.raises(ValueError, match="exchanges no prototypes"):
             s.set_secure_prototypes(object())
+
+
+def test_a_strategy_built_from_a_run_context_is_set_up_and_restored():
+    from strategies.protocol import RunContext
+    from strategies.server_side import build_strategy
+
+    settings = RunSettings.from_config({"strategy": "fedhap"})
+    first = build_strategy(settings)
+    first.set_node_partitions({5: 0, 6: 1})
+    first.train_history[1] = MetricRecord({"train-loss": 0.5})
+    run = RunContext(
+        node_partitions={7: 1, 8: 0},  # node ids change between runs
+        num_classes=10,
+        required_mechanisms=("dp-sgd",),
+        checkpoint=first.state_dict(),
+    )
+    s = build_strategy(settings, run=run)
+    assert s.node_partitions == {7: 1, 8: 0} and s.num_classes == 10
+    assert s.required_mechanisms == ("dp-sgd",) and s.secure_aggregation is None
+    assert s.train_history == first.train_history
+    # a checkpoint of a partition no connected node holds is refused (PFMH keeps
+    # each client's uploads by partition)
+    pfmh = RunSettings.from_config({"strategy": "pfmh", "dataset": "multiview-digits"})
+    before = build_strategy(pfmh)
+    before.set_node_partitions({5: 0, 6: 1})
+    before.uploads = {5: "upload of partition 0"}
+    lost = RunContext({9: 1}, 10, checkpoint=before.state_dict())
+    with pytest.raises(ValueError, match="partitions \\[0\\]"):
+        build_strategy(pfmh, run=lost)
 
 
 def test_fedprox_factory_sends_mu():

@@ -14,8 +14,8 @@ import torch
 
 from hashdata import load_split
 from hashing.pfmh.train import embed_multimodal, train_pfmh
-from settings.run_model import build_run_model, pfmh_loss_config
 from settings.run_settings import RunSettings
+from strategies.pfmh.model import build_pfmh_model, pfmh_loss_config
 
 CPU = torch.device("cpu")
 
@@ -41,7 +41,7 @@ def test_hash_loss_alone_keeps_64_bit_codes_apart():
         for m, v in ds.inputs.items()
     }
     y = torch.from_numpy(ds.labels)[db]
-    model = build_run_model(s, {m: t.shape[1] for m, t in x.items()})
+    model = build_pfmh_model(s, {m: t.shape[1] for m, t in x.items()})
     train_pfmh(
         model,
         x,

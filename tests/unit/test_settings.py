@@ -84,8 +84,8 @@ def test_npz_needs_a_path():
 
 def test_unknown_strategy_is_refused_with_the_accepted_names():
     # refused by the settings (so `python -m settings check` needs no torch) and,
-    # should settings ever let one through, by the registry
-    from strategies.registry import build_strategy
+    # should settings ever let one through, by the server side's table
+    from strategies.server_side import build_strategy
 
     with pytest.raises(ConfigError, match="strategy='fedsgd'.*fedavg, fedprox"):
         RunSettings.from_config({**app_config(), "strategy": "fedsgd"})
@@ -191,7 +191,7 @@ def test_pfmh_bad_values_name_the_key(overrides, fragment):
 
 
 def test_pfmh_settings_and_loss_config():
-    from settings.run_model import initial_global_state, pfmh_loss_config
+    from strategies.pfmh.model import pfmh_initial_state, pfmh_loss_config
 
     s = RunSettings.from_config(
         {
@@ -202,11 +202,11 @@ def test_pfmh_settings_and_loss_config():
             "pfmh.tau": 0.1,
         }
     )
-    assert s.pfmh_personalized and s.pfmh.ablation == "w/o-PE"
+    assert s.pfmh.personalized and s.pfmh.ablation == "w/o-PE"
     cfg = pfmh_loss_config(s)
     assert (cfg.tau, cfg.alpha, cfg.beta) == (0.1, 0.01, 0.001)
     assert not cfg.use_completion and cfg.uses_prototypes
-    assert initial_global_state(s, model=None, num_classes=10) == {}  # no model
+    assert pfmh_initial_state(s, model=None, num_classes=10) == {}  # no model
     fed = RunSettings.from_config(
         {
             **app_config(),
@@ -216,9 +216,10 @@ def test_pfmh_settings_and_loss_config():
             "updates.sparsity": 0.5,
         }
     )
-    assert not fed.pfmh_personalized
+    assert not fed.pfmh.personalized
     # the pfmh-* keys are validated but unused by other strategies
-    assert not RunSettings.from_config(app_config()).pfmh_personalized
+    plain = RunSettings.from_config(app_config())
+    assert plain.method.global_model(plain) and not plain.method.prototypes(plain)
 
 
 def test_pfmh_run_model_is_multimodal_and_seeded():
@@ -226,6 +227,7 @@ def test_pfmh_run_model_is_multimodal_and_seeded():
 
     from hashing.pfmh.model import MultiModalHash
     from settings.run_model import build_run_model
+    from strategies.pfmh.model import build_pfmh_model
 
     s = RunSettings.from_config(
         {
@@ -236,15 +238,15 @@ def test_pfmh_run_model_is_multimodal_and_seeded():
             "code-length": 16,
         }
     )
-    a = build_run_model(s, {"image": 64, "hog": 32})
-    b = build_run_model(s, {"hog": 32, "image": 64})
+    a = build_pfmh_model(s, {"image": 64, "hog": 32})
+    b = build_pfmh_model(s, {"hog": 32, "image": 64})
     assert isinstance(a, MultiModalHash) and a.k == 8 and a.bits == 16
     for (ka, va), (kb, vb) in zip(
         a.state_dict().items(), b.state_dict().items(), strict=True
     ):
         assert ka == kb and torch.equal(va, vb)  # server and clients agree
     with pytest.raises(ValueError, match="multi-modal"):
-        build_run_model(s, (64,))
+        build_pfmh_model(s, (64,))
     with pytest.raises(ValueError, match="single-modal"):
         build_run_model(RunSettings(), {"image": 64, "hog": 32})
 
