@@ -681,7 +681,7 @@ def round_ratio(args: argparse.Namespace) -> dict:
     times; the ratio is the median of the per-pair ratios of mean round times.
     """
     from experiments.simulate import simulate
-    from server.results import read_rounds
+    from server.run_files import read_rounds
 
     base = {
         "model": "mlp",

@@ -31,7 +31,7 @@ import torch  # noqa: E402
 
 from experiments.overrides import resolved_settings  # noqa: E402
 from experiments.simulate import simulate  # noqa: E402
-from server.results import read_rounds  # noqa: E402
+from server.run_files import read_rounds  # noqa: E402
 from settings.run_model import build_run_discriminator  # noqa: E402
 
 

@@ -37,7 +37,7 @@ from clients.data import load_local_data  # noqa: E402
 from experiments.overrides import resolved_settings  # noqa: E402
 from experiments.simulate import simulate  # noqa: E402
 from hashing.train import LocalTrainConfig, train_dpsh  # noqa: E402
-from server.results import read_rounds  # noqa: E402
+from server.run_files import read_rounds  # noqa: E402
 from settings.run_model import build_run_model  # noqa: E402
 
 

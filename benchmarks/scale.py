@@ -178,7 +178,7 @@ def child(
         patch_vce_queue()
     import server.experiment as experiment  # noqa: PLC0415
     from experiments.simulate import simulate  # noqa: PLC0415
-    from server.results import read_rounds  # noqa: PLC0415
+    from server.run_files import read_rounds  # noqa: PLC0415
 
     timers: dict[str, float] = {}
     describe = experiment.describe_nodes

@@ -50,7 +50,7 @@ import torch
 from flwr.app import Array, ArrayRecord
 
 from privacy.ledger import JournalError, LedgerJournal, PrivacyLedger
-from server.results import INCOMPLETE
+from server.run_files import INCOMPLETE
 from settings.resume import CHECKPOINT, checkpoint_file
 from settings.resume import resume_dir as resume_dir  # the ServerApp's import
 from settings.run_settings import ConfigError, RunSettings

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from server.results import INCOMPLETE, read_rounds
+from server.run_files import INCOMPLETE, read_rounds
 
 
 class RunError(ValueError):

@@ -22,9 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from server.rounds_csv import write_clients_csv, write_rounds_csv
+from server.run_files import INCOMPLETE, read_rounds
 from server.tracking import RoundLogger, open_logger
-
-INCOMPLETE = ".incomplete"
 
 
 def _jsonable(value: Any) -> Any:
@@ -148,12 +147,6 @@ class RunResults:
         if self.logger is not None:
             self.logger.close()
             self.logger = None
-
-
-def read_rounds(run_dir: str | Path) -> list[dict[str, Any]]:
-    """Read the per-round records of a run directory."""
-    path = Path(run_dir) / "rounds.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from server.results import INCOMPLETE
+from server.run_files import INCOMPLETE
 from settings.run_settings import ConfigError, RunSettings
 
 #: the commit point a run writes after each completed round before its last
