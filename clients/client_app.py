@@ -105,6 +105,11 @@ _APPS: dict[_AppKey, ClientApp] = {}
 _SETTINGS_CACHE = 64  # parsed run configs kept per process
 
 
+def train_device(settings: RunSettings) -> torch.device:
+    """Return the device this node trains on (``device``, ``cuda-deterministic``)."""
+    return select_device(settings.device, deterministic=settings.cuda_deterministic)
+
+
 def build_client_app(
     overrides: Mapping[str, Any] | None = None, *, node_log: str | None = None
 ) -> ClientApp:
@@ -166,7 +171,7 @@ def _build(key: _AppKey) -> ClientApp:
         # run claims privacy (no bit-identical update across runs)
         seed = derive_seed(settings.seed, server_round, pid, 0, *node_entropy(settings))
         torch.manual_seed(seed)  # dropout and any other torch randomness
-        device = select_device(settings.device)
+        device = train_device(settings)
         logger.info("partition %d round %d training on %s", pid, server_round, device)
         ctx = TrainContext(
             settings=settings,
@@ -206,7 +211,7 @@ def _build(key: _AppKey) -> ClientApp:
                         K.PARTITION_ID: pid,
                         K.NUM_PARTITIONS: num,
                         K.NUM_DATABASE: data.num_samples,
-                        K.NODE_DEVICE: str(select_device(settings.device)),
+                        K.NODE_DEVICE: str(train_device(settings)),
                     }
                 )
             }
@@ -224,7 +229,7 @@ def _build(key: _AppKey) -> ClientApp:
             model = build(settings, data.input_shape, data.num_classes)
             model.load_state_dict(msg.content[K.ARRAYS].to_torch_state_dict())
             codes = sign_codes(
-                encode(model, data.inputs, device=select_device(settings.device))
+                encode(model, data.inputs, device=train_device(settings))
             )
         else:  # partition-repeats > 1: split 0's clients publish these rows
             codes = np.zeros((0, settings.code_length), dtype=np.int8)
@@ -264,7 +269,7 @@ def _build(key: _AppKey) -> ClientApp:
                 data=load_local_data(settings, partition_id=pid, num_partitions=num),
                 state=context.state,
                 partition_id=pid,
-                device=select_device(settings.device),
+                device=train_device(settings),
                 noise=_publish_noise(settings, msg, pid),
             )
             return Message(reply, reply_to=msg)

@@ -66,7 +66,7 @@ def train_centralized(settings: RunSettings) -> dict[str, Any]:
     y = torch.from_numpy(data.labels)
     torch.manual_seed(settings.seed)
     model = build_run_model(settings, tuple(x.shape[1:]), data.num_classes)
-    device = select_device(settings.device)
+    device = select_device(settings.device, deterministic=settings.cuda_deterministic)
     epochs = settings.rounds * settings.local_epochs
     # the same network before training: the untrained floor (at the same seed the
     # federated runs start from this model, so it equals their round-0 mAP)
@@ -127,7 +127,7 @@ def train_centralized_pfmh(settings: RunSettings, num_clients: int) -> dict[str,
     x = {m: torch.cat([t[0][m] for t in train]) for m in modalities}
     y = torch.cat([t[1] for t in train])
     model = build_pfmh_model(settings, parts[0].input_shape)
-    device = select_device(settings.device)
+    device = select_device(settings.device, deterministic=settings.cuda_deterministic)
     loss_config = pfmh_loss_config(settings)
     generator = torch.Generator().manual_seed(settings.seed)
     num_classes = split.dataset.num_classes

@@ -87,7 +87,7 @@ def replay(
     )
     model = build_run_model(base, data.input_shape)
     model.load_state_dict(model_state)
-    device = select_device(base.device)
+    device = select_device(base.device, deterministic=base.cuda_deterministic)
     queries = sign_codes(encode(model, data.queries.inputs, device=device))
     raw, labels = [], []
     for pid in range(clients):

@@ -54,7 +54,7 @@ def run_fedavg(settings: RunSettings, num_clients: int) -> dict[str, Any]:
         load_local_data(settings, partition_id=p, num_partitions=num_clients)
         for p in range(num_clients)
     ]
-    device = select_device(settings.device)
+    device = select_device(settings.device, deterministic=settings.cuda_deterministic)
     torch.manual_seed(settings.seed)
     model = build_run_model(settings, parts[0].input_shape)
     initial = split_retrieval(model, split, settings, device)

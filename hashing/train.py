@@ -6,6 +6,7 @@ an explicit ``torch.Generator`` so a seed fixes the order.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -199,8 +200,12 @@ def encode(
     return torch.cat(outs).numpy()
 
 
-def select_device(preference: str) -> torch.device:
+def select_device(preference: str, *, deterministic: bool = False) -> torch.device:
     """``cuda`` when requested or (for ``auto``) available, else ``cpu``.
+
+    ``deterministic`` (run config ``cuda-deterministic``): on CUDA, switch this
+    process to deterministic kernels (:func:`use_deterministic_cuda`); a no-op on
+    the CPU, whose kernels are deterministic given the seeds.
 
     Raises
     ------
@@ -210,7 +215,21 @@ def select_device(preference: str) -> torch.device:
     if preference == "cpu":
         return torch.device("cpu")
     if torch.cuda.is_available():
+        if deterministic:
+            use_deterministic_cuda()
         return torch.device("cuda")
     if preference == "cuda":
         raise ValueError("device='cuda' but torch.cuda.is_available() is False")
     return torch.device("cpu")
+
+
+def use_deterministic_cuda() -> None:
+    """Deterministic CUDA kernels for this process (PyTorch's reproducibility notes).
+
+    cuBLAS needs ``CUBLAS_WORKSPACE_CONFIG`` before its first call; an operation
+    with no deterministic kernel then raises instead of running nondeterministically.
+    """
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+    torch.use_deterministic_algorithms(True)

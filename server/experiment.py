@@ -408,7 +408,7 @@ def run_experiment(
         # the checkpoint's state does not fit the connected nodes
         raise ConfigError(f"{RunSettings.key('resume')}: {exc}") from None
 
-    device = select_device(settings.device)
+    device = select_device(settings.device, deterministic=settings.cuda_deterministic)
     protocol = protocol_text(settings, data, len(nodes), side)
     if checkpoint is not None:
         results = RunResults.reopen(resumed)

@@ -249,6 +249,13 @@ class RunSettings(Section):
         choices=LOGGERS,
     )
     device: str = option("auto", "where clients train", choices=DEVICES)
+    cuda_deterministic: bool = option(
+        False,
+        "on CUDA, deterministic kernels only (torch.use_deterministic_algorithms, "
+        "cuDNN deterministic, CUBLAS_WORKSPACE_CONFIG=:4096:8): the same seed gives "
+        "the same metrics on the same GPU, at a cost in speed; CPU runs are "
+        "deterministic without it",
+    )
     prototype_weighting: str = option(
         "mean",
         "FedHAP and PFMH server average per class: `mean` over holding clients "
