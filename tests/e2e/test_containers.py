@@ -299,7 +299,8 @@ def test_every_service_is_healthy(session: Session):
             assert st == "exited" and code == 0, state
         else:
             assert st == "running" and health == "healthy", (name, state[name])
-    assert len(state) == 6 + 2 * NODES
+    # SuperLink, 3 gateways, FAB registry, registration, ServerApp, keyholder
+    assert len(state) == 8 + 2 * NODES
     registered = session.logs_of("register-supernodes")
     assert registered.count("registered as node") == NODES, registered
 
