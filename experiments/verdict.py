@@ -18,6 +18,9 @@ Every "claims" section of the method pages decides its verdicts with
    claim of no difference (``"equal"``, within ``margin`` points): "reproduced" when
    the interval lies inside ``[-margin, margin]``, "not reproduced" when it lies
    wholly outside it, "not resolved" otherwise.
+5. A claim over several comparisons ("above every baseline"): "reproduced" when
+   every comparison is, "not reproduced" when any is, "not resolved" otherwise
+   (:func:`all_of`).
 
 Pure functions: no I/O, no state. The t quantile is SciPy's.
 """
@@ -219,3 +222,28 @@ def paired_verdict(
         reason=reason,
         margin=margin,
     )
+
+
+def all_of(verdicts: Mapping[str, Verdict]) -> tuple[str, str]:
+    """Combine the comparisons of one claim (rule 5); return ``(label, why)``.
+
+    Parameters
+    ----------
+    verdicts : mapping of str to Verdict
+        Comparison name (e.g. the baseline) -> its verdict.
+
+    Raises
+    ------
+    ValueError
+        No comparison.
+    """
+    if not verdicts:
+        raise ValueError("no comparison to combine")
+    against = {name: v.label for name, v in verdicts.items()}
+    failed = [n for n, label in against.items() if label == NOT_REPRODUCED]
+    if failed:
+        return NOT_REPRODUCED, f"not reproduced against {', '.join(failed)}"
+    open_ = [n for n, label in against.items() if label == NOT_RESOLVED]
+    if open_:
+        return NOT_RESOLVED, f"not resolved against {', '.join(open_)}"
+    return REPRODUCED, "reproduced against every comparison"

@@ -10,6 +10,7 @@ from experiments.verdict import (
     NOT_REPRODUCED,
     NOT_RESOLVED,
     REPRODUCED,
+    all_of,
     paired_verdict,
     seeds_needed,
     t_interval,
@@ -98,3 +99,48 @@ def test_text_and_dict() -> None:
 def test_bad_input_names_the_value(a, b, direction, margin, match) -> None:
     with pytest.raises(ValueError, match=match):
         paired_verdict(a, b, direction, margin=margin)
+
+
+def test_a_claim_over_several_comparisons_needs_every_one() -> None:
+    up = paired_verdict({0: 3.0, 1: 4.0, 2: 5.0}, {0: 1.0, 1: 1.0, 2: 1.0}, "greater")
+    down = paired_verdict({0: 1.0, 1: 1.0, 2: 1.0}, {0: 3.0, 1: 4.0, 2: 5.0}, "greater")
+    open_ = paired_verdict({0: 1.0, 1: 2.0}, {0: 0.0, 1: 0.0}, "greater")
+    assert all_of({"CSQ": up, "DPSH": up}) == (
+        REPRODUCED,
+        "reproduced against every comparison",
+    )
+    assert all_of({"CSQ": up, "DCH": open_})[0] == NOT_RESOLVED
+    assert all_of({"CSQ": up, "DCH": open_, "X": down}) == (
+        NOT_REPRODUCED,
+        "not reproduced against X",
+    )
+    with pytest.raises(ValueError, match="no comparison"):
+        all_of({})
+
+
+def test_claims_pick_rows_by_filters_and_read_nested_metrics() -> None:
+    from experiments.claims import claim, parse_filter
+
+    rows = [
+        {
+            "method": m,
+            "partitioning": "iid",
+            "seed": s,
+            "map_all": v + s / 100,
+            "map_per_round": {"5": v - 0.1 + s / 100},
+        }
+        for m, v in (("FedHAP", 0.72), ("DCH (FedAvg)", 0.70))
+        for s in (0, 1, 2)
+    ]
+    rows.append(
+        {"method": "FedHAP", "partitioning": "non-iid", "seed": 0, "map_all": 0.1}
+    )
+    where = [parse_filter("partitioning=iid")]
+    a, b = [parse_filter("method=FedHAP")], [parse_filter("method=DCH (FedAvg)")]
+    v = claim(rows, a, b, where=where)
+    assert v.differences == pytest.approx((2.0, 2.0, 2.0))
+    assert claim(rows, a, b, where=where, metric="map_per_round.5").seeds == (0, 1, 2)
+    with pytest.raises(ValueError, match="two rows match"):
+        claim(rows, a, b)  # without the partitioning FedHAP has two rows at seed 0
+    with pytest.raises(ValueError, match="accepted is key=value"):
+        parse_filter("FedHAP")
