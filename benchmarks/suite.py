@@ -178,6 +178,8 @@ _MIRFLICKR_QUICK = (
     "16",
     "--lr-grid",
     "0.0005",
+    "--epochs-grid",
+    "3",
     "--methods",
     "DPSH (FedAvg),FedHAP,centralized (DPSH)",
 )

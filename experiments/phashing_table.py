@@ -58,6 +58,7 @@ from experiments.real_data_figures import report_curves
 from experiments.real_data_table import best_tuned_lr, lr_grid_lines
 from experiments.sweep import ROOT, run_centralized, run_federated
 from experiments.sweep_runner import resume_refusal, setup_differences
+from experiments.tuning import grid_extension, write_validation_file
 from hashing.codes import sign_codes
 from hashing.retrieval import evaluate_retrieval
 from hashing.train import encode, select_device
@@ -178,11 +179,16 @@ def tuned_lrs(rows: list[dict[str, Any]], args: argparse.Namespace) -> dict[str,
     """
     if not args.lr_grid:
         return {m: None for m in (*METHODS, CEILING)}
-    tuning = [r for r in rows if r.get("kind") == "tune" and r["lr"] in args.lr_grid]
+    grids = getattr(args, "lr_grids", {})
     chosen: dict[str, Any] = {}
     for method in METHODS:
-        mine = [r for r in tuning if r["method"] == method]
-        missing = sorted(set(args.lr_grid) - {r["lr"] for r in mine})
+        grid = grids.get(method, args.lr_grid)
+        mine = [
+            r
+            for r in rows
+            if r.get("kind") == "tune" and r["method"] == method and r["lr"] in grid
+        ]
+        missing = sorted(set(grid) - {r["lr"] for r in mine})
         if missing:
             raise RuntimeError(f"{method}: no tuning run at lr {missing}")
         chosen[method] = best_tuned_lr(
@@ -190,6 +196,35 @@ def tuned_lrs(rows: list[dict[str, Any]], args: argparse.Namespace) -> dict[str,
         )
     chosen[CEILING] = chosen["DPSH (FedAvg)"]
     return chosen
+
+
+def extension_jobs(
+    rows: list[dict[str, Any]], args: argparse.Namespace
+) -> list[dict[str, Any]]:
+    """Grow each method's grid whose tuned rate sits on an edge; return the new jobs.
+
+    ``args.lr_grids`` (method -> rates) is changed in place; the next rate beyond
+    the edge is :func:`experiments.tuning.grid_extension`'s (geometric).
+    """
+    chosen = tuned_lrs(rows, args)
+    jobs = []
+    for method, strategy in METHODS.items():
+        grid = args.lr_grids[method]
+        new = grid_extension(grid, chosen[method], geometric=True)
+        if new is None or new in grid:
+            continue
+        grid.append(new)
+        jobs.append(
+            {
+                "kind": "tune",
+                "method": method,
+                "strategy": strategy,
+                "bits": args.tune_bits,
+                "seed": args.tune_seed,
+                "lr": new,
+            }
+        )
+    return jobs
 
 
 def setup_of(args: argparse.Namespace) -> dict[str, Any]:
@@ -323,6 +358,12 @@ def _config(job: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
         "rounds": args.rounds,
         "eval-every": args.rounds,
         **({"learning-rate": job["lr"]} if job.get("lr") is not None else {}),
+        # a tuning run scores on the validation split, never on the table's queries
+        **(
+            {"data-path": args.validation.path}
+            if job.get("kind") == "tune" and getattr(args, "validation", None)
+            else {}
+        ),
     }
 
 
@@ -430,6 +471,12 @@ def main() -> None:
     )
     parser.add_argument("--tune-seed", type=int, default=99)
     parser.add_argument(
+        "--max-extensions",
+        type=int,
+        default=2,
+        help="a tuned rate on a grid edge extends that grid, at most this often",
+    )
+    parser.add_argument(
         "--tune-bits",
         type=int,
         default=None,
@@ -478,6 +525,24 @@ def main() -> None:
     args.tuned_from_info = (
         read_tuned_from(args.tuned_from, args) if args.tuned_from is not None else None
     )
+    args.validation = None
+    args.lr_grids = {m: list(args.lr_grid) for m in METHODS}
+    if args.lr_grid:
+        data_path = args.base.get("data-path")
+        if args.base.get("dataset") != "npz" or not data_path:
+            parser.error(
+                "--lr-grid tunes on a validation split drawn from the database rows of "
+                "an .npz with a fixed split; accepted: --set dataset=npz --set "
+                "data-path=FILE, or no --lr-grid (the run config's learning rate)"
+            )
+        try:
+            args.validation = write_validation_file(
+                Path(str(data_path)),
+                args.out / "runs" / "validation",
+                seed=args.tune_seed,
+            )
+        except ValueError as exc:
+            parser.error(str(exc))
     if args.backend == "loopback":
         from experiments.loopback import stop_deployments_on_signals
 
@@ -494,6 +559,13 @@ def main() -> None:
     failed: list[str] = []
     if args.lr_grid:  # phase 1: tuning, before any table run needs its result
         _execute(_tune_jobs(args), rows, rows_path, failed, args, start)
+        for _ in range(args.max_extensions):  # a choice on a grid edge grows it
+            if failed:
+                break
+            more = extension_jobs(rows, args)
+            if not more:
+                break
+            _execute(more, rows, rows_path, failed, args, start)
         if failed:
             raise SystemExit(
                 "tuning failed (rerun with --resume to retry):\n" + "\n".join(failed)
@@ -713,6 +785,23 @@ def _write(all_rows: list[dict], args: argparse.Namespace) -> str:
                 **({"base_overrides": args.base} if args.base else {}),
                 **({"tuned_learning_rates": args.tuned} if _lr_text(args) else {}),
                 **(
+                    {
+                        "tuning_split": args.validation.to_dict(),
+                        "tuning_grids": {
+                            m: {
+                                "learning_rates": sorted(g),
+                                "extended": sorted(set(g) - set(args.lr_grid)),
+                                "seed": args.tune_seed,
+                                "bits": args.tune_bits,
+                                "chosen": args.tuned.get(m),
+                            }
+                            for m, g in args.lr_grids.items()
+                        },
+                    }
+                    if getattr(args, "validation", None) is not None
+                    else {}
+                ),
+                **(
                     {"tuned_from": args.tuned_from_info}
                     if getattr(args, "tuned_from_info", None)
                     else {}
@@ -735,10 +824,22 @@ def _tuning_lines(tuning: list[dict], args: argparse.Namespace) -> list[str]:
     """Render the tuning table (final mAP@ALL % per method and lr), best in bold."""
     lines = [
         f"**Learning-rate tuning** (seed {args.tune_seed}, {args.tune_bits} bits, "
-        f"the same clients and rounds, final mAP@ALL %; the best is bold and used for "
-        f"every table run, at every code length; the ceiling takes DPSH's):",
+        f"the same clients and rounds, final mAP@ALL % on the "
+        + (
+            args.validation.text()
+            if getattr(args, "validation", None) is not None
+            else "table's queries (tuned before validation splits)"
+        )
+        + "; the best is bold and used for every table run, at every code length, "
+        "and a best rate on a grid edge extends the grid; the ceiling takes DPSH's):",
         "",
-        *lr_grid_lines(tuning, METHODS, args.lr_grid, args.tuned, lr_key="lr"),
+        *lr_grid_lines(
+            tuning,
+            METHODS,
+            sorted({r["lr"] for r in tuning}),
+            args.tuned,
+            lr_key="lr",
+        ),
     ]
     secs = sum(r.get("train_seconds", 0.0) for r in tuning)
     lines += ["", f"Tuning wall time: {secs / 60:.1f} min over {len(tuning)} runs."]

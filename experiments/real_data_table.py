@@ -3,17 +3,22 @@
 ``python -m experiments.real_data_table --data-path ../shared/data/mirflickr25k_tags.npz
 --seeds 0,1,2 --out docs/results/fedhap-mirflickr`` runs, in two stages:
 
-1. **Tuning.** Each FedAvg baseline (DPSH, CSQ, HashNet, DCH, GreedyHash: the
-   per-batch or per-sample losses of FedHAP's Table 2 and HashNet; the FedProx
-   baselines of its Table 2 when ``--methods`` names them), IID, and the
-   centralized ceiling are run at each learning rate of ``--lr-grid`` (the ceiling:
-   ``--ceiling-lr-grid``, by default the same) with seed
-   ``--tune-seed`` (not one of the table's seeds); the learning rate with the best
-   final mAP@ALL is kept for the table. The tuning scores on the same query set as
-   the table: this favours the baselines and the ceiling, never FedHAP (whose
-   learning rate is the default, untuned). With ``--fedhap-lr-grid`` FedHAP is tuned
-   the same way over its own grid, so every method gets the same treatment (the
-   fair protocol where the best rate moves, e.g. with the number of clients).
+1. **Tuning, on a validation split.** Every method -- FedHAP, each FedAvg
+   baseline (DPSH, CSQ, HashNet, DCH, GreedyHash: the per-batch or per-sample
+   losses of FedHAP's Table 2 and HashNet; the FedProx baselines of its Table 2
+   when ``--methods`` names them), IID, and the centralized ceiling -- is run at
+   each learning rate of ``--lr-grid`` (FedHAP: ``--fedhap-lr-grid``, the ceiling:
+   ``--ceiling-lr-grid``, by default the same) times each local-epoch count of
+   ``--epochs-grid`` (the paper's 5 included by default), with seed
+   ``--tune-seed`` (not one of the table's seeds), on a **validation split**
+   (:mod:`experiments.tuning`): ``--val-fraction`` of the file's database rows,
+   stratified and seeded (``--val-seed``, default the tune seed), are the
+   validation queries, the other database rows the validation database, and the
+   file's own queries are in no tuning run. The setting with the best validation
+   mAP@ALL is kept for the table; one on the edge of its grid extends that grid
+   (a learning rate by the edge's ratio, epochs by the edge's step, at most
+   ``--max-extensions`` times per axis) before the choice. The split's record,
+   the grids, their extensions and the chosen values go to ``summary.json``.
 2. **The table**, after all tuning runs, partitioning by partitioning, seed by seed
    (a table cut short holds whole partitionings). For every seed and partitioning
    (``iid``; ``non-iid``: FedHAP's label shards, ``--classes-per-client`` classes per
@@ -26,15 +31,15 @@
    (``train-size``; FedHAP's MIRFlickr protocol is 10,000), tuning included.
 
 ``--untuned`` skips stage 1: every method, the ceiling included, runs at the
-default learning rate (5e-4), and the protocol says "untuned (defaults)". It is
-the fair choice where tuning would have to score on the reported queries (the
-tuning above does) and no validation split is drawn.
+default learning rate (5e-4) and local epochs, and the protocol says "untuned
+(defaults)". It is the choice for a file without a fixed split, where no
+validation split keeps clear of every seed's queries.
 
 The untrained floor is each federated run's round-0 mAP. The query set is the
 file's fixed ``split`` when it has one (docs/data.md). Rows go to
 ``<out>/rows.jsonl`` (``kind`` "tune" or "table"; ``--resume`` skips the rows there;
-a table row whose learning rate is no longer its method's tuned one, after a grid
-grew, becomes ``kind`` "superseded" and is run again);
+a table row whose learning rate or local epochs are no longer its method's tuned
+ones, after a grid grew, becomes ``kind`` "superseded" and is run again);
 ``<out>/table.md`` and ``<out>/summary.json`` hold mean +- sample std over seeds
 with the protocol above the tables, and ``<out>/curves-<partitioning>.png`` the
 precision-recall (Hamming radius), P@K and recall@K curves of all methods (means
@@ -49,6 +54,7 @@ import math
 import statistics
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +67,12 @@ from experiments.sweep_runner import (
     run_sweep,
     shown_in_table,
     write_tables,
+)
+from experiments.tuning import (
+    VALIDATION_FRACTION,
+    ValidationSplit,
+    grid_extension,
+    write_validation_file,
 )
 
 CENTRALIZED = "centralized (DPSH)"
@@ -83,13 +95,40 @@ METHODS: dict[str, dict[str, Any] | None] = {
 #: What ``--methods`` runs by default (the FedProx baselines only when named).
 DEFAULT_METHODS = tuple(m for m in METHODS if "(FedProx)" not in m)
 BASELINES = tuple(m for m in METHODS if m not in ("FedHAP", CENTRALIZED))
-#: The methods whose learning rate is tuned over ``--lr-grid``: the baselines and the
-#: centralized ceiling (a ceiling at an untuned rate would be no ceiling).
+#: The methods whose learning rate and local epochs are tuned: the baselines and the
+#: centralized ceiling (a ceiling at an untuned rate would be no ceiling); FedHAP is
+#: tuned too, over ``--fedhap-lr-grid`` (default: ``--lr-grid``).
 TUNED = (*BASELINES, CENTRALIZED)
 PARTITIONS = ("iid", "non-iid")
 #: P@K / recall@K list lengths of every run (the curves' x axis).
 CURVE_KS = "10,50,100,200,500,1000,2000,5000"
 DEFAULT_LR = 5e-4
+#: The run config's local epochs (pyproject.toml), where no epochs grid is tuned.
+DEFAULT_EPOCHS = 3
+#: ``--epochs-grid`` by default: ours and FedHAP's paper (5 local epochs).
+EPOCHS_GRID = "3,5"
+
+
+@dataclass
+class Grid:
+    """One method's tuning grid: learning rates times local epochs.
+
+    ``extended`` lists the values added because the choice sat on an edge,
+    as ``(axis, value)`` with axis ``"lr"`` or ``"epochs"``.
+    """
+
+    lrs: list[float]
+    epochs: list[int] = field(default_factory=lambda: [DEFAULT_EPOCHS])
+    extended: list[tuple[str, float]] = field(default_factory=list)
+
+    def settings(self) -> list[tuple[float, int]]:
+        """Every ``(lr, epochs)`` of the grid."""
+        return [(lr, e) for e in self.epochs for lr in self.lrs]
+
+
+def as_grid(grid: Grid | Sequence[float]) -> Grid:
+    """Return a :class:`Grid`; a plain sequence is rates at the default epochs."""
+    return grid if isinstance(grid, Grid) else Grid(list(grid))
 
 
 def safe_name(name: str) -> str:
@@ -121,7 +160,7 @@ def main() -> None:
         help=f"default: {', '.join(DEFAULT_METHODS)}; accepted too: "
         + ", ".join(m for m in METHODS if m not in DEFAULT_METHODS),
     )
-    parser.add_argument("--lr-grid", default="0.0002,0.0005,0.002")
+    parser.add_argument("--lr-grid", default="0.0002,0.0005,0.002,0.005")
     parser.add_argument(
         "--ceiling-lr-grid",
         default=None,
@@ -130,10 +169,35 @@ def main() -> None:
     parser.add_argument(
         "--fedhap-lr-grid",
         default=None,
-        help="tune FedHAP too, over these learning rates (default: FedHAP runs "
-        f"untuned at {DEFAULT_LR})",
+        help="learning rates tried for FedHAP (default: --lr-grid; the paper's "
+        "Adam rate is 5e-3)",
+    )
+    parser.add_argument(
+        "--epochs-grid",
+        default=EPOCHS_GRID,
+        help="local epochs tried for every tuned method, the ceiling's epoch budget "
+        f"included (default {EPOCHS_GRID}: ours and the paper's)",
     )
     parser.add_argument("--tune-seed", type=int, default=99)
+    parser.add_argument(
+        "--val-fraction",
+        type=float,
+        default=VALIDATION_FRACTION,
+        help="share of the file's database rows drawn as validation queries for "
+        "tuning (the file's own queries are in no tuning run)",
+    )
+    parser.add_argument(
+        "--val-seed",
+        type=int,
+        default=None,
+        help="seed of the validation draw (default: --tune-seed)",
+    )
+    parser.add_argument(
+        "--max-extensions",
+        type=int,
+        default=2,
+        help="a chosen value on a grid edge extends that axis, at most this often",
+    )
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--runs", type=Path, default=ROOT / "results/real-data")
     parser.add_argument(
@@ -154,6 +218,14 @@ def main() -> None:
         args.fedhap_lr_grid is not None or args.ceiling_lr_grid is not None
     ):
         parser.error("--untuned takes no --fedhap-lr-grid / --ceiling-lr-grid")
+    if not 0 < args.val_fraction < 1:
+        parser.error(
+            f"--val-fraction {args.val_fraction}: accepted is a share in (0, 1)"
+        )
+    if args.max_extensions < 0:
+        parser.error(f"--max-extensions {args.max_extensions}: accepted is >= 0")
+    if args.val_seed is None:
+        args.val_seed = args.tune_seed
     if not args.data_path.is_file():
         parser.error(f"--data-path {args.data_path}: no such file")
     seeds = [int(s) for s in args.seeds.split(",")]
@@ -162,19 +234,21 @@ def main() -> None:
         ceiling_grid = parse_lr_grid(
             args.ceiling_lr_grid or args.lr_grid, "--ceiling-lr-grid"
         )
-        fedhap_grid = (
-            parse_lr_grid(args.fedhap_lr_grid, "--fedhap-lr-grid")
-            if args.fedhap_lr_grid is not None
-            else None
+        fedhap_grid = parse_lr_grid(
+            args.fedhap_lr_grid or args.lr_grid, "--fedhap-lr-grid"
         )
+        epochs_grid = parse_epochs_grid(args.epochs_grid)
     except ValueError as exc:
         parser.error(str(exc))
-    # the tuned methods and their grids (FedHAP only with --fedhap-lr-grid)
-    grids = {m: ceiling_grid if m == CENTRALIZED else lr_grid for m in TUNED}
-    if fedhap_grid is not None:
-        grids["FedHAP"] = fedhap_grid
+    # the tuned methods and their grids, FedHAP's included
+    grids = {
+        m: Grid(list(ceiling_grid if m == CENTRALIZED else lr_grid), list(epochs_grid))
+        for m in TUNED
+    }
+    grids["FedHAP"] = Grid(list(fedhap_grid), list(epochs_grid))
     if args.untuned:
-        grids = {}  # best_lr: DEFAULT_LR for every method
+        grids = {}  # best setting: DEFAULT_LR, DEFAULT_EPOCHS for every method
+        fedhap_grid = None
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     partitions = [p.strip() for p in args.partitions.split(",") if p.strip()]
     for m in methods:
@@ -202,6 +276,18 @@ def main() -> None:
         parser.error(str(exc))
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
+    validation: ValidationSplit | None = None
+    if grids:
+        try:  # the tuning runs' data file: the validation split of --data-path
+            validation = write_validation_file(
+                args.data_path,
+                args.runs / "validation",
+                fraction=args.val_fraction,
+                seed=args.val_seed,
+            )
+        except ValueError as exc:
+            parser.error(f"{exc}; or pass --untuned")
+    args.validation = validation
 
     def federated(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], float]:
         t0 = time.perf_counter()
@@ -225,7 +311,10 @@ def main() -> None:
         _merge_legacy_tuning(args.out)
     known: list[dict[str, Any]] = load_rows(rows_path) if args.resume else []
     tune_jobs: list[tuple[Any, ...]] = [
-        ("tune", m, lr) for m in methods if m in grids for lr in grids[m]
+        ("tune", m, lr, e)
+        for m in methods
+        if m in grids
+        for lr, e in grids[m].settings()
     ]
     table_jobs: list[tuple[Any, ...]] = []
     for i, part in enumerate(partitions):
@@ -237,17 +326,17 @@ def main() -> None:
                     continue
                 table_jobs.append(("table", seed, part, m))
 
-    def best_lr(method: str) -> float:
+    def best_setting(method: str) -> tuple[float, int]:
         if method not in grids:
-            return DEFAULT_LR
-        lr = tuned_lr(known, method, grids[method])
-        if lr is None:
-            raise RuntimeError(f"{method}: tuning runs missing for --lr-grid")
-        return lr
+            return DEFAULT_LR, DEFAULT_EPOCHS
+        setting = tuned_setting(known, method, grids[method])
+        if setting is None:
+            raise RuntimeError(f"{method}: tuning runs missing for its grid")
+        return setting
 
     def job_name(job: tuple[Any, ...]) -> str:
         if job[0] == "tune":
-            return f"tune {job[1]} lr={job[2]}"
+            return f"tune {job[1]} lr={job[2]} E={job[3]}"
         return f"{job[3]} {job[2]} s{job[1]}"
 
     def run(job: tuple[Any, ...]) -> dict[str, Any]:
@@ -256,9 +345,16 @@ def main() -> None:
         return row
 
     def tune(job: tuple[Any, ...]) -> dict[str, Any]:
-        _, method, lr = job
-        cfg = {**base, "seed": args.tune_seed, "learning-rate": lr}
-        name = f"tune {method} lr{lr} s{args.tune_seed}"
+        _, method, lr, epochs = job
+        assert validation is not None  # tuning runs only with a validation split
+        cfg = {
+            **base,
+            "data-path": validation.path,
+            "seed": args.tune_seed,
+            "learning-rate": lr,
+            "local-epochs": epochs,
+        }
+        name = f"tune {method} lr{lr} E{epochs} s{args.tune_seed}"
         if METHODS[method] is None:
             out, secs = centralized(cfg, name)
         else:
@@ -269,15 +365,22 @@ def main() -> None:
             "name": job_name(job),
             "method": method,
             "learning_rate": lr,
+            "local_epochs": epochs,
             "seed": args.tune_seed,
+            "scored_on": "validation",
             "map_all": out["final"]["map_all"],
             "seconds": secs,
         }
 
     def table_run(job: tuple[Any, ...]) -> dict[str, Any]:
         _, seed, part, method = job
-        lr = best_lr(method)
-        cfg: dict[str, Any] = {**base, "seed": seed, "learning-rate": lr}
+        lr, epochs = best_setting(method)
+        cfg: dict[str, Any] = {
+            **base,
+            "seed": seed,
+            "learning-rate": lr,
+            "local-epochs": epochs,
+        }
         name = job_name(job)
         if METHODS[method] is None:
             out, secs = centralized(cfg, name)
@@ -294,6 +397,7 @@ def main() -> None:
             "partitioning": part,
             "seed": seed,
             "learning_rate": lr,
+            "local_epochs": epochs,
             "map_all": out["final"]["map_all"],
             "map_at_k": out["final"]["map_at_k"],
             "floor_map_all": floor,
@@ -303,10 +407,13 @@ def main() -> None:
         }
 
     def tables(rows: list[dict[str, Any]]) -> None:
-        tuned = {m: tuned_lr(rows, m, grids[m]) for m in grids}
-        tuned = {m: lr for m, lr in tuned.items() if lr is not None}
+        chosen = {m: tuned_setting(rows, m, grids[m]) for m in grids}
+        chosen = {m: s for m, s in chosen.items() if s is not None}
+        tuned = {m: s[0] for m, s in chosen.items()}
         table_rows = [r for r in rows if r.get("kind", "table") == "table"]
         shown = shown_in_table(METHODS, methods, table_rows, "method")
+        args.grids = grids
+        args.tuned_epochs = {m: s[1] for m, s in chosen.items()}
         _write(table_rows, _tuning(rows), tuned, args, shown, partitions, started)
 
     sweep = {
@@ -317,6 +424,14 @@ def main() -> None:
         "after_row": tables,
     }
     rows, failed = run_sweep(tune_jobs, resume=args.resume, **sweep)
+    # a choice on a grid's edge extends that axis (every value of the other axis)
+    for _ in range(args.max_extensions):
+        more = extend_grids(known, grids)
+        if not more:
+            break
+        print(f"grid edge: {len(more)} more tuning runs {[job_name(j) for j in more]}")
+        rows, more_failed = run_sweep(more, resume=True, **sweep)
+        failed += more_failed
     # a table run whose learning rate is no longer its method's tuned one (the grid
     # grew on --resume) is superseded: kept in rows.jsonl, and run again
     stale = supersede_stale_rows(rows_path, grids)
@@ -375,7 +490,20 @@ def setup_of(args: argparse.Namespace) -> dict[str, Any]:
         "train_size": args.train_size,
         "classes_per_client": args.classes_per_client,
         **({"untuned": True} if getattr(args, "untuned", False) else {}),
+        **_tuning_setup(args),
     }
+
+
+def _tuning_setup(args: argparse.Namespace) -> dict[str, Any]:
+    """``{"tuning": ...}`` of a tuned table (its validation draw), else nothing.
+
+    A folder tuned on the reported queries (before validation splits) records no
+    such entry, so ``--resume`` into it is refused.
+    """
+    if getattr(args, "untuned", False) or not hasattr(args, "val_fraction"):
+        return {}
+    seed = args.val_seed if args.val_seed is not None else args.tune_seed
+    return {"tuning": f"validation split {args.val_fraction:g}, seed {seed}"}
 
 
 def partition_configs(classes_per_client: int) -> dict[str, dict[str, Any]]:
@@ -409,6 +537,82 @@ def base_config(
 
 def _tuning(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r for r in rows if r.get("kind") == "tune"]
+
+
+def parse_epochs_grid(text: str) -> list[int]:
+    """Local-epoch counts of a comma-separated ``text``: integers >= 1.
+
+    Raises
+    ------
+    ValueError
+        Naming ``--epochs-grid``, the bad value and what is accepted.
+    """
+    out = []
+    for item in text.split(","):
+        try:
+            epochs = int(item)
+        except ValueError:
+            epochs = 0
+        if epochs < 1:
+            raise ValueError(
+                f"--epochs-grid: {item.strip()!r} in {text!r} is not a number of "
+                "local epochs; accepted: comma-separated integers >= 1, e.g. 3,5"
+            )
+        out.append(epochs)
+    return out
+
+
+def _epochs(row: Mapping[str, Any]) -> int:
+    return int(row.get("local_epochs", DEFAULT_EPOCHS))
+
+
+def tuned_setting(
+    rows: list[dict[str, Any]], method: str, grid: Grid | Sequence[float]
+) -> tuple[float, int] | None:
+    """``method``'s tuned ``(lr, local epochs)`` over ``grid`` (``None`` until all run).
+
+    Only tuning rows at a setting of the grid count; the best validation mAP@ALL
+    wins, ties to the smallest learning rate, then the fewest epochs.
+    """
+    grid = as_grid(grid)
+    want = set(grid.settings())
+    mine = {
+        (r["learning_rate"], _epochs(r)): r["map_all"]
+        for r in _tuning(rows)
+        if r["method"] == method and (r["learning_rate"], _epochs(r)) in want
+    }
+    if set(mine) != want:
+        return None
+    return max(sorted(mine), key=lambda s: mine[s])
+
+
+def extend_grids(
+    rows: list[dict[str, Any]], grids: Mapping[str, Grid]
+) -> list[tuple[str, str, float, int]]:
+    """Grow every grid whose choice sits on an edge; return the new tuning jobs.
+
+    A learning rate on an edge adds the next rate beyond it
+    (:func:`experiments.tuning.grid_extension`, geometric) at every epoch count of
+    the grid; epochs on an edge add the next count (arithmetic, >= 1) at every
+    rate. ``grids`` is changed in place (``Grid.extended`` records the additions).
+    """
+    jobs: list[tuple[str, str, float, int]] = []
+    for method, grid in grids.items():
+        chosen = tuned_setting(rows, method, grid)
+        if chosen is None:
+            continue
+        lr, epochs = chosen
+        new_lr = grid_extension(grid.lrs, lr, geometric=True)
+        new_epochs = grid_extension(grid.epochs, epochs, geometric=False, lowest=0)
+        if new_lr is not None and new_lr not in grid.lrs:
+            grid.lrs.append(new_lr)
+            grid.extended.append(("lr", new_lr))
+            jobs += [("tune", method, new_lr, e) for e in grid.epochs]
+        if new_epochs is not None and int(new_epochs) not in grid.epochs:
+            grid.epochs.append(int(new_epochs))
+            grid.extended.append(("epochs", int(new_epochs)))
+            jobs += [("tune", method, r, int(new_epochs)) for r in grid.lrs]
+    return jobs
 
 
 def best_tuned_lr(tuning: list[dict[str, Any]], method: str) -> float | None:
@@ -448,29 +652,27 @@ def parse_lr_grid(text: str, flag: str) -> list[float]:
 
 
 def tuned_lr(
-    rows: list[dict[str, Any]], method: str, lr_grid: Sequence[float]
+    rows: list[dict[str, Any]], method: str, lr_grid: Grid | Sequence[float]
 ) -> float | None:
-    """``method``'s tuned learning rate over ``lr_grid`` (``None`` until all are run).
+    """``method``'s tuned learning rate over the grid (``None`` until all are run).
 
-    Only tuning rows at a rate of the grid count (:func:`best_tuned_lr`).
+    :func:`tuned_setting`'s rate; a plain list of rates is tried at the default
+    local epochs.
     """
-    tuning = [r for r in _tuning(rows) if r["learning_rate"] in lr_grid]
-    have = {r["learning_rate"] for r in tuning if r["method"] == method}
-    if any(lr not in have for lr in lr_grid):
-        return None
-    return best_tuned_lr(tuning, method)
+    setting = tuned_setting(rows, method, lr_grid)
+    return None if setting is None else setting[0]
 
 
 def supersede_stale_rows(
-    rows_path: Path, grids: Mapping[str, Sequence[float]]
+    rows_path: Path, grids: Mapping[str, Grid | Sequence[float]]
 ) -> list[str]:
-    """Mark the table rows run at a learning rate that is no longer tuned.
+    """Mark the table rows run at a setting that is no longer tuned.
 
-    A table row of a tuned method (a key of ``grids``) whose ``learning_rate``
-    differs from :func:`tuned_lr` (its tuning covers ``grids[method]``) gets
-    ``kind`` "superseded" and its name prefixed ``superseded:``, so a resumed sweep
-    runs it again at the tuned rate; nothing is deleted. The file is rewritten
-    atomically.
+    A table row of a tuned method (a key of ``grids``) whose ``learning_rate`` or
+    ``local_epochs`` differs from :func:`tuned_setting` (its tuning covers
+    ``grids[method]``) gets ``kind`` "superseded" and its name prefixed
+    ``superseded:``, so a resumed sweep runs it again at the tuned setting; nothing
+    is deleted. The file is rewritten atomically.
 
     Returns
     -------
@@ -482,8 +684,8 @@ def supersede_stale_rows(
     for row in rows:
         if row.get("kind", "table") != "table" or row.get("method") not in grids:
             continue
-        lr = tuned_lr(rows, row["method"], grids[row["method"]])
-        if lr is not None and row["learning_rate"] != lr:
+        setting = tuned_setting(rows, row["method"], grids[row["method"]])
+        if setting is not None and (row["learning_rate"], _epochs(row)) != setting:
             stale.append(row["name"])
             row["kind"] = "superseded"
             row["name"] = f"superseded: {row['name']} (lr {row['learning_rate']:g})"
@@ -563,16 +765,16 @@ def _write(
             "ours; the paper's queries but not its 10,000-sample training subset: "
             "every client trains on its whole partition, see docs/data.md"
         )
-    fedhap_tuned = args.fedhap_lr_grid is not None
+    validation = getattr(args, "validation", None)
     tuning = (
         f"untuned (defaults): every method and the ceiling at learning rate "
-        f"{DEFAULT_LR}; "
+        f"{DEFAULT_LR}, {DEFAULT_EPOCHS} local epochs; "
         if getattr(args, "untuned", False)
-        else f"every method's learning rate, FedHAP's included, tuned on seed "
-        f"{args.tune_seed} (federated methods IID); "
-        if fedhap_tuned
-        else "the baselines' and the ceiling's learning rates tuned on seed "
-        f"{args.tune_seed} (baselines IID), FedHAP's the default {DEFAULT_LR}; "
+        else "every method's learning rate and local epochs, FedHAP's and the "
+        f"ceiling's included, tuned on seed {args.tune_seed} (federated methods "
+        "IID) by validation mAP@ALL on a "
+        + (validation.text() if validation is not None else "validation split")
+        + "; "
     )
     head = (
         f"Protocol ({split}): "
@@ -584,9 +786,37 @@ def _write(
         f"round-0 mAP; mean ± sample std over seeds {args.seeds}."
     )
     lines = [head, ""]
+    grids: Mapping[str, Grid] = getattr(args, "grids", {})
+    tuned_epochs: Mapping[str, int] = getattr(args, "tuned_epochs", {})
     summary: dict[str, Any] = {
         "setup": setup_of(args),
         "tuned_learning_rates": tuned,
+        "tuned_local_epochs": dict(tuned_epochs),
+        "tuning_split": validation.to_dict() if validation is not None else None,
+        "tuning_grids": {
+            m: {
+                "learning_rates": sorted(g.lrs),
+                "local_epochs": sorted(g.epochs),
+                "extended": [list(x) for x in g.extended],
+                "seed": args.tune_seed,
+                "chosen": (
+                    {"learning_rate": tuned[m], "local_epochs": tuned_epochs[m]}
+                    if m in tuned and m in tuned_epochs
+                    else None
+                ),
+                "chosen_on_edge": (
+                    m in tuned
+                    and m in tuned_epochs
+                    and (
+                        tuned[m] in (min(g.lrs), max(g.lrs))
+                        and len(g.lrs) > 1
+                        or tuned_epochs[m] in (min(g.epochs), max(g.epochs))
+                        and len(g.epochs) > 1
+                    )
+                ),
+            }
+            for m, g in grids.items()
+        },
         "cells": {},
     }
     central = [r for r in rows if r["method"] == CENTRALIZED]
@@ -598,9 +828,9 @@ def _write(
         lines += [
             f"**{part}**" + (f" (run protocol: {protocol})" if protocol else ""),
             "",
-            "| method | lr | mAP@ALL % | mAP@100 % | recall@1000 % | untrained floor "
-            "mAP@ALL % | seeds | wall s (mean) |",
-            "|---|---|---|---|---|---|---|---|",
+            "| method | lr | local epochs | mAP@ALL % | mAP@100 % | recall@1000 % | "
+            "untrained floor mAP@ALL % | seeds | wall s (mean) |",
+            "|---|---|---|---|---|---|---|---|---|",
         ]
         for method in methods:
             mine = (
@@ -619,7 +849,7 @@ def _write(
             ]
             rec = [_at(r, "recall_at_k", 1000) for r in mine]
             lines.append(
-                f"| {method} | {mine[0]['learning_rate']:g} | "
+                f"| {method} | {mine[0]['learning_rate']:g} | {_epochs(mine[0])} | "
                 f"{percent_cell([r['map_all'] for r in mine])} | "
                 f"{percent_cell([r['map_at_k'] for r in mine])} | "
                 f"{percent_cell([v for v in rec if v is not None])} | "
@@ -627,21 +857,20 @@ def _write(
                 f"{len(mine)} | {statistics.mean(r['seconds'] for r in mine):.0f} |"
             )
             summary["cells"][f"{method} | {part}"] = {
+                "seeds": [r["seed"] for r in mine],
                 "map_all": [r["map_all"] for r in mine],
                 "map_at_k": [r["map_at_k"] for r in mine],
             }
         lines.append("")
     if tuned_rows:
         lines += [
-            f"**Learning-rate tuning** (seed {args.tune_seed}, federated "
-            f"{'methods' if fedhap_tuned else 'baselines'} IID, final mAP@ALL %; "
-            "the chosen learning rate in bold)",
+            f"**Tuning** (seed {args.tune_seed}, federated methods IID, validation "
+            "mAP@ALL %, never the reported queries; the chosen setting in bold; "
+            "a method whose choice sits on an edge of its grid after "
+            f"{getattr(args, 'max_extensions', 0)} extensions is marked *edge*)",
             "",
-            *lr_grid_lines(
-                tuned_rows,
-                ("FedHAP", *TUNED) if fedhap_tuned else TUNED,
-                _lrs(tuned_rows),
-                tuned,
+            *setting_grid_lines(
+                tuned_rows, ("FedHAP", *TUNED), tuned, tuned_epochs, summary
             ),
         ]
         lines.append("")
@@ -654,6 +883,38 @@ def _write(
 
 def _lrs(tuned_rows: list[dict[str, Any]]) -> list[float]:
     return sorted({r["learning_rate"] for r in tuned_rows})
+
+
+def setting_grid_lines(
+    tuning: list[dict[str, Any]],
+    methods: Sequence[str],
+    tuned: Mapping[str, float],
+    tuned_epochs: Mapping[str, int],
+    summary: Mapping[str, Any],
+) -> list[str]:
+    """Markdown table: validation mAP@ALL % per method and epochs (rows) and lr."""
+    lrs = _lrs(tuning)
+    lines = [
+        "| method | local epochs | " + " | ".join(f"lr {lr:g}" for lr in lrs) + " |",
+        "|---|---|" + "---|" * len(lrs),
+    ]
+    grids = summary.get("tuning_grids", {})
+    for method in methods:
+        mine = [r for r in tuning if r["method"] == method]
+        edge = " *edge*" if grids.get(method, {}).get("chosen_on_edge") else ""
+        for epochs in sorted({_epochs(r) for r in mine}):
+            cells = []
+            for lr in lrs:
+                got = [
+                    r["map_all"]
+                    for r in mine
+                    if r["learning_rate"] == lr and _epochs(r) == epochs
+                ]
+                txt = f"{100 * got[0]:.2f}" if got else "-"
+                best = tuned.get(method) == lr and tuned_epochs.get(method) == epochs
+                cells.append(f"**{txt}**" if best else txt)
+            lines.append(f"| {method}{edge} | {epochs} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def _at(row: dict[str, Any], key: str, k: int) -> float | None:

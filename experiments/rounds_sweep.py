@@ -80,6 +80,20 @@ def read_tuned(folder: Path) -> tuple[dict[str, float], dict[str, Any]]:
     return rates, setup if isinstance(setup, dict) else {}
 
 
+def read_tuned_epochs(folder: Path) -> dict[str, int]:
+    """Return a real_data_table folder's tuned local epochs (none where not recorded).
+
+    A folder tuned before local epochs were tuned records none: its runs used the
+    run config's local epochs, and so do the runs here.
+    """
+    try:
+        summary = json.loads((folder / "summary.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    epochs = summary.get("tuned_local_epochs") or {}
+    return {m: int(e) for m, e in epochs.items()}
+
+
 def retuning_note(tuned: dict[str, Any], args: argparse.Namespace) -> str:
     """Return ``", at 48 bits, not retuned at 12 bits"`` where the setups differ."""
     keys = [
@@ -252,6 +266,7 @@ def main() -> None:
             parser.error(f"--methods: unknown {m!r}; accepted: {', '.join(FEDERATED)}")
     tuned, args.tuned_setup = read_tuned(args.tuned_from)
     args.tuned = tuned
+    tuned_epochs = read_tuned_epochs(args.tuned_from)
     untuned = [m for m in methods if m in BASELINES and m not in tuned]
     if untuned:
         parser.error(
@@ -297,6 +312,8 @@ def main() -> None:
     def run(job: tuple[str, int, str]) -> dict[str, Any]:
         part, seed, method = job
         cfg = {**base, "seed": seed, "learning-rate": lr_of(method)}
+        if method in tuned_epochs:
+            cfg["local-epochs"] = tuned_epochs[method]
         label = f"{method} {part} s{seed}"
         safe = safe_name(label)
         t0 = time.perf_counter()
@@ -315,6 +332,7 @@ def main() -> None:
             "partitioning": part,
             "seed": seed,
             "learning_rate": cfg["learning-rate"],
+            "local_epochs": cfg.get("local-epochs"),
             "map_all": out["final"]["map_all"],
             "map_per_round": curve,
             "seconds": time.perf_counter() - t0,
@@ -328,6 +346,7 @@ def main() -> None:
             "setup": setup_of(args),
             "rows": current,
             "tuned_learning_rates": tuned,
+            "tuned_local_epochs": tuned_epochs,
         }
         write_tables(args.out, summary, table(current, args))
         parts = shown_in_table(PARTITIONS, args.partitions, current, "partitioning")

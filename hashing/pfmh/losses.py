@@ -18,9 +18,19 @@ Decisions where the paper's formulas are garbled or silent:
   for every class c of sample n that has a prototype in the set, where N(n) are
   the classes of the set that are none of sample n's labels. The paper's
   denominators are specific -- ``j != c`` (Eq. 9) and ``i != j`` (Eq. 10) -- and
-  exclude the positive prototype, so we follow them: this is the "decoupled"
-  contrastive form, whose value can be negative (it is bounded, as H and P are unit
-  vectors). For a multi-label sample, "j != c" becomes "j is none of the sample's
+  exclude the positive prototype: this is the "decoupled" contrastive form
+  (``contrast="decoupled"``), whose value can be negative (it is bounded, as H and
+  P are unit vectors). It never stops pulling: at cos(H_n, P^c) = 1 it still pushes
+  H_n along P^c with a gradient of the size of 1/tau. The standard InfoNCE form
+  (``contrast="infonce"``, as the SupCon loss of PFMH's released code) keeps the
+  positive in the denominator::
+
+      l(n, c) = -log( exp(H_n . P^c / tau) /
+                      (exp(H_n . P^c / tau) + sum_{j in N(n)} exp(H_n . P^j / tau)) )
+
+  which is >= 0 and goes to 0, with its gradient, once the positive dominates.
+  :data:`CONTRASTS` lists both; the run config's ``pfmh.contrast`` picks one. For a
+  multi-label sample, "j != c" becomes "j is none of the sample's
   labels", so its other positives are not pushed away. A sample contributes the
   mean of l(n, c) over its positives; samples with no positive prototype or no
   negative prototype in the set are skipped (the log of an empty sum is undefined).
@@ -75,6 +85,7 @@ import torch
 import torch.nn.functional as F
 
 from hashing.losses import pairwise_similarity
+from hashing.pfmh.forms import CONTRASTS
 from hashing.pfmh.model import binary_codes
 
 #: Paper defaults (Implementation Details).
@@ -113,6 +124,9 @@ class PFMHLossConfig:
         Prototype enhancement, Eq. 7 (off in w/o-PE): read by the server step and
         by the trainer, which otherwise restricts the personal set to the classes
         the client holds.
+    contrast : str
+        Form of Eqs. 9-10, one of :data:`CONTRASTS`: ``"infonce"`` (the positive
+        in the denominator) or ``"decoupled"`` (as printed, positive left out).
     """
 
     tau: float = DEFAULT_TAU
@@ -123,9 +137,14 @@ class PFMHLossConfig:
     use_hash_similarity: bool = True
     use_information_preservation: bool = True
     use_completion: bool = True
+    contrast: str = "infonce"
 
     def __post_init__(self) -> None:
-        """Validate tau > 0 and alpha, beta >= 0 (all finite)."""
+        """Validate tau > 0, alpha, beta >= 0 (all finite) and the contrast form."""
+        if self.contrast not in CONTRASTS:
+            raise ValueError(
+                f"contrast={self.contrast!r}: accepted are {', '.join(CONTRASTS)}"
+            )
         if not (_finite(self.tau) and float(self.tau) > 0):
             raise ValueError(
                 f"tau={self.tau!r}: the temperature must be a finite number > 0 "
@@ -145,7 +164,7 @@ class PFMHLossConfig:
 
 
 #: Table 2 variants -> the switches each one turns off.
-ABLATIONS: dict[str, dict[str, bool]] = {
+ABLATIONS: dict[str, dict[str, Any]] = {
     "full": {},
     "w/o-P": {"use_global": False, "use_local": False, "use_completion": False},
     "w/o-PE": {"use_completion": False},
@@ -186,8 +205,9 @@ def prototype_contrastive_loss(
     classes: torch.Tensor,
     *,
     tau: float,
+    contrast: str = "infonce",
 ) -> torch.Tensor:
-    """Eqs. 9/10: decoupled prototype contrast, mean over contributing samples.
+    """Eqs. 9/10: prototype contrast, mean over contributing samples.
 
     Parameters
     ----------
@@ -201,6 +221,8 @@ def prototype_contrastive_loss(
         (m,) int64 class id of each prototype row (ids < C for multi-hot labels).
     tau : float
         Temperature, > 0.
+    contrast : str
+        ``"infonce"`` (positive in the denominator) or ``"decoupled"`` (left out).
 
     Returns
     -------
@@ -210,6 +232,8 @@ def prototype_contrastive_loss(
     """
     if tau <= 0:
         raise ValueError(f"tau={tau!r}: the temperature must be > 0")
+    if contrast not in CONTRASTS:
+        raise ValueError(f"contrast={contrast!r}: accepted are {', '.join(CONTRASTS)}")
     classes = classes.to(h.device).long()
     if labels.dim() == 1:
         member = labels.to(h.device)[:, None] == classes[None, :]  # (n, m)
@@ -223,7 +247,12 @@ def prototype_contrastive_loss(
     member = member[valid]
     logits = h[valid] @ prototypes.to(h.device, h.dtype).T / tau  # (n_valid, m)
     lse_neg = torch.logsumexp(logits.masked_fill(member, -math.inf), dim=1)
-    per_pair = torch.where(member, lse_neg[:, None] - logits, 0.0)
+    denominator = (
+        torch.logaddexp(lse_neg[:, None], logits)  # the positive with the negatives
+        if contrast == "infonce"
+        else lse_neg[:, None]
+    )
+    per_pair = torch.where(member, denominator - logits, 0.0)
     return (per_pair.sum(1) / member.sum(1)).mean()
 
 
@@ -233,9 +262,12 @@ def global_contrastive_loss(
     centralized: PrototypeTensors,
     *,
     tau: float,
+    contrast: str = "infonce",
 ) -> torch.Tensor:
     """L_global (Eq. 9): contrast H against the centralized prototypes P_bar."""
-    return prototype_contrastive_loss(h, labels, *centralized, tau=tau)
+    return prototype_contrastive_loss(
+        h, labels, *centralized, tau=tau, contrast=contrast
+    )
 
 
 def local_contrastive_loss(
@@ -244,9 +276,10 @@ def local_contrastive_loss(
     personal: PrototypeTensors,
     *,
     tau: float,
+    contrast: str = "infonce",
 ) -> torch.Tensor:
     """L_local (Eq. 10): contrast H against the client's personal prototypes P_i."""
-    return prototype_contrastive_loss(h, labels, *personal, tau=tau)
+    return prototype_contrastive_loss(h, labels, *personal, tau=tau, contrast=contrast)
 
 
 def similarity_matching_loss(b: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -339,10 +372,12 @@ def pfmh_loss(
     parts = dict.fromkeys(LOSS_PARTS, zero)
     if config.use_global and centralized is not None:
         parts["global"] = global_contrastive_loss(
-            h, labels, centralized, tau=config.tau
+            h, labels, centralized, tau=config.tau, contrast=config.contrast
         )
     if config.use_local and personal is not None:
-        parts["local"] = local_contrastive_loss(h, labels, personal, tau=config.tau)
+        parts["local"] = local_contrastive_loss(
+            h, labels, personal, tau=config.tau, contrast=config.contrast
+        )
     if config.use_hash_similarity:
         parts["hash_similarity"] = config.alpha * similarity_matching_loss(b, labels)
     if config.use_information_preservation:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from hashing.pfmh.forms import CONTRASTS
 from settings.schema import ConfigError, Section, option
 
 # personalized = only prototypes travel, the model stays on the client;
@@ -43,9 +44,19 @@ class PFMHConfig(Section):
     )
     alpha: float = option(0.01, "weight of similarity matching (Eq. 11)", low=0)
     beta: float = option(0.001, "weight of information preservation (Eq. 11)", low=0)
+    contrast: str = option(
+        "infonce",
+        "form of the prototype contrast (Eqs. 9-10): `infonce`, the positive "
+        "prototype in the denominator (as the released code's SupCon loss); "
+        "`decoupled`, left out as the paper prints it (keeps pushing at cos = 1)",
+        choices=CONTRASTS,
+    )
     k: int = option(512, "common latent dimension k = prototype dimension", low=1)
     dropout: float = option(
-        0.1, "FeaExtractor dropout (ours; the paper gives none)", low=0, high=1,
+        0.1,
+        "FeaExtractor dropout (ours; the paper gives none)",
+        low=0,
+        high=1,
         high_open=True,
     )
 

@@ -50,6 +50,7 @@ def pfmh_loss_config(settings: RunSettings) -> PFMHLossConfig:
         tau=settings.pfmh.tau,
         alpha=settings.pfmh.alpha,
         beta=settings.pfmh.beta,
+        contrast=settings.pfmh.contrast,
     )
 
 

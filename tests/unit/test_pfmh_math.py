@@ -261,10 +261,39 @@ def test_contrastive_loss_hand_computed_excludes_positive_from_denominator():
     h = T([[1.0, 0.0]])
     # logits / tau=0.5: (2, 0, -2); -log(e^2 / (e^0 + e^-2))
     expected = -2.0 + math.log(1.0 + math.exp(-2.0))
-    got = prototype_contrastive_loss(h, T([0]), *PROTOS, tau=0.5)
+    dec = {"tau": 0.5, "contrast": "decoupled"}
+    got = prototype_contrastive_loss(h, T([0]), *PROTOS, **dec)
     assert float(got) == pytest.approx(expected, abs=1e-6)
-    assert float(global_contrastive_loss(h, T([0]), PROTOS, tau=0.5)) == float(got)
-    assert float(local_contrastive_loss(h, T([0]), PROTOS, tau=0.5)) == float(got)
+    assert float(global_contrastive_loss(h, T([0]), PROTOS, **dec)) == float(got)
+    assert float(local_contrastive_loss(h, T([0]), PROTOS, **dec)) == float(got)
+
+
+def test_contrastive_loss_hand_computed_infonce_keeps_positive_in_denominator():
+    h = T([[1.0, 0.0]])
+    # logits / tau=0.5: (2, 0, -2); -log(e^2 / (e^2 + e^0 + e^-2))
+    expected = -2.0 + math.log(math.exp(2.0) + 1.0 + math.exp(-2.0))
+    got = prototype_contrastive_loss(h, T([0]), *PROTOS, tau=0.5, contrast="infonce")
+    assert float(got) == pytest.approx(expected, abs=1e-6)
+    with pytest.raises(ValueError, match="contrast='supcon'"):
+        prototype_contrastive_loss(h, T([0]), *PROTOS, tau=0.5, contrast="supcon")
+
+
+def test_at_cos_one_decoupled_keeps_pushing_and_infonce_is_done():
+    # H on its own prototype (cos = 1), the other classes' prototypes orthogonal,
+    # the paper's tau: the decoupled form is large and negative with a large
+    # gradient; InfoNCE is ~0 with a ~0 gradient (nothing left to learn)
+    protos = (T([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]), T([0, 1, 2]))
+    out = {}
+    for form in ("decoupled", "infonce"):
+        h = T([[1.0, 0.0, 0.0]], requires_grad=True)
+        loss = prototype_contrastive_loss(h, T([0]), *protos, tau=0.07, contrast=form)
+        loss.backward()
+        out[form] = (float(loss), float(h.grad.norm()))
+    dec_loss, dec_grad = out["decoupled"]
+    nce_loss, nce_grad = out["infonce"]
+    assert dec_loss == pytest.approx(-1 / 0.07 + math.log(2.0), abs=1e-4)  # -13.59
+    assert dec_grad > 10.0
+    assert 0.0 <= nce_loss < 1e-5 and nce_grad < 1e-4
 
 
 def test_contrastive_loss_mean_over_samples_and_skips():
@@ -272,7 +301,9 @@ def test_contrastive_loss_mean_over_samples_and_skips():
     # sample 2's class 5 has no prototype: skipped
     l0 = -1.0 + math.log(math.exp(0.0) + math.exp(-1.0))
     l1 = -1.0 + math.log(math.exp(0.0) + math.exp(0.0))
-    loss = prototype_contrastive_loss(h, T([0, 1, 5]), *PROTOS, tau=1.0)
+    loss = prototype_contrastive_loss(
+        h, T([0, 1, 5]), *PROTOS, tau=1.0, contrast="decoupled"
+    )
     assert float(loss.detach()) == pytest.approx((l0 + l1) / 2, abs=1e-6)
     loss.backward()
     assert torch.isfinite(h.grad).all() and float(h.grad[2].abs().sum()) == 0.0
@@ -281,7 +312,9 @@ def test_contrastive_loss_mean_over_samples_and_skips():
 def test_contrastive_loss_multi_label_and_no_negative():
     h = T([[1.0, 0.0]])
     # positives 0 and 1, only negative 2: l(0) = -1 + (-1), l(1) = 0 + (-1)
-    got = prototype_contrastive_loss(h, T([[1, 1, 0]]), *PROTOS, tau=1.0)
+    got = prototype_contrastive_loss(
+        h, T([[1, 1, 0]]), *PROTOS, tau=1.0, contrast="decoupled"
+    )
     assert float(got) == pytest.approx(-1.5, abs=1e-6)
     # a set with the sample's class only: no negative -> skipped, 0 with a graph
     hh = T([[1.0, 0.0], [0.0, 1.0]], requires_grad=True)
@@ -336,11 +369,12 @@ def test_total_loss_is_the_sum_of_parts():
     assert tuple(parts) == LOSS_PARTS
     assert float(total) == pytest.approx(sum(float(v) for v in parts.values()))
     tau = cfg.tau
+    form = cfg.contrast
     assert float(parts["global"]) == pytest.approx(
-        float(prototype_contrastive_loss(h, y, *PROTOS, tau=tau))
+        float(prototype_contrastive_loss(h, y, *PROTOS, tau=tau, contrast=form))
     )
     assert float(parts["local"]) == pytest.approx(
-        float(prototype_contrastive_loss(h, y, *personal, tau=tau))
+        float(prototype_contrastive_loss(h, y, *personal, tau=tau, contrast=form))
     )
     assert float(parts["hash_similarity"]) == pytest.approx(
         cfg.alpha * float(similarity_matching_loss(b, y))
@@ -403,6 +437,7 @@ def test_ablation_switches_change_exactly_the_intended_terms():
         ({"alpha": -1e-2}, "alpha=-0.01"),
         ({"beta": -1e-3}, "beta=-0.001"),
         ({"beta": float("inf")}, "beta=inf"),
+        ({"contrast": "supcon"}, "contrast='supcon'"),
     ],
 )
 def test_loss_config_rejects_bad_values(kwargs, fragment):

@@ -314,3 +314,49 @@ def test_resume_checks_a_table_written_before_setups_were_recorded(
         pt.check_resume(_args(folder, base=other))
     with pytest.raises(SystemExit, match=re.escape("epsilons = [0.0], this")):
         pt.check_resume(_args(folder, eps_list=[0.0, 1.0]))
+
+
+def test_tuning_scores_on_the_validation_file_and_an_edge_grows_the_grid(
+    tmp_path,
+) -> None:
+    import numpy as np
+
+    from experiments.tuning import write_validation_file
+
+    data = tmp_path / "c.npz"
+    split = np.zeros(40, dtype=np.int8)
+    split[:10] = 1
+    np.savez(
+        data, x=np.zeros((40, 3), np.float32), labels=np.arange(40) % 2, split=split
+    )
+    args = argparse.Namespace(
+        base={"dataset": "npz", "data-path": str(data)},
+        rounds=1,
+        lr_grid=[1e-4, 1e-3],
+        tune_seed=99,
+        tune_bits=32,
+        validation=write_validation_file(data, tmp_path / "v", seed=99),
+    )
+    args.lr_grids = {m: list(args.lr_grid) for m in pt.METHODS}
+    tune = {"kind": "tune", "method": "FedHAP", "strategy": "fedhap", "bits": 32}
+    cfg = pt._config({**tune, "seed": 99, "lr": 1e-3}, args)
+    assert cfg["data-path"] == args.validation.path  # tuning: the validation file
+    table = {"method": "FedHAP", "strategy": "fedhap", "bits": 32, "seed": 0}
+    assert pt._config(table, args)["data-path"] == str(data)  # the table: the file
+    rows = [
+        {"kind": "tune", "method": m, "lr": lr, "map_all": v}
+        for m, lr, v in (
+            ("DPSH (FedAvg)", 1e-4, 0.3),  # best at the bottom edge
+            ("DPSH (FedAvg)", 1e-3, 0.1),
+            ("FedHAP", 1e-4, 0.2),
+            ("FedHAP", 1e-3, 0.4),  # best at the top edge
+        )
+    ]
+    jobs = pt.extension_jobs(rows, args)
+    assert {(j["method"], j["lr"]) for j in jobs} == {
+        ("DPSH (FedAvg)", 1e-5),
+        ("FedHAP", 1e-2),
+    }
+    # the grown grid waits for its new runs before choosing
+    with pytest.raises(RuntimeError, match="no tuning run at lr"):
+        pt.tuned_lrs(rows, args)

@@ -61,6 +61,8 @@ def test_tables_state_protocol_tuning_ceiling_and_floor(tmp_path) -> None:
         out=tmp_path,
         train_size=0,
         fedhap_lr_grid=None,
+        grids={"DPSH (FedAvg)": rdt.Grid([5e-4, 2e-3], [3])},
+        tuned_epochs={"DPSH (FedAvg)": 3},
     )
     methods = ["DPSH (FedAvg)", "FedHAP", rdt.CENTRALIZED]
     rdt._write(
@@ -69,15 +71,21 @@ def test_tables_state_protocol_tuning_ceiling_and_floor(tmp_path) -> None:
     text = (tmp_path / "table.md").read_text()
     assert text.startswith("Protocol (ours;")
     assert "**iid** (run protocol: stated protocol)" in text
-    assert "| DPSH (FedAvg) | 0.002 | 60.50 ± 0.71 |" in text
-    assert "| FedHAP | 0.0005 | 70.50 ± 0.71 |" in text
+    assert "| DPSH (FedAvg) | 0.002 | 3 | 60.50 ± 0.71 |" in text
+    assert "| FedHAP | 0.0005 | 3 | 70.50 ± 0.71 |" in text
     # the ceiling appears under both partitionings; FedHAP has no non-iid rows
-    assert text.count(f"| {rdt.CENTRALIZED} | 0.0005 | 80.50 ± 0.71 |") == 2
+    assert text.count(f"| {rdt.CENTRALIZED} | 0.0005 | 3 | 80.50 ± 0.71 |") == 2
     assert text.split("**non-iid**")[1].count("| FedHAP |") == 0
-    assert "| DPSH (FedAvg) | 50.00 | **60.00** |" in text
+    # the tuning table: validation scores, the chosen setting bold, on an edge
+    assert "validation mAP@ALL %, never the reported queries" in text
+    assert "| DPSH (FedAvg) *edge* | 3 | 50.00 | **60.00** |" in text
     assert "| 55.00 ± 7.07 |" in text  # recall@1000 over the two seeds
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["tuned_learning_rates"] == {"DPSH (FedAvg)": 2e-3}
+    grid = summary["tuning_grids"]["DPSH (FedAvg)"]
+    assert grid["chosen"] == {"learning_rate": 2e-3, "local_epochs": 3}
+    assert grid["learning_rates"] == [5e-4, 2e-3] and grid["seed"] == 99
+    assert grid["chosen_on_edge"] is True
     # what experiments.across_table compares (only one setting may differ)
     assert summary["setup"] == {
         "data": "m.npz",
@@ -103,12 +111,11 @@ def test_tables_state_protocol_tuning_ceiling_and_floor(tmp_path) -> None:
     text = (tmp_path / "table.md").read_text()
     assert text.startswith("Protocol (FedHAP Table 1's split: the file's queries;")
     assert "a seeded random 10000 of the database rows" in text
-    assert "FedHAP's the default 0.0005" in text
-    # --fedhap-lr-grid: FedHAP is tuned too, and the protocol and tuning table say so
-    args.fedhap_lr_grid = "0.0005,0.002"
+    # FedHAP is tuned like every method, and the protocol and tuning table say so
     tuning.append(
         {"method": "FedHAP", "learning_rate": 2e-3, "map_all": 0.72, "seconds": 5.0}
     )
+    args.tuned_epochs = {"DPSH (FedAvg)": 3, "FedHAP": 3}
     rdt._write(
         rows,
         tuning,
@@ -119,10 +126,13 @@ def test_tables_state_protocol_tuning_ceiling_and_floor(tmp_path) -> None:
         0.0,
     )
     text = (tmp_path / "table.md").read_text()
-    assert "every method's learning rate, FedHAP's included, tuned on seed 99" in text
+    assert (
+        "every method's learning rate and local epochs, FedHAP's and the ceiling's "
+        "included, tuned on seed 99" in text
+    )
     assert "FedHAP's the default" not in text
     assert "federated methods IID" in text
-    assert "| FedHAP | - | **72.00** |" in text
+    assert "| FedHAP | 3 | - | **72.00** |" in text
 
 
 def test_curve_figure_is_written_with_means_over_seeds(tmp_path) -> None:
@@ -281,3 +291,144 @@ def test_untuned_tables_say_so_and_run_no_tuning(tmp_path) -> None:
     assert "tuned on seed" not in text and "Learning-rate tuning" not in text
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["setup"]["untuned"] is True
+
+
+def _tune(method: str, lr: float, epochs: int, m: float) -> dict:
+    return {
+        "kind": "tune",
+        "method": method,
+        "learning_rate": lr,
+        "local_epochs": epochs,
+        "map_all": m,
+    }
+
+
+def test_tuned_setting_covers_learning_rates_times_epochs() -> None:
+    grid = rdt.Grid([5e-4, 2e-3], [3, 5])
+    rows = [
+        _tune("FedHAP", lr, e, m)
+        for lr, e, m in ((5e-4, 3, 0.60), (2e-3, 3, 0.64), (5e-4, 5, 0.62))
+    ]
+    assert rdt.tuned_setting(rows, "FedHAP", grid) is None  # (2e-3, 5) not run
+    rows.append(_tune("FedHAP", 2e-3, 5, 0.64))  # a tie: the fewer epochs win
+    assert rdt.tuned_setting(rows, "FedHAP", grid) == (2e-3, 3)
+    # rows without local_epochs are at the default epochs (older folders)
+    old = [{"kind": "tune", "method": "X", "learning_rate": 1e-3, "map_all": 0.5}]
+    assert rdt.tuned_setting(old, "X", [1e-3]) == (1e-3, rdt.DEFAULT_EPOCHS)
+
+
+def test_a_choice_on_a_grid_edge_extends_that_axis() -> None:
+    grids = {
+        "FedHAP": rdt.Grid([5e-4, 2e-3, 5e-3], [3, 5]),
+        "DCH (FedAvg)": rdt.Grid([5e-4, 2e-3, 5e-3], [3, 5]),
+    }
+    rows = [_tune("FedHAP", lr, e, 0.5) for lr, e in grids["FedHAP"].settings()]
+    rows[4]["map_all"] = 0.7  # (2e-3, 5): interior rate, top epochs
+    rows += [
+        _tune("DCH (FedAvg)", lr, e, 0.5 + lr)
+        for lr, e in grids["DCH (FedAvg)"].settings()
+    ]
+    jobs = rdt.extend_grids(rows, grids)
+    # FedHAP: epochs 5 is the top edge -> 7 epochs at every rate
+    assert ("tune", "FedHAP", 2e-3, 7) in jobs
+    assert grids["FedHAP"].extended == [("epochs", 7)]
+    # DCH: the top rate wins at 3 epochs -> 5e-3 * 2.5 = 0.0125 at both epochs
+    assert ("tune", "DCH (FedAvg)", 0.0125, 3) in jobs
+    assert ("tune", "DCH (FedAvg)", 0.0125, 5) in jobs
+    # ... and its 3 epochs are the bottom edge -> 1 epoch at every rate
+    assert ("tune", "DCH (FedAvg)", 0.0125, 1) in jobs
+    assert grids["DCH (FedAvg)"].extended == [("lr", 0.0125), ("epochs", 1)]
+    # nothing decided until the new runs are in
+    assert rdt.tuned_setting(rows, "FedHAP", grids["FedHAP"]) is None
+
+
+@pytest.mark.parametrize("bad", ["", "0", "-1", "3.5", "x", "3,,5"])
+def test_a_bad_epochs_grid_is_refused_naming_the_value(bad) -> None:
+    with pytest.raises(ValueError, match="--epochs-grid: .* is not a number of"):
+        rdt.parse_epochs_grid(bad)
+    assert rdt.parse_epochs_grid("3, 5") == [3, 5]
+
+
+def test_a_resume_into_a_folder_tuned_on_the_queries_is_refused(tmp_path) -> None:
+    args = argparse.Namespace(
+        data_path=tmp_path / "m.npz",
+        clients=20,
+        bits=48,
+        rounds=10,
+        train_size=0,
+        classes_per_client=3,
+        untuned=False,
+        val_fraction=0.1,
+        val_seed=None,
+        tune_seed=99,
+    )
+    setup = rdt.setup_of(args)
+    assert setup["tuning"] == "validation split 0.1, seed 99"
+    old = {k: v for k, v in setup.items() if k != "tuning"}
+    (tmp_path / "summary.json").write_text(json.dumps({"setup": old}))
+    with pytest.raises(ValueError, match="tuning"):
+        rdt.check_resume_setup(tmp_path, setup)
+
+
+def test_the_driver_tunes_on_the_validation_file_and_grows_an_edge(
+    tmp_path, monkeypatch
+) -> None:
+    """The whole driver with fake runs: tuning sees only the validation file."""
+    rng = np.random.default_rng(0)
+    n = 120
+    split = np.zeros(n, dtype=np.int8)
+    split[:20] = 1  # the reported queries
+    data = tmp_path / "toy.npz"
+    np.savez(
+        data,
+        x_text=rng.normal(size=(n, 4)).astype(np.float32),
+        labels=np.tile(np.arange(4), n // 4),
+        split=split,
+    )
+    seen = []
+
+    def final(lr: float, epochs: int) -> dict:
+        # best at the largest rate and the fewest epochs: the rate's edge grows
+        m = 0.5 + 10 * lr - 0.01 * epochs
+        pr = {"radius": [0, 1], "precision": [1.0, 0.5], "recall": [0.1, 1.0]}
+        curves = {"ks": [10], "precision_at_k": [0.5], "recall_at_k": [0.1]}
+        return {"map_all": m, "map_at_k": m, "pr": pr, **curves}
+
+    def fake_federated(cfg, clients, run_dir):
+        seen.append((cfg["data-path"], cfg["learning-rate"], cfg["local-epochs"]))
+        return {
+            "final": final(cfg["learning-rate"], cfg["local-epochs"]),
+            "initial_map_all": 0.1,
+            "protocol": "fake",
+        }
+
+    def fake_centralized(cfg, out):
+        seen.append((cfg["data-path"], cfg["learning-rate"], cfg["local-epochs"]))
+        return {"final": final(cfg["learning-rate"], cfg["local-epochs"])}
+
+    monkeypatch.setattr(rdt, "run_federated", fake_federated)
+    monkeypatch.setattr(rdt, "run_centralized", fake_centralized)
+    monkeypatch.setattr(rdt, "check_partitions", lambda cfgs, clients: None)
+    monkeypatch.setattr(rdt, "plot_curves", lambda *a, **k: None)
+    out = tmp_path / "out"
+    argv = ["real_data_table", "--data-path", str(data), "--seeds", "0"]
+    argv += ["--partitions", "iid", "--methods", "FedHAP", "--out", str(out)]
+    argv += ["--runs", str(tmp_path / "runs"), "--lr-grid", "0.001,0.002"]
+    argv += ["--epochs-grid", "1,2", "--max-extensions", "1"]
+    monkeypatch.setattr("sys.argv", argv)
+    rdt.main()
+    summary = json.loads((out / "summary.json").read_text())
+    split_rec = summary["tuning_split"]
+    tune_paths = {p for p, _, _ in seen[:-1]}
+    assert tune_paths == {split_rec["path"]}  # every tuning run: validation file
+    assert seen[-1][0] == str(data.resolve())  # the table run: the real file
+    val = np.load(split_rec["path"])
+    assert len(val["labels"]) == 100 and split_rec["left_out"] == 20
+    grid = summary["tuning_grids"]["FedHAP"]
+    # 2e-3 won at the top edge -> 4e-3 added (at 1 and 2 epochs) and chosen
+    assert grid["learning_rates"] == [1e-3, 2e-3, 4e-3]
+    assert grid["extended"] == [["lr", 0.004]]
+    assert grid["chosen"] == {"learning_rate": 4e-3, "local_epochs": 1}
+    assert grid["chosen_on_edge"] is True  # one extension allowed, still the edge
+    assert seen[-1][1:] == (4e-3, 1)
+    assert summary["setup"]["tuning"] == "validation split 0.1, seed 99"

@@ -7,7 +7,8 @@ import torch
 torch.set_num_threads(1)
 import torch.nn.functional as F
 from settings.run_settings import RunSettings
-from settings.run_model import build_run_model, pfmh_loss_config
+from settings.run_model import build_run_model
+from strategies.pfmh.model import pfmh_loss_config
 from hashdata import load_split
 from hashdata.multiview import modality_dims
 from hashing.pfmh.train import train_pfmh, embed_multimodal

@@ -1,0 +1,225 @@
+"""Tuning on a validation split drawn from the training side, and grids that grow.
+
+Every tuning step of the experiment drivers scores on a **validation split**, never
+on the queries a table reports:
+
+* :func:`validation_rows` draws the validation queries from a data file's
+  *database* rows (stratified by primary label, seeded); the file's own queries are
+  left out entirely;
+* :func:`write_validation_file` writes that split as an ``.npz`` beside the runs
+  (the same arrays, only the database rows, a ``split`` array marking the
+  validation queries), so a tuning run is an ordinary run with another
+  ``data-path``; its record (:class:`ValidationSplit`) goes into ``summary.json``.
+
+A chosen value on the edge of its grid says the grid was too narrow:
+:func:`grid_extension` returns the next value beyond that edge (geometric for
+learning rates, arithmetic for epochs), which the driver runs before choosing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from hashdata import SPLIT_ARRAY, fixed_split_mask, split_query_database
+
+#: Share of the database rows drawn as validation queries (the file's query share
+#: in MIRFlickr-25K tags: 2,000 of 20,015).
+VALIDATION_FRACTION = 0.1
+
+
+@dataclass(frozen=True)
+class ValidationSplit:
+    """Where a tuning run's validation split comes from (``summary.json``).
+
+    Attributes
+    ----------
+    source : str
+        File name of the data file the split was drawn from.
+    source_sha256 : str
+        Its SHA-256.
+    seed : int
+        Seed of the stratified draw.
+    fraction : float
+        Share of the file's database rows drawn as validation queries.
+    queries : int
+        Validation queries.
+    database : int
+        Validation database rows (the file's other database rows).
+    left_out : int
+        The file's own query rows, in no tuning run.
+    query_rows_sha256 : str
+        SHA-256 of the validation query rows (row numbers of the source file,
+        int64, sorted): the same split gives the same digest.
+    path : str
+        The written validation file (not committed; rebuilt from the above).
+    """
+
+    source: str
+    source_sha256: str
+    seed: int
+    fraction: float
+    queries: int
+    database: int
+    left_out: int
+    query_rows_sha256: str
+    path: str
+
+    def text(self) -> str:
+        """One phrase for a table's protocol line."""
+        return (
+            f"validation split: {self.queries} queries drawn (stratified, seed "
+            f"{self.seed}) from the {self.queries + self.database} database rows of "
+            f"{self.source}, ranked against the other {self.database}; the file's "
+            f"{self.left_out} queries are in no tuning run"
+        )
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-able form."""
+        return asdict(self)
+
+
+def validation_rows(
+    labels: np.ndarray, query_mask: np.ndarray, *, fraction: float, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Return the validation queries and database, rows of the file's database.
+
+    Parameters
+    ----------
+    labels : np.ndarray
+        (n,) class ids or (n, C) multi-hot of every row of the file.
+    query_mask : np.ndarray
+        (n,) bool, True for the file's own (reported) queries.
+    fraction : float
+        Share of the database rows to draw as validation queries.
+    seed : int
+        Seed of the stratified draw (:func:`hashdata.split_query_database`).
+
+    Returns
+    -------
+    queries, database : np.ndarray
+        Sorted int64 row numbers; disjoint, together the file's database rows.
+    """
+    database = np.flatnonzero(~np.asarray(query_mask, dtype=bool))
+    q, db = split_query_database(labels[database], query_fraction=fraction, seed=seed)
+    return np.sort(database[q]), np.sort(database[db])
+
+
+def write_validation_file(
+    data_path: Path, folder: Path, *, fraction: float = VALIDATION_FRACTION, seed: int
+) -> ValidationSplit:
+    """Write the validation split of ``data_path`` into ``folder``; return its record.
+
+    The written ``.npz`` holds every array of the source restricted to its
+    database rows (per-row arrays; others copied), with ``split`` = 1 on the
+    validation queries. An existing file with the same record is reused.
+
+    Raises
+    ------
+    ValueError
+        The source is not an ``.npz`` with a fixed ``split`` array: with a seeded
+        split the queries differ per seed, and no one validation split keeps clear
+        of all of them.
+    """
+    data_path = Path(data_path)
+    if data_path.suffix != ".npz":
+        raise ValueError(
+            f"--data-path {data_path}: a validation split is drawn from an .npz file "
+            "with a fixed `split` array; accepted: such a file (docs/data.md)"
+        )
+    digest = _sha256(data_path)
+    with np.load(data_path, allow_pickle=False) as npz:
+        arrays = {k: npz[k] for k in npz.files}
+    if SPLIT_ARRAY not in arrays or "labels" not in arrays:
+        raise ValueError(
+            f"--data-path {data_path}: no `{SPLIT_ARRAY}` array (or no `labels`), so "
+            "its queries change with the seed and no validation split avoids them; "
+            "accepted: an .npz with a fixed split (docs/data.md)"
+        )
+    labels = arrays["labels"]
+    n = len(labels)
+    mask = fixed_split_mask(arrays[SPLIT_ARRAY], n=n, where=f"`data-path` {data_path}")
+    queries, database = validation_rows(labels, mask, fraction=fraction, seed=seed)
+    keep = np.flatnonzero(~mask)
+    rows_digest = hashlib.sha256(queries.astype(np.int64).tobytes()).hexdigest()
+    out = Path(folder) / f"{data_path.stem}-validation-s{seed}-f{fraction:g}.npz"
+    record = ValidationSplit(
+        source=data_path.name,
+        source_sha256=digest,
+        seed=int(seed),
+        fraction=float(fraction),
+        queries=len(queries),
+        database=len(database),
+        left_out=int(mask.sum()),
+        query_rows_sha256=rows_digest,
+        path=str(out.resolve()),
+    )
+    stamp = out.with_suffix(".json")
+    if (
+        out.exists()
+        and stamp.exists()
+        and json.loads(stamp.read_text()) == (record.to_dict())
+    ):
+        return record
+    out.parent.mkdir(parents=True, exist_ok=True)
+    written = {
+        k: (v[keep] if v.ndim >= 1 and len(v) == n else v)
+        for k, v in arrays.items()
+        if k != SPLIT_ARRAY
+    }
+    written[SPLIT_ARRAY] = np.isin(keep, queries).astype(np.int8)
+    tmp = out.with_name(out.stem + ".tmp.npz")
+    np.savez(tmp, **written)
+    tmp.replace(out)
+    stamp.write_text(json.dumps(record.to_dict(), indent=2) + "\n")
+    return record
+
+
+def grid_extension(
+    grid: Sequence[float], best: float, *, geometric: bool, lowest: float = 0.0
+) -> float | None:
+    """Return the next value beyond the grid edge where ``best`` sits, or ``None``.
+
+    Parameters
+    ----------
+    grid : sequence of float
+        The values tried (any order, at least two for an extension).
+    best : float
+        The chosen value (one of ``grid``).
+    geometric : bool
+        Step by the ratio of the edge value to its neighbour (learning rates), or
+        by their difference (epochs).
+    lowest : float
+        Values at or below this are never proposed (e.g. 0 epochs).
+
+    Returns
+    -------
+    float or None
+        ``None`` when ``best`` is interior, the grid has fewer than two values, or
+        the step would cross ``lowest``.
+    """
+    values = sorted(set(float(v) for v in grid))
+    if len(values) < 2 or float(best) not in values:
+        return None
+    if float(best) == values[-1]:
+        edge, near = values[-1], values[-2]
+    elif float(best) == values[0]:
+        edge, near = values[0], values[1]
+    else:
+        return None
+    # 3 significant digits: 2e-3 * 4 is 0.008, not 0.008000000000000002
+    nxt = float(f"{edge * edge / near:.3g}") if geometric else edge + (edge - near)
+    return nxt if nxt > lowest else None
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()

@@ -1,0 +1,146 @@
+"""The verdict rule (experiments/verdict.py): paired t-interval and its labels."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from experiments.verdict import (
+    NOT_REPRODUCED,
+    NOT_RESOLVED,
+    REPRODUCED,
+    all_of,
+    paired_verdict,
+    seeds_needed,
+    t_interval,
+)
+
+
+def test_t_interval_matches_the_textbook_value() -> None:
+    # differences 1, 2, 3: mean 2, sd 1, t(0.975, 2) = 4.302652729911275
+    mean, low, high = t_interval([1.0, 2.0, 3.0])
+    half = 4.302652729911275 / math.sqrt(3)
+    assert mean == pytest.approx(2.0)
+    assert (low, high) == pytest.approx((2.0 - half, 2.0 + half))
+
+
+def test_pairs_by_seed_not_by_position() -> None:
+    a = {0: 50.0, 1: 60.0, 2: 70.0}
+    b = {2: 68.0, 0: 48.0, 1: 58.0}  # every seed: a - b = 2
+    v = paired_verdict(a, b, "greater")
+    assert v.differences == (2.0, 2.0, 2.0)
+    assert v.label == REPRODUCED
+    # unpaired seeds are ignored, not guessed
+    v = paired_verdict({**a, 7: 0.0}, b, "greater")
+    assert v.seeds == (0, 1, 2)
+
+
+def test_large_consistent_effect_with_three_seeds() -> None:
+    a = {0: 40.0, 1: 41.5, 2: 39.0}
+    b = {0: 37.0, 1: 38.0, 2: 36.5}
+    assert paired_verdict(a, b, "greater").label == REPRODUCED
+    assert paired_verdict(a, b, "less").label == NOT_REPRODUCED
+
+
+def test_interval_containing_zero_is_not_resolved() -> None:
+    a = {0: 40.0, 1: 38.0, 2: 43.0, 3: 37.0, 4: 42.0}
+    b = {0: 39.0, 1: 40.0, 2: 40.0, 3: 38.0, 4: 41.0}
+    v = paired_verdict(a, b, "greater")
+    assert v.low < 0 < v.high
+    assert v.label == NOT_RESOLVED
+
+
+def test_small_effect_needs_five_seeds() -> None:
+    # +0.5 on every seed: the interval excludes 0, but 3 seeds are too few
+    a3 = {s: 30.5 + s for s in range(3)}
+    b3 = {s: 30.0 + s for s in range(3)}
+    v = paired_verdict(a3, b3, "greater")
+    assert v.min_seeds == 5
+    assert v.label == NOT_RESOLVED
+    assert "needs 5" in v.reason
+    a5 = {s: 30.5 + s + 0.01 * (s % 2) for s in range(5)}
+    b5 = {s: 30.0 + s for s in range(5)}
+    assert paired_verdict(a5, b5, "greater").label == REPRODUCED
+    assert seeds_needed(1.0) == 3 and seeds_needed(-0.99) == 5
+
+
+def test_two_seeds_never_decide() -> None:
+    v = paired_verdict({0: 90.0, 1: 91.0}, {0: 10.0, 1: 11.0}, "greater")
+    assert v.label == NOT_RESOLVED
+
+
+def test_equal_claim_uses_the_margin() -> None:
+    a = {s: 50.0 + 0.1 * (s % 2) for s in range(5)}
+    b = {s: 50.0 for s in range(5)}
+    assert paired_verdict(a, b, "equal", margin=1.0).label == REPRODUCED
+    far = {s: 55.0 + 0.1 * (s % 2) for s in range(5)}
+    assert paired_verdict(far, b, "equal", margin=1.0).label == NOT_REPRODUCED
+    noisy = {0: 51.5, 1: 49.0, 2: 50.8, 3: 49.5, 4: 50.2}
+    assert paired_verdict(noisy, b, "equal", margin=1.0).label == NOT_RESOLVED
+
+
+def test_text_and_dict() -> None:
+    v = paired_verdict({0: 3.0, 1: 4.0, 2: 5.0}, {0: 1.0, 1: 1.0, 2: 1.0}, "greater")
+    assert v.text().startswith("reproduced: +3.00 points, 95% CI [")
+    assert v.to_dict()["ci95"] == [v.low, v.high]
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "direction", "margin", "match"),
+    [
+        ({0: 1.0}, {0: 1.0}, "better", 0.0, "direction='better'"),
+        ({0: 1.0}, {0: 1.0}, "equal", 0.0, "margin=0.0"),
+        ({0: 1.0}, {0: 1.0}, "greater", 1.0, "only an 'equal' claim"),
+        ({0: 1.0}, {1: 1.0}, "greater", 0.0, "no seed in both"),
+        ({0: math.nan}, {0: 1.0}, "greater", 0.0, "must be finite"),
+    ],
+)
+def test_bad_input_names_the_value(a, b, direction, margin, match) -> None:
+    with pytest.raises(ValueError, match=match):
+        paired_verdict(a, b, direction, margin=margin)
+
+
+def test_a_claim_over_several_comparisons_needs_every_one() -> None:
+    up = paired_verdict({0: 3.0, 1: 4.0, 2: 5.0}, {0: 1.0, 1: 1.0, 2: 1.0}, "greater")
+    down = paired_verdict({0: 1.0, 1: 1.0, 2: 1.0}, {0: 3.0, 1: 4.0, 2: 5.0}, "greater")
+    open_ = paired_verdict({0: 1.0, 1: 2.0}, {0: 0.0, 1: 0.0}, "greater")
+    assert all_of({"CSQ": up, "DPSH": up}) == (
+        REPRODUCED,
+        "reproduced against every comparison",
+    )
+    assert all_of({"CSQ": up, "DCH": open_})[0] == NOT_RESOLVED
+    assert all_of({"CSQ": up, "DCH": open_, "X": down}) == (
+        NOT_REPRODUCED,
+        "not reproduced against X",
+    )
+    with pytest.raises(ValueError, match="no comparison"):
+        all_of({})
+
+
+def test_claims_pick_rows_by_filters_and_read_nested_metrics() -> None:
+    from experiments.claims import claim, parse_filter
+
+    rows = [
+        {
+            "method": m,
+            "partitioning": "iid",
+            "seed": s,
+            "map_all": v + s / 100,
+            "map_per_round": {"5": v - 0.1 + s / 100},
+        }
+        for m, v in (("FedHAP", 0.72), ("DCH (FedAvg)", 0.70))
+        for s in (0, 1, 2)
+    ]
+    rows.append(
+        {"method": "FedHAP", "partitioning": "non-iid", "seed": 0, "map_all": 0.1}
+    )
+    where = [parse_filter("partitioning=iid")]
+    a, b = [parse_filter("method=FedHAP")], [parse_filter("method=DCH (FedAvg)")]
+    v = claim(rows, a, b, where=where)
+    assert v.differences == pytest.approx((2.0, 2.0, 2.0))
+    assert claim(rows, a, b, where=where, metric="map_per_round.5").seeds == (0, 1, 2)
+    with pytest.raises(ValueError, match="two rows match"):
+        claim(rows, a, b)  # without the partitioning FedHAP has two rows at seed 0
+    with pytest.raises(ValueError, match="accepted is key=value"):
+        parse_filter("FedHAP")
