@@ -45,8 +45,8 @@ from hashing.pfmh.train import local_prototypes, train_pfmh
 from hashing.retrieval import evaluate_retrieval
 from hashing.train import encode, select_device
 from settings.run_model import build_run_model
-from strategies.pfmh.model import pfmh_loss_config
 from settings.run_settings import RunSettings
+from strategies.pfmh.model import pfmh_loss_config
 
 #: Defaults of the comparison (the issue's mini-federation, fewer rounds).
 BASE = {

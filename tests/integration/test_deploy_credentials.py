@@ -47,7 +47,8 @@ def test_server_certificates_are_signed_by_the_ca_for_their_names(creds):
     ca = _cert(creds.ca_cert)
     expected = {
         # only its gateways reach the SuperLink: no public name
-        creds.superlink: {"superlink", "superlink-core", "localhost", "127.0.0.1", "::1"},
+        creds.superlink: {"superlink", "superlink-core", "localhost", "127.0.0.1"}
+        | {"::1"},
         creds.keyholder: {"keyholder", "localhost", "127.0.0.1"},
         # remote SuperNodes reach the gateway under the SuperLink's extra names
         creds.fleet_gateway: {"fleet-gateway", "localhost", "127.0.0.1"}
