@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -31,45 +30,39 @@ COMPLETED = "finished:completed"
 
 def local_superlink_pids(flwr_home: str | Path) -> list[int]:
     """PIDs of ``flower-superlink`` processes started for ``flwr_home``."""
+    import psutil  # noqa: PLC0415
+
     marker = str(Path(flwr_home).resolve() / "local-superlink" / "superlink.log")
     pids = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            argv = (proc / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        args = [a.decode(errors="replace") for a in argv]
+    for proc in psutil.process_iter(["cmdline"]):
+        args = proc.info.get("cmdline") or []
         if any("flower-superlink" in a for a in args[:2]) and marker in args:
-            pids.append(int(proc.name))
+            pids.append(proc.pid)
     return pids
 
 
 def stop_pids(pids: list[int], *, timeout_s: float = 10.0) -> None:
     """SIGTERM each PID, then SIGKILL those still alive after ``timeout_s``."""
+    import psutil  # noqa: PLC0415
+
+    procs = []
     for pid in pids:
         try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-    deadline = time.monotonic() + timeout_s
-    alive = list(pids)
-    while alive and time.monotonic() < deadline:
-        alive = [p for p in alive if Path(f"/proc/{p}").exists() and not _zombie(p)]
-        time.sleep(0.1)
-    for pid in alive:
+            procs.append(psutil.Process(pid))
+        except psutil.NoSuchProcess:
+            continue
+    for proc in procs:
         try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
+            proc.terminate()
+        except psutil.NoSuchProcess:
             pass
-
-
-def _zombie(pid: int) -> bool:
-    try:
-        return " Z " in Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
+    _, alive = psutil.wait_procs(procs, timeout=timeout_s)
+    for proc in alive:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(alive, timeout=5)
 
 
 def run_status(
