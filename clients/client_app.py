@@ -4,9 +4,11 @@ Flower routes each message on its type (``<category>.<action>``):
 
 * ``train``  -- local training with the method's trainer
   (:data:`strategies.registry.METHODS`); the update then leaves through the
-  :func:`clients.update_transport.update_transport_mod` mod (sparsified and/or
-  DPHE-encrypted as the run asks), and :func:`clients.faults.fault_mod` acts out
-  an injected fault (tests and benchmarks, simulation only).
+  :func:`clients.sparse_updates.sparsify_mod` mod (sparsified as the run asks, with
+  error feedback) and the :func:`clients.dphe_updates.dphe_mod` mod (DPHE-encrypted
+  under ``secure-aggregation = "dphe"``, obfuscators from the node's pool), and
+  :func:`clients.faults.fault_mod` acts out an injected fault (tests and
+  benchmarks, simulation only).
 * ``query.describe`` -- report partition id, local database size and device.
 * ``query.encode`` -- encode the local database with the sent model and publish the
   codes (never raw data) through :func:`clients.publish.publish_codes`; a client of
@@ -28,6 +30,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordD
 from flwr.clientapp import ClientApp
 
 from clients.data import load_local_data
+from clients.dphe_updates import dphe_mod, model_blocks
 from clients.faults import fault_mod
 from clients.node_inputs import check_node_inputs, with_node_data_path
 from clients.node_log import record_nodes
@@ -39,8 +42,8 @@ from clients.privacy_noise import (
     node_noise,
 )
 from clients.publish import publish_codes
+from clients.sparse_updates import BlockLayout, sparsify_mod
 from clients.trainers import TrainContext, dp_noise_multiplier
-from clients.update_transport import update_transport_mod
 from hashing.codes import pack_bytes, sign_codes
 from hashing.train import encode, select_device
 from settings import keys as K
@@ -140,7 +143,19 @@ def _build(key: _AppKey) -> ClientApp:
             parsed[memo] = RunSettings.from_config(config)
         return parsed[memo]
 
-    transport = update_transport_mod(settings_of, node_partition, derive_seed)
+    def blocks_of(
+        msg: Message, context: Context, settings: RunSettings, dimension: int
+    ) -> BlockLayout | None:
+        return model_blocks(
+            settings,
+            partition_id=node_partition(context)[0],
+            node_bundle=str(context.node_config.get(K.DPHE_KEY_BUNDLE, "")),
+            train_config=msg.content[K.CONFIG],
+            dimension=dimension,
+        )
+
+    sparsify = sparsify_mod(settings_of, blocks_of)
+    encrypt = dphe_mod(settings_of, node_partition, derive_seed)
 
     def noise_multiplier_of(settings: RunSettings, context: Context) -> float:
         pid, num = node_partition(context)
@@ -150,8 +165,9 @@ def _build(key: _AppKey) -> ClientApp:
     # the node's privacy policy outermost: a refused run reaches no handler
     policy = policy_mod(settings_of, node_partition, noise_multiplier_of)
 
-    # fault_mod next: a "nan"/"oversize" fault corrupts the reply as sent
-    @app.train(mods=[policy, fault_mod, transport])
+    # fault_mod next: a "nan"/"oversize" fault corrupts the reply as sent; the
+    # update is sparsified (innermost), then encrypted
+    @app.train(mods=[policy, fault_mod, encrypt, sparsify])
     def train(msg: Message, context: Context) -> Message:
         settings = settings_of(context)
         pid, num = node_partition(context)

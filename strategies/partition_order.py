@@ -267,6 +267,12 @@ class PartitionOrderedMixin:
                     **dict(config),
                     K.DPHE_SESSION: self.secure_aggregation.session.hex(),
                     K.DPHE_SESSION_PROOF: self.secure_aggregation.session_proof.hex(),
+                    # the layout of encrypted prototype sums (FedHAP)
+                    **(
+                        {K.NUM_CLASSES: self.num_classes}
+                        if self.num_classes is not None
+                        else {}
+                    ),
                 }
             )
         state = random.getstate()
