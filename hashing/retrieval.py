@@ -487,8 +487,8 @@ def _numba_kernels() -> SimpleNamespace:
         for a0 in range(0, nq, block):
             a1 = min(a0 + block, nq)
             for b in range(block):
-                for t in range(nbins):
-                    hist[b, t] = np.int64(t) << 48
+                for d in range(nbins):
+                    hist[b, d] = np.int64(d) << 48
             nrel[:] = 0
             for c0 in range(0, ndb, chunk):
                 c1 = min(c0 + chunk, ndb)
