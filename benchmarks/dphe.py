@@ -668,6 +668,12 @@ def cnn_summary(cnn: dict) -> dict:
             summary[f"{label}_vs_ckks_client_s_ratio"] = (
                 row["client_s"] / ckks["client_s"]
             )
+    # every row against the same naive sample: the obfuscator source and the
+    # precompute are in each row's total
+    summary["packed_vs_naive_by_row"] = {
+        label: cnn["naive"]["total_per_client_s"] / row["total_per_client_s"]
+        for label, row in cnn["dphe"].items()
+    }
     return summary
 
 
@@ -1048,6 +1054,8 @@ def main() -> None:
         "python": platform.python_version(),
         "processor": platform.processor() or platform.machine(),
         "cpus": os.cpu_count(),
+        # the cores are shared: the 1/5/15-minute load averages at the start
+        "load_average_at_start": list(os.getloadavg()),
     }
     if "cnn" in parts:
         cnn = cnn_goals(keys, settings, args)
@@ -1088,6 +1096,7 @@ def main() -> None:
         summary["round_s_dphe"] = out["round"]["dphe_round_s_median"]
     summary["goals"] = _goals(summary)
     out["summary"] = summary
+    out["machine"]["load_average_at_end"] = list(os.getloadavg())
     out_path.parent.mkdir(parents=True, exist_ok=True)
     out_path.write_text(json.dumps(out, indent=2) + "\n")
     print_summary(out)
