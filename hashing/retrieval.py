@@ -435,122 +435,10 @@ def _numba_kernels() -> SimpleNamespace:
                     out_dist[a, offset[t]] = t
                     offset[t] += 1
 
-    @njit(inline="always", **opts)
-    def _ap_finish(h: _I64, out: _I64, n: int, c_all: _I64, c_rel: _I64) -> float:
-        # AP of one query from its packed histogram and its relevant items' values
-        if n == 0:
-            return 0.0
-        low = np.int64((1 << 24) - 1)
-        x = np.int64(0)
-        y = np.int64(0)
-        for t in range(h.shape[0]):
-            c_all[t] = x
-            c_rel[t] = y
-            x += h[t] & low
-            y += (h[t] >> 24) & low
-        total = 0.0
-        for u in range(n):
-            v = out[u]
-            t = v >> 48
-            total += (c_rel[t] + ((v >> 24) & low)) / (c_all[t] + (v & low))
-        return total / n
-
-    @njit(**opts)
-    def ap_single(
-        q: _U64,
-        db_t: _U64,
-        ql: NDArray[np.int64],
-        dl: NDArray[Any],
-        chunk: int,
-        hist: _I64,
-        buf: _I64,
-        out_ap: NDArray[np.float64],
-    ) -> None:
-        # AP@ALL of single-label queries (1 or 2 code words): the stable counting
-        # sort of rank_stats fused into one pass. Each query's histogram entry t
-        # starts at t << 48 and an item adds 1 + (relevant << 24), so the updated
-        # entry is the item's packed (t, m, p): its distance, its rank among the
-        # relevant and among all items of its distance (index order). Relevant
-        # items' values are kept (the store is unconditional, the count moves by
-        # `relevant`). Queries go in blocks of hist.shape[0], two at a time over
-        # database chunks of `chunk` items: a chunk is read from memory once per
-        # block, and the two histograms are independent chains.
-        nq, w = q.shape
-        ndb = db_t.shape[1]
-        nbins = hist.shape[1]
-        block = hist.shape[0]
-        c_all = np.empty(nbins, np.int64)
-        c_rel = np.empty(nbins, np.int64)
-        nrel = np.zeros(block, np.int64)
-        row0 = db_t[0]
-        row1 = db_t[w - 1]
-        for a0 in range(0, nq, block):
-            a1 = min(a0 + block, nq)
-            for b in range(block):
-                for d in range(nbins):
-                    hist[b, d] = np.int64(d) << 48
-            nrel[:] = 0
-            for c0 in range(0, ndb, chunk):
-                c1 = min(c0 + chunk, ndb)
-                a = a0
-                while a < a1:
-                    b = a - a0
-                    if w == 1 and a + 1 < a1:
-                        h = hist[b]
-                        g = hist[b + 1]
-                        out = buf[b]
-                        out2 = buf[b + 1]
-                        n = nrel[b]
-                        n2 = nrel[b + 1]
-                        lab = ql[a]
-                        lab2 = ql[a + 1]
-                        x = q[a, 0]
-                        x2 = q[a + 1, 0]
-                        for i in range(c0, c1):
-                            word = row0[i]
-                            label = dl[i]
-                            t = np.int64(popcount(x ^ word))
-                            t2 = np.int64(popcount(x2 ^ word))
-                            r = np.int64(label == lab)
-                            r2 = np.int64(label == lab2)
-                            v = h[t] + 1 + (r << 24)
-                            v2 = g[t2] + 1 + (r2 << 24)
-                            h[t] = v
-                            g[t2] = v2
-                            out[n] = v
-                            out2[n2] = v2
-                            n += r
-                            n2 += r2
-                        nrel[b] = n
-                        nrel[b + 1] = n2
-                        a += 2
-                        continue
-                    h = hist[b]
-                    out = buf[b]
-                    n = nrel[b]
-                    lab = ql[a]
-                    x = q[a, 0]
-                    y = q[a, w - 1]
-                    for i in range(c0, c1):
-                        t = np.int64(popcount(x ^ row0[i]))
-                        if w == 2:
-                            t += np.int64(popcount(y ^ row1[i]))
-                        r = np.int64(dl[i] == lab)
-                        v = h[t] + 1 + (r << 24)
-                        h[t] = v
-                        out[n] = v
-                        n += r
-                    nrel[b] = n
-                    a += 1
-            for a in range(a0, a1):
-                b = a - a0
-                out_ap[a] = _ap_finish(hist[b], buf[b], nrel[b], c_all, c_rel)
-
     return SimpleNamespace(
         topk=topk,
         topk_counting=topk_counting,
         rank_stats=rank_stats,
-        ap_single=ap_single,
         distances=distances,
     )
 
@@ -643,44 +531,6 @@ def _rank_stats_impl(
         precision_sum = np.where(rel_sorted, hits / ranks, 0.0).sum(axis=1)
         ap[q0:q1] = np.where(n_rel > 0, precision_sum / np.maximum(n_rel, 1), 0.0)
     return ap, hist_all, hist_rel
-
-
-#: Database items per chunk and queries per block of the fused AP@ALL kernel (a
-#: chunk of 64-bit codes and labels stays in the L2 cache across the block).
-_AP_CHUNK = 1 << 15
-_AP_BLOCK = 16
-_AP_MAX_ITEMS = (1 << 24) - 1  # counts packed in 24 bits
-
-
-def _fused_ap_applies(labels: _Labels, words: int, ndb: int) -> bool:
-    """Whether :func:`_ap_single_numba` serves this AP@ALL (else rank_stats)."""
-    return labels.single and words <= 2 and ndb <= _AP_MAX_ITEMS
-
-
-def _ap_single_numba(
-    q: NDArray[np.uint64], db: NDArray[np.uint64], labels: _Labels
-) -> NDArray[np.float64]:
-    """AP@ALL per query, single-label, by the fused numba kernel (same ranks)."""
-    kernels = _numba_kernels()
-    nq, words = q.shape
-    # dense class ids (the smallest integer type): a database row per byte
-    classes, dense = np.unique(labels.db_t[0], return_inverse=True)
-    dtype = np.uint8 if len(classes) <= 256 else np.uint32
-    dl = dense.astype(dtype)
-    pos = np.searchsorted(classes, labels.query[:, 0])
-    found = (pos < len(classes)) & (
-        classes[np.minimum(pos, len(classes) - 1)] == labels.query[:, 0]
-    )
-    ql = np.where(found, pos, -1).astype(np.int64)  # -1: no relevant item
-    counts = np.bincount(dense, minlength=len(classes))
-    rel = np.where(found, counts[np.minimum(pos, len(classes) - 1)], 0)
-    block = max(1, min(_AP_BLOCK, nq))
-    hist = np.zeros((block, WORD_BITS * words + 1), np.int64)
-    buf = np.empty((block, int(rel.max(initial=0)) + 1), np.int64)
-    ap = np.empty(nq, np.float64)
-    db_t = np.ascontiguousarray(db.T)
-    kernels.ap_single(q, db_t, ql, dl, _AP_CHUNK, hist, buf, ap)
-    return ap
 
 
 def _relevance_of(labels: _Labels, idx: NDArray[np.int64]) -> NDArray[np.bool_]:
@@ -812,8 +662,6 @@ def mean_average_precision(
     labels = _encode_labels(query_labels, db_labels, q.shape[0], db.shape[0])
     chosen = _choose_backend(backend, q.shape[0] * db.shape[0])
     if top_k is None:
-        if chosen == "numba" and _fused_ap_applies(labels, q.shape[1], db.shape[0]):
-            return float(_ap_single_numba(q, db, labels).mean())
         ap, _, _ = _rank_stats_impl(q, db, labels, chosen)
         return float(ap.mean())
     k = min(_check_k(top_k, "top_k"), db.shape[0])

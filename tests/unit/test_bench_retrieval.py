@@ -31,5 +31,4 @@ def test_retrieval_benchmark_tiny_checks_pass(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     data = json.loads(out.read_text())
     assert data["targets"]["all_checks_pass"] is True
-    assert data["map_all"]["checks"]["fused_equals_rank_stats_kernel"] is True
-    assert data["map_all"]["rank_stats_kernel_seconds"] > 0
+    assert data["map_all"]["ours_seconds"] > 0

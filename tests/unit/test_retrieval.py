@@ -325,33 +325,3 @@ def test_report_to_dict_is_json_friendly() -> None:
     assert (data["n_query"], data["n_db"], data["bits"]) == (1, 4, 4)
     with pytest.raises(AttributeError):
         report.map_all = 1.0  # type: ignore[misc]
-
-
-@pytest.mark.skipif(not HAS_NUMBA, reason="numba not installed")
-@pytest.mark.parametrize("bits", [8, 64, 100])
-def test_fused_map_all_kernel_keeps_exact_stable_ties(
-    bits: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # short codes: most items tie; odd query counts across blocks, tiny chunks,
-    # class ids that are large, sparse, and absent from the database
-    monkeypatch.setattr(retrieval, "_AP_CHUNK", 7)
-    monkeypatch.setattr(retrieval, "_AP_BLOCK", 3)
-    rng = np.random.default_rng(bits)
-    nq, ndb = 11, 97
-    q = rng.choice(np.array([-1, 1], np.int8), size=(nq, bits))
-    db = rng.choice(np.array([-1, 1], np.int8), size=(ndb, bits))
-    dl = rng.integers(0, 4, ndb) * 1000 + 5
-    ql = rng.integers(0, 5, nq) * 1000 + 5  # class 4005 is nowhere in the database
-    qp, dp = pack_codes(q), pack_codes(db)
-    labels = retrieval._encode_labels(ql, dl, nq, ndb)
-    assert retrieval._fused_ap_applies(labels, qp.shape[1], ndb)
-    ap = retrieval._ap_single_numba(qp, dp, labels)
-    dist = brute_distances(q, db)
-    want = [
-        brute_ap([brute_relevant(ql, dl, a, i) for i in brute_order(dist[a])])
-        for a in range(nq)
-    ]
-    np.testing.assert_allclose(ap, want, rtol=1e-12, atol=0)
-    assert mean_average_precision(qp, dp, ql, dl, backend="numba") == pytest.approx(
-        float(np.mean(want)), rel=1e-12
-    )
