@@ -18,9 +18,11 @@ is recomputed from every section present):
 * ``security``: the cost of tags, MACs and their checks (with vs without).
 * ``grid``: the earlier 3 models x 3 sparsities x naive / DPHE / packed grid.
 
-Summary fields: ``summary.cnn.dphe_vs_ckks_client_s_ratio``,
-``summary.cnn.precompute_s``, ``summary.cnn.packed_vs_naive``,
+Summary fields: ``summary.default.online_vs_ckks`` (the default configuration's
+online client time over CKKS's), ``summary.default.precompute_s`` (its obfuscator
+pool, filled by one background process), ``summary.cnn.packed_vs_naive``,
 ``summary.cnn.keyholder_s``, ``summary.round_ratio_dphe_vs_plain``.
+``--tiny`` is the smoke run (seconds, 512-bit test keys; ``make test``).
 
 ``python benchmarks/dphe.py --part cnn`` (about 9 minutes here),
 ``--part round`` (about 6), ``--part avenues,key3072``.
@@ -73,6 +75,7 @@ from crypto import (  # noqa: E402
     naive_encrypt,
     quantize,
 )
+from crypto.obfuscator_store import ObfuscatorStore  # noqa: E402
 from hashing.update_sparsity import (  # noqa: E402
     block_top_k_sparsify,
     top_k_sparsify,
@@ -82,6 +85,8 @@ from settings.run_settings import RunSettings  # noqa: E402
 from strategies.dphe.setup import fixed_point  # noqa: E402
 
 SPARSITIES = (0.0, 0.9, 0.99)
+DEFAULT_ROW = "default-block-full-pool"
+"""The app's default: block layout, full obfuscators from the node's disk pool."""
 METHODS = ("naive", "dphe", "dphe-packed")
 
 
@@ -398,6 +403,7 @@ def dphe_round(
     obfuscators: str,
     pool_workers: int = 0,
     keyholder_workers: int = 2,
+    disk_pool: bool = False,
 ) -> dict:
     """One measured DPHE round of ``len(ups)`` clients with every keyholder check.
 
@@ -406,7 +412,11 @@ def dphe_round(
     touch-set MAC, one obfuscator per block, padding) + wire serialisation. With
     ``pool_workers`` > 0 the obfuscators of the round (exactly ``capacity``: one
     padded shard) are precomputed first, on that many processes, and reported as
-    ``precompute_s``; a DJN source's one-off table is ``setup_s``.
+    ``precompute_s``; a DJN source's one-off table is ``setup_s``. With
+    ``disk_pool`` the app's own pool is used: each client's node fills a
+    :class:`crypto.obfuscator_store.ObfuscatorStore` (one process, 0600 files;
+    ``precompute_s``), and the client time includes taking the values from disk
+    (deleted as taken) -- the ClientApp's path.
     """
     key_bits = keys["aggregator"].key_bits
     dim = ups[0].size
@@ -435,7 +445,21 @@ def dphe_round(
     sources = [make_obfuscators(obfuscators, n) for _ in ups]
     setup = (time.perf_counter() - t) / len(ups)
     precompute = 0.0
-    if pool_workers:
+    pool_bytes = 0
+    stores: list = []
+    tmp = tempfile.TemporaryDirectory() if disk_pool else None
+    if tmp is not None:
+        stores = [
+            ObfuscatorStore(Path(tmp.name) / f"node-{i}", n) for i in range(len(ups))
+        ]
+        t = time.perf_counter()
+        for store, source in zip(stores, sources, strict=True):
+            store.fill(capacity, source)
+        precompute = (time.perf_counter() - t) / len(ups)
+        pool_bytes = stores[0].bytes_on_disk()
+        files = [p for p in stores[0].folder.iterdir() if p.suffix == ".obf"]
+        assert all(p.stat().st_mode & 0o777 == 0o600 for p in files)
+    elif pool_workers:
         pools = [ObfuscatorPool(s) for s in sources]
         t = time.perf_counter()
         for pool in pools:
@@ -447,6 +471,10 @@ def dphe_round(
     t = time.perf_counter()
     for i, u in enumerate(ups):
         bundle = keys["clients"][i]
+        if stores:  # the app's path: take this round's values off the node's disk
+            pool = ObfuscatorPool(sources[i])
+            pool.extend(stores[i].take(capacity))
+            sources[i] = pool
         if structure == "block":
             blocks = coordinate_blocks(bundle, params, context)
             s = block_top_k_sparsify(
@@ -471,6 +499,9 @@ def dphe_round(
         sent.append(encrypted.to_arrays(key_bits))
     client = (time.perf_counter() - t) / len(ups)
     online_draws = sum(getattr(s, "drawn_online", 0) for s in sources)
+    left_on_disk = sum(len(store) for store in stores)
+    if tmp is not None:
+        tmp.cleanup()
     t = time.perf_counter()
     aggregator = DPHEAggregator(keys["aggregator"], params, context)
     for i, arrays in enumerate(sent):
@@ -491,6 +522,7 @@ def dphe_round(
         "structure": structure,
         "obfuscators": obfuscators,
         "pool_workers": pool_workers,
+        "disk_pool": disk_pool,
         "keyholder_workers": keyholder_workers,
         "sparsity": sparsity,
         "packing": packing,
@@ -504,6 +536,8 @@ def dphe_round(
         "setup_s": setup,
         "precompute_s": precompute,
         "online_obfuscator_draws": online_draws,
+        "pool_bytes_per_node_per_round": pool_bytes,
+        "pool_values_left_on_disk": left_on_disk,
         "client_s": client,
         "aggregate_s": agg,
         "keyholder_s": dec,
@@ -541,7 +575,9 @@ def naive_sample(ups: list[np.ndarray], keys: dict, fp, sample: int) -> dict:
 
 CNN_VARIANTS = (
     # (label, structure, obfuscators, pool workers, keyholder threads); the first
-    # is the app's fast path (keyholder default: 2 decryption threads)
+    # is the app's default (block layout, full obfuscators from the node's disk
+    # pool filled by one background process; keyholder: 2 decryption threads)
+    (DEFAULT_ROW, "block", "full", "disk", 2),
     ("block-djn", "block", "djn", 0, 2),
     ("block-djn-keyholder1", "block", "djn", 0, 1),
     ("block-djn-pool2", "block", "djn", 2, 2),
@@ -555,9 +591,9 @@ WIDER_SLOTS_SUMMANDS = 16
 
 
 def cnn_goals(keys: dict, settings: RunSettings, args: argparse.Namespace) -> dict:
-    """Measure the issue-16 goal rows: default cnn, 90% sparsity, every row real."""
+    """Measure the goal rows: default cnn, 90% sparsity, every row real."""
     fp = fixed_point(settings)
-    dim = model_dimension(settings, "cnn")
+    dim = args.dimension or model_dimension(settings, "cnn")
     ups = updates(dim, 0.0, args.clients, seed=16)  # dense; each row sparsifies
     out = {"dimension": dim, "clients": args.clients, "sparsity": args.sparsity}
     out["ckks"] = ckks_client(ups)
@@ -576,12 +612,13 @@ def cnn_goals(keys: dict, settings: RunSettings, args: argparse.Namespace) -> di
             sparsity=args.sparsity,
             structure=structure,
             obfuscators=obf,
-            pool_workers=workers,
+            pool_workers=0 if workers == "disk" else workers,
             keyholder_workers=kh_workers,
+            disk_pool=workers == "disk",
         )
         print(f"dphe {label}: {json.dumps(rows[label])}", flush=True)
     out["dphe"] = rows
-    # the machine is shared: CKKS and the app's fast path, back to back, --reps
+    # the machine is shared: CKKS and the app's default, back to back, --reps
     # times; the goal ratio is the median of these paired ratios
     paired = []
     for _ in range(args.reps if out["ckks"].get("available") else 0):
@@ -592,13 +629,14 @@ def cnn_goals(keys: dict, settings: RunSettings, args: argparse.Namespace) -> di
             fp,
             sparsity=args.sparsity,
             structure="block",
-            obfuscators="djn",
+            obfuscators="full",
+            disk_pool=True,
         )
         paired.append(
             {
                 "ckks_client_s": ckks["client_s"],
                 "dphe_client_s": head["client_s"],
-                "dphe_setup_s": head["setup_s"],
+                "dphe_precompute_s": head["precompute_s"],
                 "dphe_keyholder_s": head["keyholder_s"],
                 "ratio": head["client_s"] / ckks["client_s"],
             }
@@ -611,74 +649,98 @@ def cnn_goals(keys: dict, settings: RunSettings, args: argparse.Namespace) -> di
 
 
 def cnn_summary(cnn: dict) -> dict:
-    """Return the goal fields, from the app's fast path (block, DJN, no pool)."""
-    head = cnn["dphe"]["block-djn"]
+    """Return the cnn goal fields, from the app's default row (:data:`DEFAULT_ROW`)."""
+    head = cnn["dphe"][DEFAULT_ROW]
     ckks = cnn["ckks"]
     summary = {
-        "row": "block-djn",
+        "row": DEFAULT_ROW,
         "client_s": head["client_s"],
         "precompute_s": head["setup_s"] + head["precompute_s"],
-        "precompute_note": "one-off DJN fixed-base table per node and key (s); "
-        "pooled rows report the per-round obfuscator precomputation separately",
         "keyholder_s": head["keyholder_s"],
         "packed_vs_naive": cnn["naive"]["total_per_client_s"]
         / head["total_per_client_s"],
         "packed_vs_naive_note": "naive extrapolated from a measured sample; packed "
         "total counts setup + precompute + client + aggregate and keyholder shares",
         "ckks_client_s": ckks.get("client_s"),
-        "dphe_vs_ckks_client_s_ratio": (
-            head["client_s"] / ckks["client_s"] if ckks.get("available") else None
-        ),
-        "ratio_source": "single back-to-back pair",
-        "dphe_vs_ckks_client_plus_precompute_ratio": (
-            (head["client_s"] + head["setup_s"] + head["precompute_s"])
-            / ckks["client_s"]
-            if ckks.get("available")
-            else None
-        ),
     }
-    paired = cnn.get("paired") or []
-    if paired:
-        summary["dphe_vs_ckks_client_s_ratio"] = float(
-            np.median([p["ratio"] for p in paired])
-        )
-        summary["ratio_source"] = (
-            f"median of {len(paired)} back-to-back pairs (CKKS then block-djn)"
-        )
-        summary["paired_ratios"] = [p["ratio"] for p in paired]
-        summary["client_s"] = float(np.median([p["dphe_client_s"] for p in paired]))
-        summary["ckks_client_s"] = float(
-            np.median([p["ckks_client_s"] for p in paired])
-        )
-    pool = cnn["dphe"].get("block-djn-pool2")
-    if pool and ckks.get("available"):
-        summary["offline_online"] = {
-            "row": "block-djn-pool2",
-            "client_s": pool["client_s"],
-            "precompute_s": pool["setup_s"] + pool["precompute_s"],
-            "vs_ckks_client_s_ratio": pool["client_s"]
-            / summary.get("ckks_client_s", ckks["client_s"]),
-            "note": "obfuscators of the round precomputed offline on 2 processes "
-            "(benchmark and crypto.ObfuscatorPool; the app draws online)",
-        }
     for label, row in cnn["dphe"].items():
         if ckks.get("available"):
             summary[f"{label}_vs_ckks_client_s_ratio"] = (
                 row["client_s"] / ckks["client_s"]
             )
+    # every row against the same naive sample: the obfuscator source and the
+    # precompute are in each row's total
+    summary["packed_vs_naive_by_row"] = {
+        label: cnn["naive"]["total_per_client_s"] / row["total_per_client_s"]
+        for label, row in cnn["dphe"].items()
+    }
     return summary
+
+
+def default_summary(cnn: dict, round_part: dict | None) -> dict:
+    """``summary.default``: the default configuration's online and precompute time.
+
+    Online = the client's time once the round's obfuscators are in its node's pool
+    (sparsify, take from disk, encrypt, serialise); precompute = one process
+    filling the pool with the round's full obfuscators, per client per round. The
+    ratio is the median of the back-to-back CKKS / default pairs (the machine is
+    shared), else the single rows. Whether the precompute fits: the default run's
+    (``round`` part: mlp) per-round precompute against its DPHE round time, the
+    time between two train messages of a client that is sampled every round.
+    """
+    head = cnn["dphe"][DEFAULT_ROW]
+    ckks = cnn["ckks"]
+    paired = cnn.get("paired") or []
+    out: dict = {
+        "row": DEFAULT_ROW,
+        "layout": "block top-k (phi-space blocks) + error feedback",
+        "obfuscators": "full (r uniform; DCR only)",
+        "sparsity": cnn["sparsity"],
+        "dimension": cnn["dimension"],
+        "ciphertexts_per_client": head["ciphertexts_per_client"],
+        "online_s": head["client_s"],
+        "precompute_s": head["precompute_s"],
+        "precompute_processes": 1,
+        "pool_bytes_per_node_per_round": head["pool_bytes_per_node_per_round"],
+        "online_draws_with_pool": head["online_obfuscator_draws"],
+        "ckks_client_s": ckks.get("client_s"),
+        "online_vs_ckks": (
+            head["client_s"] / ckks["client_s"] if ckks.get("available") else None
+        ),
+        "ratio_source": "single rows",
+    }
+    if paired:
+        out["online_s"] = float(np.median([p["dphe_client_s"] for p in paired]))
+        out["precompute_s"] = float(np.median([p["dphe_precompute_s"] for p in paired]))
+        out["ckks_client_s"] = float(np.median([p["ckks_client_s"] for p in paired]))
+        out["online_vs_ckks"] = float(np.median([p["ratio"] for p in paired]))
+        out["paired_ratios"] = [p["ratio"] for p in paired]
+        out["ratio_source"] = (
+            f"median of {len(paired)} back-to-back pairs (CKKS then the default)"
+        )
+    if round_part and round_part.get("dphe_precompute_s") is not None:
+        out["round_precompute_s"] = round_part["dphe_precompute_s"]
+        out["round_s_dphe"] = round_part["dphe_round_s_median"]
+        out["precompute_fits_between_rounds"] = bool(
+            round_part["dphe_precompute_s"] <= round_part["dphe_round_s_median"]
+        )
+    return out
 
 
 def round_ratio(args: argparse.Namespace) -> dict:
     """End-to-end FedAvg rounds (mlp, digits, ``--round-clients``): plain vs DPHE.
 
     Two real simulations (Flower + Ray, in-process) in this run: plaintext FedAvg
-    (dense updates, the default) and DPHE with ``updates.sparsity = 0.9``,
-    ``dphe.block-sparsity = true``, ``dphe.obfuscators = "djn"``, a fresh 2048-bit
-    key and the in-process keyholder (every check on). Seconds per round are the
-    differences of ``elapsed_s`` between rounds 2 .. R-1 (no evaluation; round 1
-    holds the actors' start and the DJN table). The two alternate ``--round-reps``
-    times; the ratio is the median of the per-pair ratios of mean round times.
+    (dense updates, the default) and DPHE with ``updates.sparsity = 0.9`` and
+    every other DPHE key at its default (block layout with error feedback, full
+    obfuscators from each node's pool, refilled in the background; the nodes'
+    state folder is a fresh temporary one, so round 1 draws online), a fresh
+    2048-bit key and the in-process keyholder (every check on). Seconds per round
+    are the differences of ``elapsed_s`` between rounds 2 .. R-1 (no evaluation;
+    round 1 holds the actors' start). The two alternate ``--round-reps`` times;
+    the ratio is the median of the per-pair ratios of mean round times. Beside
+    them, one process fills a pool with one round's obfuscators of a client
+    (``dphe_precompute_s``): the precompute the nodes run between rounds.
     """
     from experiments.simulate import simulate
     from server.run_files import read_rounds
@@ -691,12 +753,7 @@ def round_ratio(args: argparse.Namespace) -> dict:
         "eval-every": args.round_rounds,
         "seed": 0,
     }
-    secure = {
-        "secure-aggregation": "dphe",
-        "updates.sparsity": 0.9,
-        "dphe.block-sparsity": True,
-        "dphe.obfuscators": "djn",
-    }
+    secure = {"secure-aggregation": "dphe", "updates.sparsity": 0.9}
     out: dict = {
         "clients": args.round_clients,
         "rounds": args.round_rounds,
@@ -706,7 +763,10 @@ def round_ratio(args: argparse.Namespace) -> dict:
     }
     with tempfile.TemporaryDirectory() as tmp:
         keys = Path(tmp) / "keys"
-        generate_keys(keys, num_clients=args.round_clients, key_bits=2048)
+        paths = generate_keys(keys, num_clients=args.round_clients, key_bits=2048)
+        out["dphe_precompute_s"], out["dphe_round_ciphertexts"] = round_precompute(
+            {**base, **secure, "dphe.key-dir": str(keys)}, paths.clients[0]
+        )
         # the machine is shared: plain and DPHE simulations alternate, --round-reps
         # times, and the ratio is the median of the per-pair ratios
         for rep in range(args.round_reps):
@@ -714,6 +774,8 @@ def round_ratio(args: argparse.Namespace) -> dict:
                 ("plain", {}),
                 ("dphe", {**secure, "dphe.key-dir": str(keys)}),
             ):
+                # a fresh, empty obfuscator pool per run (the Ray actors inherit it)
+                os.environ["FEDHASH_NODE_STATE_DIR"] = str(Path(tmp) / f"state{rep}")
                 run_dir = simulate(
                     {**base, **over, "results-dir": str(Path(tmp) / f"{name}{rep}")},
                     num_clients=args.round_clients,
@@ -744,6 +806,21 @@ def round_ratio(args: argparse.Namespace) -> dict:
         np.median([d["round_s_mean"] for d in out["dphe"]])
     )
     return out
+
+
+def round_precompute(config: dict, bundle_path: Path) -> tuple[float, int]:
+    """Seconds one process takes to pool one round's obfuscators of one client."""
+    from clients.dphe_updates import round_ciphertexts
+
+    settings = RunSettings.from_config(config)
+    bundle = load_client_bundle(bundle_path, client_id=0)
+    dim = model_dimension(settings, "mlp") - 1  # the model's values, loss aside
+    count = round_ciphertexts(settings, dimension=dim, key_bits=bundle.key_bits)
+    with tempfile.TemporaryDirectory() as tmp:
+        store = ObfuscatorStore(tmp, bundle.n)
+        t = time.perf_counter()
+        store.fill(count, FullObfuscators(bundle.n))
+        return time.perf_counter() - t, count
 
 
 def avenues(keys: dict, settings: RunSettings) -> dict:
@@ -945,7 +1022,23 @@ def main() -> None:
     parser.add_argument(
         "--out", default=str(ROOT / "docs/results/benchmarks/dphe.json")
     )
+    parser.add_argument(
+        "--dimension",
+        type=int,
+        default=0,
+        help="cnn part: values per update (0 = the default cnn's)",
+    )
+    parser.add_argument(
+        "--tiny",
+        action="store_true",
+        help="smoke run in seconds: 512-bit test keys, 2,000 values, 1 pair, "
+        "parts cnn,avenues unless --part is given; never the published numbers",
+    )
     args = parser.parse_args()
+    if args.tiny:
+        args.key_bits, args.dimension, args.reps, args.naive_sample = 512, 2000, 1, 50
+        if "--part" not in sys.argv[1:]:
+            args.part = "cnn,avenues"
     parts = [p for p in args.part.split(",") if p]
     unknown = set(parts) - set(PARTS)
     if unknown:
@@ -961,6 +1054,8 @@ def main() -> None:
         "python": platform.python_version(),
         "processor": platform.processor() or platform.machine(),
         "cpus": os.cpu_count(),
+        # the cores are shared: the 1/5/15-minute load averages at the start
+        "load_average_at_start": list(os.getloadavg()),
     }
     if "cnn" in parts:
         cnn = cnn_goals(keys, settings, args)
@@ -993,6 +1088,7 @@ def main() -> None:
     summary = dict(out.get("summary", {}))
     if "cnn" in out:
         summary["cnn"] = cnn_summary(out["cnn"])
+        summary["default"] = default_summary(out["cnn"], out.get("round"))
     if "round" in out:
         summary["round_ratio_dphe_vs_plain"] = out["round"]["ratio"]
         summary["round_pair_ratios"] = out["round"]["pair_ratios"]
@@ -1000,6 +1096,7 @@ def main() -> None:
         summary["round_s_dphe"] = out["round"]["dphe_round_s_median"]
     summary["goals"] = _goals(summary)
     out["summary"] = summary
+    out["machine"]["load_average_at_end"] = list(os.getloadavg())
     out_path.parent.mkdir(parents=True, exist_ok=True)
     out_path.write_text(json.dumps(out, indent=2) + "\n")
     print_summary(out)
@@ -1008,16 +1105,16 @@ def main() -> None:
 
 def _goals(summary: dict) -> dict:
     cnn = summary.get("cnn", {})
-    ratio = cnn.get("dphe_vs_ckks_client_s_ratio")
+    ratio = summary.get("default", {}).get("online_vs_ckks")
     return {
-        "dphe_vs_ckks_client_s_ratio<=1": None if ratio is None else ratio <= 1.0,
-        "packed_vs_naive>=500": (
+        "default.online_vs_ckks<=1": None if ratio is None else ratio <= 1.0,
+        "cnn.packed_vs_naive>=500": (
             None if "packed_vs_naive" not in cnn else cnn["packed_vs_naive"] >= 500
         ),
-        "round_ratio<=3": (
+        "round_ratio_dphe_vs_plain<=2": (
             None
             if "round_ratio_dphe_vs_plain" not in summary
-            else summary["round_ratio_dphe_vs_plain"] <= 3.0
+            else summary["round_ratio_dphe_vs_plain"] <= 2.0
         ),
     }
 

@@ -4,9 +4,11 @@ Flower routes each message on its type (``<category>.<action>``):
 
 * ``train``  -- local training with the method's trainer (its client side,
   :func:`strategies.client_side.client_side`); the update then leaves through the
-  :func:`clients.update_transport.update_transport_mod` mod (sparsified and/or
-  DPHE-encrypted as the run asks), and :func:`clients.faults.fault_mod` acts out
-  an injected fault (tests and benchmarks, simulation only).
+  :func:`clients.sparse_updates.sparsify_mod` mod (sparsified as the run asks, with
+  error feedback) and the :func:`clients.dphe_updates.dphe_mod` mod (DPHE-encrypted
+  under ``secure-aggregation = "dphe"``, obfuscators from the node's pool; its
+  Paillier code is imported only by a DPHE run), and :func:`clients.faults.fault_mod`
+  acts out an injected fault (tests and benchmarks, simulation only).
 * ``query.describe`` -- report partition id, local database size and device.
 * ``query.encode`` -- encode the local database with the sent model and publish the
   codes (never raw data) through :func:`clients.publish.publish_codes`; a client of
@@ -44,6 +46,7 @@ from clients.privacy_noise import (
     node_noise,
 )
 from clients.publish import publish_codes
+from clients.sparse_updates import BlockLayout, sparsify_mod
 from clients.trainers import TrainContext, dp_noise_multiplier
 from hashing.codes import pack_bytes, sign_codes
 from hashing.train import encode, select_device
@@ -149,9 +152,21 @@ def _build(key: _AppKey) -> ClientApp:
             parsed[memo] = RunSettings.from_config(config)
         return parsed[memo]
 
-    transport = _on_first_train(
-        lambda: _transport_mod(settings_of, node_partition, derive_seed)
-    )
+    def blocks_of(
+        msg: Message, context: Context, settings: RunSettings, dimension: int
+    ) -> BlockLayout | None:
+        from clients.dphe_updates import model_blocks  # noqa: PLC0415 (Paillier)
+
+        return model_blocks(
+            settings,
+            partition_id=node_partition(context)[0],
+            node_bundle=str(context.node_config.get(K.DPHE_KEY_BUNDLE, "")),
+            train_config=msg.content[K.CONFIG],
+            dimension=dimension,
+        )
+
+    sparsify = sparsify_mod(settings_of, blocks_of)
+    encrypt = _dphe_only(settings_of, node_partition, derive_seed)
 
     def noise_multiplier_of(settings: RunSettings, context: Context) -> float:
         pid, num = node_partition(context)
@@ -161,8 +176,9 @@ def _build(key: _AppKey) -> ClientApp:
     # the node's privacy policy outermost: a refused run reaches no handler
     policy = policy_mod(settings_of, node_partition, noise_multiplier_of)
 
-    # fault_mod next: a "nan"/"oversize" fault corrupts the reply as sent
-    @app.train(mods=[policy, fault_mod, transport])
+    # fault_mod next: a "nan"/"oversize" fault corrupts the reply as sent; the
+    # update is sparsified (innermost), then encrypted
+    @app.train(mods=[policy, fault_mod, encrypt, sparsify])
     def train(msg: Message, context: Context) -> Message:
         settings = settings_of(context)
         pid, num = node_partition(context)
@@ -282,23 +298,23 @@ def _build(key: _AppKey) -> ClientApp:
     return app
 
 
-def _transport_mod(*args: Any) -> Mod:
-    from clients.update_transport import update_transport_mod
+def _dphe_only(
+    settings_of: Any, partition_of: Any, seed_of: Any
+) -> Mod:
+    """Return the DPHE mod, built when a DPHE run's first train message arrives.
 
-    return update_transport_mod(*args)
-
-
-def _on_first_train(build: Any) -> Mod:
-    """Return the mod ``build()`` makes, built when the first train message arrives.
-
-    The update transport imports the sparsifiers and the Paillier code; a process
-    that answers a query (a deployment starts one per message) does not need them.
+    It imports the Paillier code; a process of a plaintext run, or one that answers
+    a query (a deployment starts one per message), does not need it.
     """
     built: list[Mod] = []
 
     def mod(msg: Message, context: Context, call_next: ClientAppCallable) -> Message:
+        if settings_of(context).secure_aggregation != "dphe":
+            return call_next(msg, context)
         if not built:
-            built.append(build())
+            from clients.dphe_updates import dphe_mod  # noqa: PLC0415
+
+            built.append(dphe_mod(settings_of, partition_of, seed_of))
         return built[0](msg, context, call_next)
 
     return mod

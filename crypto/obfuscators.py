@@ -236,6 +236,16 @@ class ObfuscatorPool:
         finally:
             _WORKER_SOURCE = None
 
+    def extend(self, values: list[mpz]) -> None:
+        """Add values precomputed elsewhere (e.g. a node's on-disk store)."""
+        self._values.extend(mpz(v) for v in values)
+
+    def leftover(self) -> list[mpz]:
+        """Remove and return the values not taken (never used: safe to keep)."""
+        values = list(self._values)
+        self._values.clear()
+        return values
+
     def take(self) -> mpz:
         """Pop one precomputed obfuscator, or draw one now if the pool is empty."""
         if self._values:

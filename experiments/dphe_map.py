@@ -17,14 +17,18 @@ DPHE).
 Results: ``<out>/rows.jsonl`` (appended after every pair; reruns skip done pairs),
 ``<out>/reference.jsonl`` (floor and ceiling per seed), ``<out>/table.md``.
 
-``--block`` (issue 16) makes the DPHE run sparsify by *blocks* of the phi-permuted
-space (``dphe.block-sparsity = true``: the same ``updates.sparsity``, applied to
-whole packed blocks, so packed DPHE encrypts only the kept blocks) while the
-plaintext run keeps element-wise top-k: the difference is then the accuracy cost of
-block sparsity (plus the quantization, which is 0.000 points above).
-``--obfuscators djn`` uses DJN short-exponent obfuscators (README "DPHE").
-``python -m experiments.dphe_map --block --obfuscators djn --sparsity 0.9
---out docs/results/dphe-block``.
+The DPHE run sparsifies as the app does by default (``--layout block``:
+``dphe.sparsity-layout = "block"``, the same ``updates.sparsity`` applied to whole
+packed blocks of the phi-permuted space, so packed DPHE encrypts only the kept
+blocks; ``updates.error-feedback = "auto"``: on under DPHE, each client carries what
+it did not send into its next update) while the plaintext run keeps element-wise
+top-k without error feedback: the difference is then the accuracy cost of the
+default layout (plus the quantization, which is 0.000 points above).
+``--layout element`` is the earlier DPHE default; ``--error-feedback off`` the block
+layout without feedback; ``--dense`` adds, per seed, the dense plaintext run (no
+sparsity). ``--obfuscators djn`` uses DJN short-exponent obfuscators (README
+"DPHE"). ``python -m experiments.dphe_map --sparsity 0.9 --dense
+--out docs/results/dphe-default``.
 """
 
 from __future__ import annotations
@@ -70,9 +74,11 @@ def run_pair(
     }
     tag = pair_name(seed, sparsity)
     plain = run_federated(base, args.clients, args.out / "runs" / f"plain-{tag}")
-    extra = {"dphe.obfuscators": args.obfuscators}
-    if args.block and sparsity > 0:
-        extra["dphe.block-sparsity"] = True
+    extra = {
+        "dphe.obfuscators": args.obfuscators,
+        "dphe.sparsity-layout": args.layout,
+        "updates.error-feedback": args.error_feedback,
+    }
     with tempfile.TemporaryDirectory() as tmp:  # keys never leave this run
         keys = Path(tmp) / "keys"
         generate_keys(keys, num_clients=args.clients, key_bits=args.key_bits)
@@ -94,9 +100,17 @@ def run_pair(
         "seed": seed,
         "sparsity": sparsity,
         "key_bits": args.key_bits,
-        "dphe_sparsity": "block" if extra.get("dphe.block-sparsity") else "element",
+        "dphe_sparsity": args.layout if sparsity > 0 else "dense",
+        "error_feedback": args.error_feedback,
         "obfuscators": args.obfuscators,
     }
+    if args.dense and sparsity > 0:
+        dense = run_federated(
+            {**base, "updates.sparsity": 0.0},
+            args.clients,
+            args.out / "runs" / f"dense-s{seed}",
+        )
+        row["dense_map_all"] = dense["final"]["map_all"]
     for name, summary in (("plain", plain), ("dphe", secure)):
         row[f"{name}_map_all"] = summary["final"]["map_all"]
         row[f"{name}_initial_map_all"] = summary.get("initial_map_all")
@@ -178,11 +192,15 @@ def protocol(args: argparse.Namespace) -> str:
     """Return the protocol line above the table, from the run's arguments."""
     block = (
         "; the DPHE run keeps or drops whole packed blocks of the phi-permuted "
-        "space at the same sparsity (`dphe.block-sparsity`), the plaintext run "
-        "stays element-wise"
-        if args.block
-        else ""
+        'space at the same sparsity (`dphe.sparsity-layout = "block"`, the '
+        f'default; `updates.error-feedback = "{args.error_feedback}"`), the '
+        "plaintext run stays element-wise without error feedback"
+        if args.layout == "block"
+        else f"; element-wise top-k in both (`updates.error-feedback = "
+        f'"{args.error_feedback}"` under DPHE)'
     )
+    if args.dense:
+        block += "; beside them, per seed, the dense plaintext run (no sparsity)"
     return (
         "Protocol: digits (scikit-learn), a stratified 10% of it the server's "
         "queries, ranked against the union of the clients' databases: the rest, "
@@ -205,10 +223,10 @@ def table(
     lines = [
         protocol(args),
         "",
-        "| sparsity | seeds | plaintext mAP@ALL % | DPHE mAP@ALL % | DPHE - plain "
-        "(points), per seed | train s/round plain -> DPHE | upload KB/client plain "
-        "-> DPHE |",
-        "|---|---|---|---|---|---|---|",
+        "| sparsity | seeds | plaintext dense mAP@ALL % | plaintext mAP@ALL % | "
+        "DPHE mAP@ALL % | DPHE - plain (points), per seed | train s/round plain -> "
+        "DPHE | upload KB/client plain -> DPHE |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for sparsity in sorted({r["sparsity"] for r in rows}, reverse=True):
         rs = sorted(
@@ -221,7 +239,8 @@ def table(
         diffs = ", ".join(f"{r['diff_points']:+.3f}" for r in rs)
         lines.append(
             f"| {sparsity:.0%} | {','.join(str(r['seed']) for r in rs)} | "
-            f"{stat('plain_map_all')} | {stat('dphe_map_all')} | {diffs} | "
+            f"{stat('dense_map_all')} | {stat('plain_map_all')} | "
+            f"{stat('dphe_map_all')} | {diffs} | "
             f"{stat('plain_train_round_s', scale=1)} -> "
             f"{stat('dphe_train_round_s', scale=1)} | "
             f"{stat('plain_up_bytes_per_client', scale=1e-3)} -> "
@@ -239,9 +258,21 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=5)
     parser.add_argument("--key-bits", type=int, default=2048)
     parser.add_argument(
-        "--block",
+        "--layout",
+        default="block",
+        choices=("block", "element"),
+        help="the DPHE run's dphe.sparsity-layout (plaintext stays element-wise)",
+    )
+    parser.add_argument(
+        "--error-feedback",
+        default="auto",
+        choices=("auto", "on", "off"),
+        help="the DPHE run's updates.error-feedback (auto: on under DPHE)",
+    )
+    parser.add_argument(
+        "--dense",
         action="store_true",
-        help="DPHE run with dphe.block-sparsity (plaintext stays element-wise)",
+        help="also the dense plaintext run per seed (no sparsity)",
     )
     parser.add_argument("--obfuscators", default="full", choices=("full", "djn"))
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results" / "dphe")

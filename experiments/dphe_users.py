@@ -60,7 +60,10 @@ def run_users(users: int, seed: int, args: argparse.Namespace) -> dict[str, Any]
         rounds=args.rounds,
         clients=users,
         key_bits=args.key_bits,
-        block=False,
+        # element-wise top-k without error feedback, as its published table ran
+        layout="element",
+        error_feedback="off",
+        dense=False,
         obfuscators=args.obfuscators,
         out=args.out / "runs" / f"n{users}",  # git-ignored, as every runs/ folder
     )

@@ -4,7 +4,7 @@
 
 runs FedAvg in process (no Flower engine) through the real client path: each round
 every client trains with :func:`strategies.fedavg.trainer.dpsh_trainer` and its
-reply goes through :func:`clients.update_transport.finish_train_reply`; the server
+reply goes through :func:`clients.train_reply.finish_train_reply`; the server
 step is Flower's FedAvg, the mean of the local models weighted by ``num-examples``.
 It measures the *density* of every sent update (fraction of non-zero values of
 ``w_local - w_global``, mean over clients and rounds) and, after the last round,
@@ -34,8 +34,8 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
 from clients.data import load_local_data
+from clients.train_reply import finish_train_reply
 from clients.trainers import TrainContext
-from clients.update_transport import finish_train_reply
 from experiments.centralized import split_retrieval, train_centralized
 from experiments.overrides import parse_overrides, resolved_settings
 from hashdata import load_split

@@ -18,7 +18,7 @@ parametrisation (overall strength ``alpha``, L1 ratio ``rho``, scikit-learn's
 
 **Which vector is penalised.** The paper's users send the classifier ``w`` itself,
 so its elastic net is on ``w`` (``w_ref = 0``). Our clients send the *update*
-``d = w - w_global`` (``clients/update_transport.py``; DPHE encrypts ``d``), and a
+``d = w - w_global`` (``clients/sparse_updates.py``; DPHE encrypts ``d``), and a
 deep hashing network cannot have mostly-zero weights, so the clients centre the
 penalty on the round's global model (``w_ref = w_global``): it is the update that
 is made sparse, exactly the vector whose non-zeros are encrypted. ``reference=None``

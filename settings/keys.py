@@ -45,6 +45,7 @@ SERVER_ROUND = "server-round"
 PROXIMAL_MU = "proximal-mu"  # train config: Flower FedProx's own entry
 DPHE_SESSION = "dphe-session"  # train config: the keyholder's session id (hex)
 DPHE_SESSION_PROOF = "dphe-session-proof"  # train config: session bound to the run
+NUM_CLASSES = "num-classes"  # train config under DPHE: size of the label space
 FAULT = "fault"  # train config: the fault this client must act out (settings.faults)
 FAULT_DELAY = "fault-delay"  # train config: seconds a "timeout" fault sleeps
 PACKED_CODES = "packed-codes"

@@ -73,6 +73,8 @@ RENAMED = {
     "update-sparsity": "updates.sparsity",
     "elastic-net-l1": "updates.elastic-net-l1",
     "elastic-net-l2": "updates.elastic-net-l2",
+    "dphe-block-sparsity": "dphe.sparsity-layout",
+    "dphe.block-sparsity": "dphe.sparsity-layout",
     **{
         f"dphe-{k}": f"dphe.{k}"
         for k in (
@@ -88,7 +90,6 @@ RENAMED = {
             "capacity",
             "pad",
             "prototypes",
-            "block-sparsity",
             "obfuscators",
         )
     },

@@ -105,6 +105,8 @@ class DPSGDRunConfig(Section):
 
 SPARSIFIERS = ("none", "top-k", "soft-threshold", "elastic-net")
 """How a client's update ``d = w_local - w_global`` is made sparse (``updates``)."""
+ERROR_FEEDBACK = ("auto", "on", "off")
+"""``updates.error-feedback``: whether a client carries its dropped residual."""
 
 
 @dataclass(frozen=True)
@@ -138,6 +140,14 @@ class UpdatesConfig(Section):
         "them; 0 = off",
         low=0, high=1, high_open=True,
     )
+    error_feedback: str = option(
+        "auto",
+        "keep, on the node, what the sparsifier dropped from the update (the "
+        "residual) and add it to the next round's update before sparsifying: `on`, "
+        "`off`, or `auto` (on under secure aggregation, where DPHE's block top-k "
+        "drops whole blocks; off for plaintext updates)",
+        choices=ERROR_FEEDBACK,
+    )
     soft_threshold: float = option(
         0.0,
         "`soft-threshold` only: the threshold t subtracted from every |d_i| after "
@@ -156,6 +166,12 @@ class UpdatesConfig(Section):
         "(lambda_2 / 2) * ||w - w_global||_2^2 (the paper's L1 ratio 0.5 is l1 = l2)",
         low=0,
     )
+
+    def feeds_back(self, secure_aggregation: str) -> bool:
+        """Whether the dropped residual is kept and added to the next update."""
+        if self.error_feedback == "auto":
+            return secure_aggregation != "none"
+        return self.error_feedback == "on"
 
     def elastic_net_weights(self) -> tuple[float, float]:
         """``(l1, l2)`` of the training-time penalty; ``(0, 0)`` unless it is on."""

@@ -75,6 +75,13 @@ class SecureAggregationHook:
                     **dict(config),
                     K.DPHE_SESSION: self.secure_aggregation.session.hex(),
                     K.DPHE_SESSION_PROOF: self.secure_aggregation.session_proof.hex(),
+                    # the layout of encrypted prototype sums (FedHAP): the client
+                    # need not reload its partition to learn it
+                    **(
+                        {K.NUM_CLASSES: self.num_classes}
+                        if self.num_classes is not None
+                        else {}
+                    ),
                 }
             )
         return super().configure_train(  # type: ignore[misc,no-any-return]

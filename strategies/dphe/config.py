@@ -13,6 +13,7 @@ ClientApp, which parses it) imports no Paillier code; a test keeps the two equal
 STRATEGIES = ("fedavg", "fedprox", "fedhap")
 """Strategies DPHE secure aggregation composes with."""
 WEIGHTINGS = ("num-examples", "uniform")
+SPARSITY_LAYOUTS = ("block", "element")
 # the DPHE paper's condition (Section 2.5): an aggregate of fewer than 3 users
 # would let one user (or the server) recover another's update
 MIN_CONTRIBUTORS = 3
@@ -89,29 +90,34 @@ class DPHEConfig(Section):
     prototypes: bool = option(
         False, "FedHAP: the class-prototype sums are DPHE-encrypted too"
     )
-    block_sparsity: bool = option(
-        False,
-        "with updates.sparsity > 0: top-k over phi-permuted packed blocks instead of "
-        "single values, so a client encrypts about (1 - sparsity) of the blocks",
+    sparsity_layout: str = option(
+        "block",
+        "with updates.sparsity > 0, what the model stream's top-k keeps: `block` "
+        "(whole packed blocks of the phi-permuted space, so a client encrypts about "
+        "(1 - sparsity) of the blocks; with updates.error-feedback the dropped mass "
+        "is sent in later rounds) or `element` (single values: nearly every block "
+        "stays touched, about 10x the ciphertexts at 90% sparsity)",
+        choices=SPARSITY_LAYOUTS,
     )
     obfuscators: str = option(
         "full",
-        "`djn`: Damgard-Jurik-Nielsen short-exponent obfuscators from a fixed-base "
-        "table, about 10x cheaper per ciphertext; adds the short-exponent assumption",
+        "`full`: r**n with r uniform (DCR only); `djn`: Damgard-Jurik-Nielsen "
+        "short-exponent obfuscators from a fixed-base table, about 10x cheaper per "
+        "ciphertext; adds the short-exponent assumption",
         choices=OBFUSCATORS,
+    )
+    obfuscator_pool_rounds: int = option(
+        2,
+        "each node precomputes the obfuscators of this many rounds ahead, in the "
+        "background between messages, into its state folder (0600 files, each value "
+        "used once and deleted); a round that finds the pool short draws the rest "
+        "online and logs it; 0 = every obfuscator drawn online",
+        low=0,
     )
 
     def check(self, run: Any) -> None:
         """Cross-key conditions of secure aggregation."""
         agg = run.key("secure_aggregation")
-        if self.block_sparsity and (
-            run.secure_aggregation != "dphe" or run.updates.sparsity <= 0
-        ):
-            raise ConfigError(
-                f'{self.key("block_sparsity")}=true needs {agg}="dphe" and '
-                f"{run.updates.key('sparsity')} > 0: it applies the top-k to DPHE's "
-                "packed blocks of the phi-permuted space"
-            )
         if self.keyholder_ca and not self.keyholder_url.startswith("https://"):
             raise ConfigError(
                 f"{self.key('keyholder_ca')}={self.keyholder_ca!r} needs an https "

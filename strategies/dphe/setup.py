@@ -179,6 +179,19 @@ def prototype_fixed_point(settings: RunSettings) -> FixedPointParams:
         ) from None
 
 
+def block_layout(settings: RunSettings) -> bool:
+    """Whether the model stream's top-k keeps whole phi-space blocks.
+
+    DPHE with ``updates.sparsity > 0`` and ``dphe.sparsity-layout = "block"`` (the
+    default); a dense update (sparsity 0) encrypts every block either way.
+    """
+    return (
+        settings.secure_aggregation == "dphe"
+        and settings.updates.sparsity > 0
+        and settings.dphe.sparsity_layout == "block"
+    )
+
+
 def dphe_params(
     settings: RunSettings, *, dimension: int, key_bits: int, uniform: bool = False
 ) -> DPHEParams:
@@ -187,7 +200,7 @@ def dphe_params(
     ``uniform`` True is the prototype stream (weight 1, :func:`prototype_fixed_point`).
     ``dphe.packing = 0`` packs as many slots per plaintext as the key allows;
     ``dphe.pad = true`` with ``dphe.capacity = 0`` uses :func:`crypto.auto_capacity`,
-    or, for the model stream (``uniform`` False) with ``dphe.block-sparsity``,
+    or, for the model stream (``uniform`` False) under :func:`block_layout`,
     exactly the blocks a user keeps (:func:`crypto.kept_blocks`; one padded shard,
     ``single_shard``; ``dphe.capacity`` is then ignored).
 
@@ -216,7 +229,7 @@ def dphe_params(
     num_blocks = -(-(dimension + 1) // packing)
     single = False
     try:
-        if settings.dphe.block_sparsity and not uniform:
+        if block_layout(settings) and not uniform:
             # every user touches at most k blocks: one padded shard of k blocks
             capacity = kept_blocks(num_blocks, settings.updates.sparsity)
             single = settings.dphe.pad

@@ -1,4 +1,4 @@
-"""DPHE with ``dphe.block-sparsity`` and ``"djn"`` obfuscators through the strategy.
+"""DPHE's block layout (the default) and ``"djn"`` obfuscators through the strategy.
 
 The real client path (``finish_train_reply``) and the strategy with its in-process
 keyholder (every check on), small test keys: each client sends one padded shard of
@@ -6,22 +6,31 @@ exactly the kept blocks, and the decrypted average equals the plaintext average 
 the block-sparsified updates, the loss included.
 """
 
+import logging
+
 import numpy as np
 import pytest
+from flwr.app import MetricRecord, RecordDict
+from gmpy2 import invert, mpz
 
+from clients.dphe_updates import round_ciphertexts
+from clients.train_reply import finish_train_reply
 from crypto import (
     STREAM_MODEL,
     AggregationContext,
+    FullObfuscators,
     coordinate_blocks,
     kept_blocks,
     load_client_bundle,
 )
+from crypto.obfuscator_store import ObfuscatorStore
 from hashing.update_sparsity import block_top_k_sparsify
 from settings import keys as K
 from strategies.dphe.setup import dphe_params, read_dphe_record, with_loss
 from tests.integration.test_dphe_strategy import (  # noqa: F401  (key_dir is a fixture)
     _SENT,
     NODES,
+    RUN_ID,
     SCALE_BITS,
     SHAPES,
     client_reply,
@@ -42,7 +51,6 @@ def test_block_sparse_djn_round_equals_plaintext_of_the_kept_blocks(key_dir):  #
         **{
             "updates.sparsity": 0.6,
             "dphe.packing": 2,
-            "dphe.block-sparsity": True,
             "dphe.obfuscators": "djn",
             "dphe.weighting": "uniform",
         },
@@ -82,3 +90,108 @@ def test_block_sparse_djn_round_equals_plaintext_of_the_kept_blocks(key_dir):  #
     got = np.concatenate([agg[k].numpy().astype(np.float64).ravel() for k in SHAPES])
     np.testing.assert_allclose(got, mean[:-1], atol=2 * 2.0**-SCALE_BITS + 1e-7)
     assert metrics[K.TRAIN_LOSS] == pytest.approx(2.0, abs=1e-4)  # never dropped
+
+
+class _Recording:
+    """Full obfuscators, remembering every value drawn (to find them later)."""
+
+    def __init__(self, n):
+        self.source = FullObfuscators(n)
+        self.n = self.source.n
+        self.drawn = []
+
+    def draw(self):
+        self.drawn.append(self.source.draw())
+        return self.drawn[-1]
+
+
+def _blinded_by(c, values, n):
+    # c = (1 + n*m) * r mod n^2: c / r is 1 mod n for the r that blinded it
+    nsq = n * n
+    return [r for r in values if (mpz(c) * invert(r, nsq) % nsq) % n == 1]
+
+
+def test_the_node_pool_supplies_the_rounds_obfuscators_once(
+    key_dir,  # noqa: F811
+    tmp_path,
+    caplog,
+):
+    settings = settings_for(key_dir, **{"updates.sparsity": 0.6, "dphe.packing": 2})
+    strategy = strategy_for(settings)
+    global_arrays = record(
+        {k: np.zeros(v, dtype=np.float32) for k, v in SHAPES.items()}
+    )
+    configure(strategy, global_arrays)
+    node = list(NODES)[0]
+    pid = NODES[node]
+    bundle = load_client_bundle(key_dir / f"client-{pid}.json")
+    per_round = round_ciphertexts(settings, dimension=25, key_bits=512)
+    assert per_round == dphe_params(settings, dimension=26, key_bits=512).capacity
+    store = ObfuscatorStore(tmp_path / "pool", bundle.n)
+    source = _Recording(bundle.n)
+    store.fill(per_round, source)
+    rng = np.random.default_rng(5)
+    content = RecordDict(
+        {
+            K.ARRAYS: record(model(rng)),
+            K.METRICS: MetricRecord({K.NUM_EXAMPLES: 3, K.TRAIN_LOSS: 0.5}),
+        }
+    )
+    with caplog.at_level(logging.INFO, logger="clients.dphe_updates"):
+        finish_train_reply(
+            content,
+            global_arrays=global_arrays,
+            settings=settings,
+            partition_id=pid,
+            rng=rng,
+            train_config=_SENT["config"],
+            run_id=RUN_ID,
+            pool=store,
+        )
+    assert len(store) == 0  # every pooled value taken off the disk
+    assert "none drawn online" in caplog.text
+    update = read_dphe_record(content[K.DPHE], key_bits=512)
+    cts = [c for shard in update.shards for c in shard.ciphertexts]
+    assert len(cts) == per_round
+    used = [_blinded_by(c, source.drawn, bundle.n) for c in cts]
+    # each ciphertext is blinded by its own pooled value, none by the same one
+    assert all(len(u) == 1 for u in used)
+    assert len({int(u[0]) for u in used}) == per_round
+
+
+def test_a_short_pool_draws_the_rest_online_and_says_so(
+    key_dir,  # noqa: F811
+    tmp_path,
+    caplog,
+):
+    settings = settings_for(key_dir, **{"updates.sparsity": 0.6, "dphe.packing": 2})
+    strategy = strategy_for(settings)
+    global_arrays = record(
+        {k: np.zeros(v, dtype=np.float32) for k, v in SHAPES.items()}
+    )
+    configure(strategy, global_arrays)
+    pid = NODES[list(NODES)[1]]
+    bundle = load_client_bundle(key_dir / f"client-{pid}.json")
+    store = ObfuscatorStore(tmp_path / "pool", bundle.n)
+    store.fill(2, FullObfuscators(bundle.n))
+    rng = np.random.default_rng(6)
+    content = RecordDict(
+        {
+            K.ARRAYS: record(model(rng)),
+            K.METRICS: MetricRecord({K.NUM_EXAMPLES: 3, K.TRAIN_LOSS: 0.5}),
+        }
+    )
+    with caplog.at_level(logging.INFO, logger="clients.dphe_updates"):
+        finish_train_reply(
+            content,
+            global_arrays=global_arrays,
+            settings=settings,
+            partition_id=pid,
+            rng=rng,
+            train_config=_SENT["config"],
+            run_id=RUN_ID,
+            pool=store,
+        )
+    per_round = round_ciphertexts(settings, dimension=25, key_bits=512)
+    assert f"pool short: 2 precomputed, {per_round - 2} drawn online" in caplog.text
+    assert len(store) == 0

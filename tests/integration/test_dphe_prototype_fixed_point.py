@@ -13,7 +13,7 @@ import pytest
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
-from clients.update_transport import finish_train_reply
+from clients.train_reply import finish_train_reply
 from crypto import generate_keys
 from hashing.fedhap.prototypes import (
     PROTOTYPE_BOUND,

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
-import clients.update_transport as update_transport
-from clients.update_transport import finish_train_reply
+import clients.dphe_updates as dphe_updates
+from clients.train_reply import finish_train_reply
 from crypto import generate_keys, load_client_bundle
 from crypto.binding import session_proof
 from settings import keys as K
@@ -451,7 +451,7 @@ def test_fedhap_with_encrypted_prototype_sums(key_dir, caplog):
     # partition 3's encrypted prototypes are corrupted: its whole reply is dropped
     replies[3] = _corrupt(replies[3], "block-ids", lambda b: b + 10_000)
     replies[3].content[K.DPHE_PROTOS] = replies[3].content.pop(K.DPHE)
-    update_transport._ENCRYPTED.clear()  # a client that encrypts round 1 twice
+    dphe_updates._ENCRYPTED.clear()  # a client that encrypts round 1 twice
     replies[3].content[K.DPHE] = client_reply(
         settings, 103, global_arrays, model(rng), 5
     ).content[K.DPHE]

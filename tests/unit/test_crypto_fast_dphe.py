@@ -258,9 +258,12 @@ def test_block_sparse_users_send_one_padded_shard_and_decrypt(keys):
     np.testing.assert_allclose(average, np.mean(updates, axis=0), atol=2.0**-16)
 
 
-def test_block_sparsity_setting_needs_dphe_and_sparsity():
-    with pytest.raises(ConfigError, match="dphe.block-sparsity"):
+def test_sparsity_layout_is_block_by_default_and_the_old_key_is_renamed():
+    assert RunSettings.from_config({}).dphe.sparsity_layout == "block"
+    with pytest.raises(ConfigError, match="renamed: use 'dphe.sparsity-layout'"):
         RunSettings.from_config({"dphe.block-sparsity": True, "updates.sparsity": 0.9})
+    with pytest.raises(ConfigError, match="dphe.sparsity-layout"):
+        RunSettings.from_config({"dphe.sparsity-layout": "rows"})
     with pytest.raises(ConfigError, match="dphe.obfuscators"):
         RunSettings.from_config({"dphe.obfuscators": "short"})
     assert (

@@ -8,7 +8,7 @@ import torch
 from flwr.app import ArrayRecord, MetricRecord, RecordDict
 from torch import nn
 
-from clients.update_transport import finish_train_reply, transforms_update
+from clients.train_reply import finish_train_reply, transforms_update
 from hashing.elastic_net import elastic_net_penalty, snap_to_reference
 from hashing.train import LocalTrainConfig, train_local
 from settings import keys as K

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from flwr.app import ConfigRecord, MessageType, RecordDict
 
-import clients.update_transport as transport
+import clients.dphe_updates as transport
 from clients.client_app import build_client_app
 from crypto import generate_keys
 from crypto.binding import session_proof

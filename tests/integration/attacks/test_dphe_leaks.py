@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from flwr.app import MetricRecord, RecordDict
 
-from clients.update_transport import finish_train_reply
+from clients.train_reply import finish_train_reply
 from crypto import AggregationContext, encrypt_update, generate_keys, load_client_bundle
 from settings import keys as K
 from settings.run_settings import ConfigError, RunSettings

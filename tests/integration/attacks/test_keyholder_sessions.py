@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from flwr.app import ConfigRecord, MetricRecord, RecordDict
 
-from clients.update_transport import finish_train_reply
+from clients.train_reply import finish_train_reply
 from crypto import (
     AggregateRefused,
     AggregationContext,

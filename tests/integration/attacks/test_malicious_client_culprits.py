@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import clients.update_transport as transport
+import clients.dphe_updates as transport
 import crypto.dphe as dphe
 from crypto import generate_keys
 from tests.integration.test_dphe_strategy import (

@@ -93,7 +93,7 @@ def test_model_inconsistency_one_client_attesting_another_model_is_dropped(
     key_dir, monkeypatch, caplog
 ):
     """A client that lies about its model is named and left out; it blocks nothing."""
-    import clients.update_transport as transport
+    import clients.dphe_updates as transport
 
     settings = settings_for(key_dir, **{"dphe.weighting": "uniform"})
     rng = np.random.default_rng(37)

@@ -1,0 +1,36 @@
+"""Smoke test of ``benchmarks/dphe.py --tiny``: it runs and writes its goal fields."""
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_dphe_benchmark_tiny_writes_the_default_summary(tmp_path):
+    out = tmp_path / "dphe.json"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks/dphe.py"), "--tiny", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    data = json.loads(out.read_text())
+    default = data["summary"]["default"]
+    row = data["cnn"]["dphe"][default["row"]]
+    # the app's default: block layout, full obfuscators, the round's values pooled
+    assert row["structure"] == "block" and row["obfuscators"] == "full"
+    assert row["disk_pool"] and row["online_obfuscator_draws"] == 0
+    assert row["pool_values_left_on_disk"] == 0  # each value used once, deleted
+    assert row["max_abs_error"] <= row["error_bound"]
+    assert default["precompute_s"] > 0 and default["online_s"] > 0
+    width = 2 * 512 // 8
+    assert default["pool_bytes_per_node_per_round"] == row["capacity"] * width
+    assert data["summary"]["cnn"]["packed_vs_naive"] > 1
+    if importlib.util.find_spec("tenseal") is None:
+        assert default["online_vs_ckks"] is None
+    else:
+        assert default["online_vs_ckks"] == default["paired_ratios"][0] > 0
