@@ -35,11 +35,14 @@ ROOT = Path(__file__).resolve().parents[1]
 ENTRIES = {
     "clientapp": ["clients.client_app"],
     "serverapp": ["server.server_app"],
-    # what a ClientApp process holds once it has run a FedAvg train message: the
-    # method's client side and the update transport (built on the first one)
+    # what a ClientApp process holds once it has run a plaintext FedAvg train
+    # message: the method's client side and the update's mods (an older tree's
+    # single transport module, built on the first one; a tree without a module
+    # skips it)
     "clientapp_fedavg_train": [
         "clients.client_app",
         "strategies.fedavg.trainer",
+        "clients.sparse_updates",
         "clients.update_transport",
     ],
 }
@@ -49,7 +52,11 @@ import json, sys
 sys.path.insert(0, sys.argv[1])
 import importlib
 for entry in json.loads(sys.argv[2]):
-    importlib.import_module(entry)
+    try:
+        importlib.import_module(entry)
+    except ModuleNotFoundError as error:
+        if error.name != entry:
+            raise
 packages = json.loads(sys.argv[3])
 print(json.dumps(sorted(
     m for m in sys.modules if m.split(".")[0] in packages
