@@ -111,7 +111,7 @@ def test_search_works_offline(built):
 
 
 def test_maths_render_offline_as_mathml(built):
-    """TeX in the pages becomes MathML at build time (docs/hooks/math.py): the
+    """TeX in the pages becomes MathML at build time (docs/hooks/mathml.py): the
     browser renders it, with no script, font or CDN."""
     site, _ = built
     for page in ("methods/random-flipping.html", "methods/pfmh.html"):
@@ -131,11 +131,9 @@ def test_figures_link_to_their_image(built):
 
 
 def test_math_hook_converts_and_names_the_page_of_a_bad_formula():
-    import math as _stdlib_math  # noqa: F401  (the hook module is also named math)
-
     from mkdocs.exceptions import PluginError
 
-    hook = _load_hook("math")
+    hook = _load_hook("mathml")
     out = hook.render(
         '<p><span class="arithmatex">\\(e^{\\varepsilon} &lt; 2\\)</span></p>'
         '<div class="arithmatex">\\[\\frac{1}{2}\\]</div>'
@@ -145,6 +143,14 @@ def test_math_hook_converts_and_names_the_page_of_a_bad_formula():
     assert "<mo>&#x0003C;</mo>" in out  # the HTML-escaped < became a MathML operator
     with pytest.raises(PluginError, match="page.md: formula 'a\\^'"):
         hook.render('<span class="arithmatex">\\(a^\\)</span>', where="page.md")
+
+
+def test_no_hook_shadows_a_standard_module():
+    """docs/hooks/ is on this process's sys.path (and so on that of the Ray workers
+    it starts): a hook named like a standard module (it was math.py) broke every
+    Ray worker that imported ``math`` after it."""
+    names = {p.stem for p in (DOCS / "hooks").glob("*.py")}
+    assert not names & set(sys.stdlib_module_names), names & set(sys.stdlib_module_names)
 
 
 def _load_hook(name: str):
