@@ -150,7 +150,8 @@ def test_no_hook_shadows_a_standard_module():
     it starts): a hook named like a standard module (it was math.py) broke every
     Ray worker that imported ``math`` after it."""
     names = {p.stem for p in (DOCS / "hooks").glob("*.py")}
-    assert not names & set(sys.stdlib_module_names), names & set(sys.stdlib_module_names)
+    shadowing = names & set(sys.stdlib_module_names)
+    assert not shadowing, shadowing
 
 
 def _load_hook(name: str):
