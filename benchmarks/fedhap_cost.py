@@ -10,7 +10,10 @@ has no prototypes yet) and the last (followed by evaluation) are excluded from t
 timing. FedAvg is the baseline; the JSON holds both and their ratios. FedHAP's bytes
 are also split into the discriminator's parameters and the prototype records.
 
-``python benchmarks/fedhap_cost.py [--clients 20] [--rounds 6] [--bits 48]``
+``python benchmarks/fedhap_cost.py [--clients 20] [--rounds 6] [--bits 48]
+[--ray-address HOST:PORT]``; ``--ray-address`` joins a running Ray cluster instead of
+starting one per simulation (the smoke test's shared head:
+``--clients 2 --rounds 3 --bits 16``).
 """
 
 from __future__ import annotations
@@ -35,7 +38,9 @@ from server.run_files import read_rounds  # noqa: E402
 from settings.run_model import build_run_discriminator  # noqa: E402
 
 
-def run(strategy: str, clients: int, rounds: int, bits: int) -> dict:
+def run(
+    strategy: str, clients: int, rounds: int, bits: int, ray_address: str | None = None
+) -> dict:
     """Mean train seconds and bytes per client over the measured rounds."""
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = simulate(
@@ -48,6 +53,7 @@ def run(strategy: str, clients: int, rounds: int, bits: int) -> dict:
                 "results-dir": tmp,
             },
             num_clients=clients,
+            ray_address=ray_address,
         )
         rows = read_rounds(run_dir)
     measured = [r for r in rows if 2 <= r["round"] < rounds]
@@ -67,7 +73,7 @@ def run(strategy: str, clients: int, rounds: int, bits: int) -> dict:
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     """CLI entry point."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", type=int, default=20)
@@ -76,12 +82,13 @@ def main() -> None:
     parser.add_argument(
         "--out", type=Path, default=ROOT / "docs/results/benchmarks/fedhap_cost.json"
     )
-    args = parser.parse_args()
+    parser.add_argument("--ray-address", default=None, help="join this Ray cluster")
+    args = parser.parse_args(argv)
     if args.rounds < 3:
         parser.error("--rounds must be >= 3 (round 1 and the last round are excluded)")
-    base = run("fedavg", args.clients, args.rounds, args.bits)
+    base = run("fedavg", args.clients, args.rounds, args.bits, args.ray_address)
     print(json.dumps(base), flush=True)
-    fedhap = run("fedhap", args.clients, args.rounds, args.bits)
+    fedhap = run("fedhap", args.clients, args.rounds, args.bits, args.ray_address)
     print(json.dumps(fedhap), flush=True)
     settings = resolved_settings({"strategy": "fedhap", "code-length": args.bits})
     disc = build_run_discriminator(settings, 10)

@@ -14,7 +14,9 @@ aggregation) relative to the bare compute.
 change, with its own same-run baseline) under ``before`` for comparison.
 
 ``python benchmarks/round_time.py [--clients 10,100] [--rounds 4] [--out FILE]
-[--before FILE]``
+[--before FILE] [--ray-address HOST:PORT]``; ``--ray-address`` joins a running Ray
+cluster instead of starting one (the smoke test's shared head: ``--clients 2
+--rounds 3``).
 """
 
 from __future__ import annotations
@@ -83,13 +85,14 @@ def sequential_round(clients: int) -> float:
     return time.perf_counter() - t0
 
 
-def federated_round(clients: int, rounds: int) -> dict:
+def federated_round(clients: int, rounds: int, ray_address: str | None = None) -> dict:
     """Seconds per non-evaluation round of a real simulation."""
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
         run_dir = simulate(
             {"rounds": rounds, "eval-every": rounds, "results-dir": tmp},
             num_clients=clients,
+            ray_address=ray_address,
         )
         total = time.perf_counter() - t0
         rows = read_rounds(run_dir)
@@ -103,7 +106,7 @@ def federated_round(clients: int, rounds: int) -> dict:
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     """CLI entry point."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", default="10,100")
@@ -112,14 +115,15 @@ def main() -> None:
         "--out", type=Path, default=ROOT / "docs/results/benchmarks/round_time.json"
     )
     parser.add_argument("--before", type=Path, default=None)
-    args = parser.parse_args()
+    parser.add_argument("--ray-address", default=None, help="join this Ray cluster")
+    args = parser.parse_args(argv)
     before = json.loads(args.before.read_text()) if args.before else None
     if args.rounds < 3:
         parser.error("--rounds must be >= 3 (round 1 and the last round are excluded)")
     results = []
     for n in (int(c) for c in args.clients.split(",")):
         seq_before = sequential_round(n)
-        fed = federated_round(n, args.rounds)
+        fed = federated_round(n, args.rounds, args.ray_address)
         seq_after = sequential_round(n)
         seq = (seq_before + seq_after) / 2
         row = {
@@ -141,7 +145,8 @@ def main() -> None:
                 "cpu_count": os.cpu_count(),
                 "python": platform.python_version(),
                 "torch": torch.__version__,
-                "command": "python benchmarks/round_time.py " + " ".join(sys.argv[1:]),
+                "command": "python benchmarks/round_time.py "
+                + " ".join(sys.argv[1:] if argv is None else argv),
                 "results": results,
                 **({"before": before} if before else {}),
             },

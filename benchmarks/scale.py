@@ -12,9 +12,10 @@ round (``eval-every = rounds``). Measured:
 * discovery seconds (``describe`` to every node) and the two evaluations (``encode``
   on every node), which must grow with N;
 * peak memory of the whole process tree (driver, Ray's GCS / raylet, the Ray
-  workers), sampled from ``/proc`` every ``--sample-s`` seconds: the sum of RSS (pages
+  workers), sampled with psutil every ``--sample-s`` seconds: the sum of RSS (pages
   shared between processes counted once per process) and the sum of PSS (shared
-  pages split between the processes that map them), plus the driver's own peak.
+  pages split between the processes that map them; Linux only, else ``null``), plus
+  the driver's own peak.
 
 The per-round training cost should depend on the sampled clients, not on N: the
 JSON's ``ratio_round_s_largest_over_smallest`` says whether it does (1.0 = same).
@@ -22,6 +23,10 @@ JSON's ``ratio_round_s_largest_over_smallest`` says whether it does (1.0 = same)
 ``python benchmarks/scale.py [--clients 100,1000] [--sampled 20] [--rounds 4]``
 writes ``docs/results/benchmarks/scale.json`` and the table
 ``docs/results/benchmarks/scale.md`` (included by docs/benchmarks.md).
+``--ray-address HOST:PORT`` joins a running Ray cluster instead of starting one per
+point (the smoke test's shared head: ``--clients 2,3 --sampled 2 --rounds 2``); the
+tree then holds the driver only, not Ray's processes, and the JSON names the
+address.
 """
 
 from __future__ import annotations
@@ -38,62 +43,61 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "docs/results/benchmarks/scale.json"
 
 
 # --------------------------------------------------------------------------------
-# process-tree memory from /proc
+# process-tree memory (psutil)
 # --------------------------------------------------------------------------------
-def _children_map() -> dict[int, list[int]]:
-    kids: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read().decode(errors="replace")
-        except OSError:
-            continue
-        # "pid (comm) state ppid ...": comm may hold spaces; split after the ")"
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        kids.setdefault(ppid, []).append(int(entry))
-    return kids
+_MIB = 1024 * 1024
 
 
-def process_tree(root: int) -> list[int]:
-    """``root`` and all its descendants alive now."""
-    kids = _children_map()
-    out, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        todo.extend(kids.get(pid, []))
-    return out
-
-
-def _kib(path: str, field: str) -> int:
+def process_tree(root: int) -> list[psutil.Process]:
+    """``root`` and all its descendants alive now (empty if ``root`` has exited)."""
     try:
-        with open(path) as f:
-            for line in f:
-                if line.startswith(field):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
+        proc = psutil.Process(root)
+        return [proc, *proc.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
 
 
-def tree_memory(root: int) -> dict[str, float]:
-    """MiB of ``root``'s tree now: RSS sum, PSS sum, the root's RSS, process count."""
-    pids = process_tree(root)
-    rss = sum(_kib(f"/proc/{p}/status", "VmRSS:") for p in pids)
-    pss = sum(_kib(f"/proc/{p}/smaps_rollup", "Pss:") for p in pids)
-    own = _kib(f"/proc/{root}/status", "VmRSS:")
+def _memory(proc: psutil.Process) -> tuple[int, int | None]:
+    """RSS and PSS bytes of ``proc`` (PSS ``None`` where the OS has none)."""
+    try:
+        full = proc.memory_full_info()
+        return full.rss, getattr(full, "pss", None)
+    except psutil.AccessDenied:
+        return proc.memory_info().rss, None
+
+
+def tree_memory(root: int) -> dict[str, float | None]:
+    """MiB of ``root``'s tree now: RSS sum, PSS sum, the root's RSS, process count.
+
+    ``pss_mib`` is ``None`` where no process of the tree reports a PSS (only Linux
+    has it); processes that exit while being read are left out.
+    """
+    rss = pss = own = 0
+    count, with_pss = 0, False
+    for proc in process_tree(root):
+        try:
+            proc_rss, proc_pss = _memory(proc)
+        except (psutil.NoSuchProcess, psutil.ZombieProcess):
+            continue
+        count += 1
+        rss += proc_rss
+        if proc_pss is not None:
+            pss += proc_pss
+            with_pss = True
+        if proc.pid == root:
+            own = proc_rss
     return {
-        "rss_mib": rss / 1024,
-        "pss_mib": pss / 1024,
-        "driver_rss_mib": own / 1024,
-        "processes": len(pids),
+        "rss_mib": rss / _MIB,
+        "pss_mib": pss / _MIB if with_pss else None,
+        "driver_rss_mib": own / _MIB,
+        "processes": count,
     }
 
 
@@ -111,7 +115,8 @@ class PeakSampler(threading.Thread):
         while not self._stop_event.is_set():
             now = tree_memory(self.root)
             for k, v in now.items():
-                self.peak[k] = max(self.peak.get(k, 0), v)
+                if v is not None:
+                    self.peak[k] = max(self.peak.get(k, 0), v)
             self.samples += 1
             self._stop_event.wait(self.every_s)
 
@@ -170,7 +175,13 @@ def patch_vce_queue() -> None:
 
 
 def child(
-    clients: int, sampled: int, rounds: int, out: Path, *, patch_queue: bool = False
+    clients: int,
+    sampled: int,
+    rounds: int,
+    out: Path,
+    *,
+    patch_queue: bool = False,
+    ray_address: str | None = None,
 ) -> None:
     """Run one simulation here; write its timings to ``out`` (JSON)."""
     sys.path.insert(0, str(ROOT))
@@ -194,7 +205,9 @@ def child(
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
         run_dir = simulate(
-            overrides_for(clients, sampled, rounds, tmp), num_clients=clients
+            overrides_for(clients, sampled, rounds, tmp),
+            num_clients=clients,
+            ray_address=ray_address,
         )
         total = time.perf_counter() - t0
         rows = read_rounds(run_dir)
@@ -223,7 +236,12 @@ def child(
 
 
 def measure(
-    clients: int, sampled: int, rounds: int, every_s: float, patch_queue: bool = False
+    clients: int,
+    sampled: int,
+    rounds: int,
+    every_s: float,
+    patch_queue: bool = False,
+    ray_address: str | None = None,
 ) -> dict:
     """Run :func:`child` in a fresh process; sample its tree's memory meanwhile."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -240,6 +258,7 @@ def measure(
             "--result",
             str(result),
         ] + (["--patch-vce-queue"] if patch_queue else [])
+        cmd += ["--ray-address", ray_address] if ray_address else []
         proc = subprocess.Popen(cmd, cwd=ROOT)
         sampler = PeakSampler(proc.pid, every_s)
         sampler.start()
@@ -250,12 +269,16 @@ def measure(
         row = json.loads(result.read_text())
     row.update(
         peak_rss_mib=peak["rss_mib"],
-        peak_pss_mib=peak["pss_mib"],
+        peak_pss_mib=peak.get("pss_mib"),
         peak_driver_rss_mib=peak["driver_rss_mib"],
         peak_processes=int(peak["processes"]),
         memory_samples=sampler.samples,
     )
     return row
+
+
+def _mib(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f}"
 
 
 def table(data: dict) -> str:
@@ -273,13 +296,13 @@ def table(data: dict) -> str:
             f"| {r['clients']:,} | {r['sampled_per_round']} "
             f"| {r['seconds_per_round']:.2f} | {r['first_round_s']:.2f} "
             f"| {'-' if disc is None else f'{disc:.1f}'} | {evals} "
-            f"| {r['peak_rss_mib']:,.0f} | {r['peak_pss_mib']:,.0f} "
+            f"| {r['peak_rss_mib']:,.0f} | {_mib(r['peak_pss_mib'])} "
             f"| {r['peak_driver_rss_mib']:,.0f} |"
         )
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     """CLI entry point."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", default="100,1000")
@@ -293,9 +316,10 @@ def main() -> None:
         help="measure with Flower's per-node message sweep replaced (see "
         "patch_vce_queue); the JSON says so",
     )
+    parser.add_argument("--ray-address", default=None, help="join this Ray cluster")
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.child is not None:
         child(
             args.child,
@@ -303,6 +327,7 @@ def main() -> None:
             args.rounds,
             args.result,
             patch_queue=args.patch_vce_queue,
+            ray_address=args.ray_address,
         )
         return
     if args.rounds < 2:
@@ -312,7 +337,14 @@ def main() -> None:
         parser.error("--sampled must not exceed the smallest --clients")
     results = []
     for n in counts:
-        row = measure(n, args.sampled, args.rounds, args.sample_s, args.patch_vce_queue)
+        row = measure(
+            n,
+            args.sampled,
+            args.rounds,
+            args.sample_s,
+            args.patch_vce_queue,
+            args.ray_address,
+        )
         results.append(row)
         print(json.dumps(row), flush=True)
     import torch  # noqa: PLC0415
@@ -320,10 +352,12 @@ def main() -> None:
     small, large = results[0], results[-1]
     data = {
         "benchmark": "scale",
-        "command": "python benchmarks/scale.py " + " ".join(sys.argv[1:]),
+        "command": "python benchmarks/scale.py "
+        + " ".join(sys.argv[1:] if argv is None else argv),
         "defaults": "pyproject [tool.flwr.app.config] (digits, auto, 32 bits), iid",
         "client_resources": {"num_cpus": 1, "num_gpus": 0},
         "vce_queue_patched": args.patch_vce_queue,
+        **({"ray_address": args.ray_address} if args.ray_address else {}),
         "cpu_count": os.cpu_count(),
         "python": platform.python_version(),
         "torch": torch.__version__,
