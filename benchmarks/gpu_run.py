@@ -11,6 +11,8 @@ left of the budget:
 3. ``features-fedavg`` / ``features-fedhap``: Flower's Ray simulation
    (``experiments.simulate``, one Ray instance, ``--client-gpus`` a fraction of the
    GPU per client) of DPSH (FedAvg) and FedHAP on those features (``model = mlp``);
+   ``features-fedavg-deterministic`` (last, CUDA only) repeats the first with
+   ``cuda-deterministic = true``: the setting's cost is its round time against it;
 4. ``finetune-fedavg`` / ``finetune-fedhap``: the same on the images with the
    backbone trainable (``model = efficientnet-lite0``, ``model-image-size``);
 5. ``loopback``: one round of a loopback Flower deployment (SuperLink and
@@ -440,15 +442,23 @@ def main() -> None:  # noqa: C901 -- one linear script, step after step
         "--set",
         "seed=0",
     ]
+    deterministic = ["--set", "cuda-deterministic=true"]
     sims = [
-        ("features-fedavg", "fedavg", "features", 45),
-        ("features-fedhap", "fedhap", "features", 45),
-        ("finetune-fedavg", "fedavg", "finetune", 60),
-        ("finetune-fedhap", "fedhap", "finetune", 60),
+        ("features-fedavg", "fedavg", "features", 45, []),
+        ("features-fedhap", "fedhap", "features", 45, []),
+        ("finetune-fedavg", "fedavg", "finetune", 60, []),
+        ("finetune-fedhap", "fedhap", "finetune", 60, []),
+        # the cost of deterministic CUDA kernels: features-fedavg again with them
+        ("features-fedavg-deterministic", "fedavg", "features", 45, deterministic),
     ]
     cpus = max(2, os.cpu_count() or 2)
     client_gpus = 0.0 if not gpu else round(1.0 / plan.clients, 3)
-    for name, strategy, protocol, needs in sims:
+    for name, strategy, protocol, needs, extra in sims:
+        if extra and args.tiny:
+            # a CPU rehearsal has no CUDA kernels to make deterministic
+            if not only or name in only:
+                record(name, status="skipped", reason="--tiny: CUDA only")
+            continue
         if protocol == "features" and not features.exists():
             if not only or name in only:
                 record(name, status="skipped", reason="no features file")
@@ -504,6 +514,7 @@ def main() -> None:  # noqa: C901 -- one linear script, step after step
             f"results-dir={results}",
             *common,
             *data,
+            *extra,
         ]
         rc, secs = run_step(cmd, logs / f"{name}.log", budget.left(), env)
         runs = [
