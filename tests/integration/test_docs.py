@@ -294,6 +294,6 @@ def test_fab_ships_only_the_app():
         assert needed in names, needed
     assert any(n.startswith("conf/") for n in names)  # presets are config
     assert "docker-compose.yml" not in names and "mkdocs.yml" not in names
-    # Flower stores the files uncompressed: the app's code alone is about 1 MB; a
-    # shipped dataset, result folder or docs tree would be several MB
-    assert len(fab) < 1_200_000, len(fab)
+    # Flower stores the files uncompressed: the app's code alone is about 1.2 MB;
+    # a shipped dataset, result folder or docs tree would be several MB
+    assert len(fab) < 1_600_000, len(fab)
