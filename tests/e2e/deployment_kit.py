@@ -178,6 +178,7 @@ def loopback_deployment(
     no_bundle: tuple[int, ...] = (),
     extra_env: dict[str, str] | None = None,
     activate_timeout: float = 120,
+    node_policy: str | None = None,
 ) -> Iterator[Deployment]:
     """Start the deployment with ``num_nodes`` SuperNodes; stop every process after.
 
@@ -186,6 +187,9 @@ def loopback_deployment(
     ``no_bundle`` are registered but their DPHE key bundle is deleted. The keyholder
     pins the DPHE streams of ``keyholder_run_config``. Yields once every SuperNode
     is activated.
+
+    ``node_policy``: the TOML text of the nodes' privacy policy instead of the
+    shipped ``deploy/policy/node-privacy-policy.toml`` (compose mounts that folder).
     """
     (tmp / "logs").mkdir()
     link_port, control_port = free_port(), free_port()
@@ -221,6 +225,8 @@ def loopback_deployment(
     # compose mounts ./deploy/policy (the nodes' privacy policy) read-only
     policy = ROOT / "deploy" / "policy"
     shutil.copytree(policy, rebase("./deploy/policy"), dirs_exist_ok=True)
+    if node_policy is not None:  # the nodes' operator edits their policy
+        (rebase("./deploy/policy") / "node-privacy-policy.toml").write_text(node_policy)
     env = {
         **os.environ,
         "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",

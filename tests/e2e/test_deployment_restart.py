@@ -155,6 +155,10 @@ def deployment(tmp_path_factory: pytest.TempPathFactory):
         },
         extra_env=ENV,
         activate_timeout=300,
+        # this test is about restarting the SuperLink, with a plaintext run: its
+        # nodes' operator holds a policy without rules (the shipped one refuses
+        # plaintext, tests/e2e/test_deployment.py runs under it)
+        node_policy="version = 1\n",
     ) as dep:
         yield dep
 
