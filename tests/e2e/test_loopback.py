@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from experiments import loopback
@@ -87,37 +88,35 @@ def test_loopback_refuses_zero_clients(tmp_path):
         loopback.run_loopback({}, 0, tmp_path)
 
 
-def _processes_with_home(home_root: Path) -> list[int]:
-    """PIDs (not zombies) whose FLWR_HOME lies under ``home_root``."""
+def _processes_with_home(home_root: Path) -> list[psutil.Process]:
+    """Live processes (not zombies) whose FLWR_HOME lies under ``home_root``."""
     found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+    for proc in psutil.process_iter():
         try:
-            environ = (entry / "environ").read_bytes()
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+            home = proc.environ().get("FLWR_HOME", "")
+        except (psutil.Error, OSError):
             continue
-        if state != "Z" and f"FLWR_HOME={home_root}".encode() in environ:
-            found.append(int(entry.name))
+        if home.startswith(str(home_root)):
+            found.append(proc)
     return found
 
 
 def _flwr_run_started(home_root: Path) -> bool:
     """Whether a process under ``home_root``'s FLWR_HOME runs ``flwr run``."""
-    for pid in _processes_with_home(home_root):
+    for proc in _processes_with_home(home_root):
         try:
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
+            argv = proc.cmdline()
+        except psutil.Error:
             continue
         # a console script: `<python> <venv>/bin/flwr run ...`
         pairs = zip(argv[:-1], argv[1:], strict=True)
-        if any(os.path.basename(a) == b"flwr" and b == b"run" for a, b in pairs):
+        if any(os.path.basename(a) == "flwr" and b == "run" for a, b in pairs):
             return True
     return False
 
 
-@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads /proc (Linux)")
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_to_the_driver_stops_every_deployment_process(tmp_path, signum):
     # what `timeout` (SIGTERM) or Ctrl-C (SIGINT) does to a driver: before, the
@@ -134,7 +133,7 @@ def test_a_signal_to_the_driver_stops_every_deployment_process(tmp_path, signum)
         stderr=subprocess.PIPE,
         start_new_session=True,
     )
-    pids: list[int] = []
+    procs: list[psutil.Process] = []
     try:
         deadline = time.monotonic() + 120
         # `flwr run` exec'd: the driver has started (and so registered) all 4
@@ -142,9 +141,9 @@ def test_a_signal_to_the_driver_stops_every_deployment_process(tmp_path, signum)
             assert driver.poll() is None, driver.stderr.read().decode()[-2000:]
             assert time.monotonic() < deadline, "the run was never submitted"
             time.sleep(0.2)
-        pids = _processes_with_home(tmp)
+        procs = _processes_with_home(tmp)
         # the SuperLink, 2 SuperNodes and `flwr run`, and what they started
-        assert len(pids) >= 4
+        assert len(procs) >= 4
         driver.send_signal(signum)
         assert driver.wait(timeout=60) == 128 + signum
         assert b"stopping 4 deployment process(es)" in driver.stderr.read()
@@ -153,7 +152,7 @@ def test_a_signal_to_the_driver_stops_every_deployment_process(tmp_path, signum)
             time.sleep(0.2)
         assert _processes_with_home(tmp) == []
     finally:
-        for pid in [driver.pid, *pids]:
+        for pid in [driver.pid, *(proc.pid for proc in procs)]:
             try:
                 os.killpg(pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
