@@ -23,7 +23,7 @@ from settings.schema import ConfigError, Section, option, unknown_key
 from settings.sections import DPSGDRunConfig, PrivacyConfig, UpdatesConfig
 from strategies.catalog import NAMES, MethodInfo, method_info
 from strategies.dpcode.config import DPcodeConfig
-from strategies.dphe.config import DPHEConfig
+from strategies.dphe.config import DPHEConfig, DPHERun
 from strategies.fedavg.config import FedProxConfig
 from strategies.fedhap.config import FedHAPConfig
 from strategies.pfmh.config import PFMHConfig
@@ -444,6 +444,14 @@ class RunSettings(Section):
     def method(self) -> MethodInfo:
         """The run's method: its capabilities (:mod:`strategies.catalog`)."""
         return method_info(self.strategy)
+
+    @property
+    def dphe_run(self) -> DPHERun:
+        """What DPHE's set-up reads of this run (:mod:`strategies.dphe.setup`)."""
+        dphe = self.secure_aggregation == "dphe"
+        return DPHERun(
+            self.dphe, self.code_length, self.updates.sparsity if dphe else 0.0
+        )
 
     @property
     def uses_prototypes(self) -> bool:

@@ -157,3 +157,17 @@ class DPHEConfig(Section):
                 f'{self.key("key_dir")} is empty: {agg}="dphe" needs the folder of '
                 "key bundles written by `python -m crypto.keygen --out DIR --clients N`"
             )
+
+
+@dataclass(frozen=True)
+class DPHERun:
+    """What DPHE's set-up reads of a run (both apps derive the same parameters).
+
+    Its ``dphe`` section, the code length (layout of the prototype sums) and the
+    model update's sparsity under DPHE (``updates.sparsity``; 0 outside DPHE):
+    :attr:`settings.run_settings.RunSettings.dphe_run`.
+    """
+
+    config: DPHEConfig
+    code_length: int
+    sparsity: float = 0.0

@@ -55,7 +55,9 @@ def test_block_sparse_djn_round_equals_plaintext_of_the_kept_blocks(key_dir):  #
             "dphe.weighting": "uniform",
         },
     )
-    params = dphe_params(settings, dimension=26, key_bits=512)  # 25 values + loss
+    params = dphe_params(
+        settings.dphe_run, dimension=26, key_bits=512
+    )  # 25 values + loss
     keep = kept_blocks(params.num_blocks, 0.6)
     assert params.single_shard and params.capacity == keep
     strategy = strategy_for(settings)
@@ -126,7 +128,9 @@ def test_the_node_pool_supplies_the_rounds_obfuscators_once(
     pid = NODES[node]
     bundle = load_client_bundle(key_dir / f"client-{pid}.json")
     per_round = round_ciphertexts(settings, dimension=25, key_bits=512)
-    assert per_round == dphe_params(settings, dimension=26, key_bits=512).capacity
+    assert (
+        per_round == dphe_params(settings.dphe_run, dimension=26, key_bits=512).capacity
+    )
     store = ObfuscatorStore(tmp_path / "pool", bundle.n)
     source = _Recording(bundle.n)
     store.fill(per_round, source)
