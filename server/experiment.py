@@ -42,6 +42,7 @@ from server.checkpoint import (
 )
 from server.discovery import describe_nodes
 from server.evaluation import Evaluation, QuerySet, RetrievalEvaluator
+from server.fault_grid import FaultGrid
 from server.plots import (
     plot_loss_per_round,
     plot_map_per_round,
@@ -444,6 +445,15 @@ def run_experiment(
             {n: i.partition_id for n, i in nodes.items()},
             note=SEEDED_WARNING if settings.seeded_noise else "",
         )
+        if settings.faults.clients:  # tests and benchmarks (simulation only)
+            grid = FaultGrid(
+                grid,
+                clients=settings.faults.clients,
+                kind=settings.faults.kind,
+                delay=settings.round_timeout + 2.0,
+                seed=settings.seed,
+                partitions={n: i.partition_id for n, i in nodes.items()},
+            )
         args = (grid, nodes, data.queries, model_factory)
         kwargs: dict[str, Any] = {
             "bits": settings.code_length,
