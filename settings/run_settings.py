@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from hashdata import DATASETS
 from settings import keys as K
 from settings.faults import FaultsConfig
 from settings.schema import ConfigError, Section, option, unknown_key
@@ -30,9 +31,6 @@ from strategies.pfmh.config import PFMHConfig
 
 __all__ = ["ConfigError", "RunSettings"]
 
-DATASETS = ("digits", "npz", "cifar10", "multiview-digits")
-"""``hashdata.DATASETS``, repeated so that a config is checked without importing
-hashdata (and scikit-learn); a test keeps the two equal."""
 PATH_DATASETS = ("npz", "cifar10")
 """Datasets read from ``data-path`` (the others are embedded or generated)."""
 PARTITIONINGS = ("iid", "dirichlet", "pathological")

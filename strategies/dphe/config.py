@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from privacy import DPHE_MIN_CONTRIBUTORS as MIN_CONTRIBUTORS
 from settings.schema import ConfigError, Section, option
 
 OBFUSCATORS = ("full", "djn")
@@ -14,9 +15,6 @@ STRATEGIES = ("fedavg", "fedprox", "fedhap")
 """Strategies DPHE secure aggregation composes with."""
 WEIGHTINGS = ("num-examples", "uniform")
 SPARSITY_LAYOUTS = ("block", "element")
-# the DPHE paper's condition (Section 2.5): an aggregate of fewer than 3 users
-# would let one user (or the server) recover another's update
-MIN_CONTRIBUTORS = 3
 MAX_SCALE_BITS = 40
 
 
