@@ -59,7 +59,12 @@ from settings.run_settings import ConfigError, RunSettings
 from settings.runtime import default_size_warning
 from strategies.dphe.server_setup import build_secure_components
 from strategies.protocol import HashingStrategy, RunContext
-from strategies.server_side import ServerSide, build_strategy, server_side
+from strategies.server_side import (
+    ServerSide,
+    build_strategy,
+    initial_arrays,
+    server_side,
+)
 
 _DATASET = RunSettings.key("dataset")
 
@@ -380,11 +385,7 @@ def run_experiment(
         classes_per_client=settings.classes_per_client,
         repeats=settings.partition_repeats,
     )
-    initial_state = (
-        side.initial_state(settings, initial, data.num_classes)
-        if side.initial_state is not None
-        else dict(initial.state_dict())
-    )
+    initial_state = initial_arrays(side, settings, initial, data.num_classes)
     secure_model = secure_prototypes = None
     if settings.secure_aggregation == "dphe":
         secure_model, secure_prototypes = build_secure_components(

@@ -108,6 +108,15 @@ def server_side(strategy: str) -> ServerSide:
         ) from None
 
 
+def initial_arrays(
+    side: ServerSide, settings: RunSettings, model: nn.Module, num_classes: int
+) -> Mapping[str, Any]:
+    """Round 0's global arrays: ``side.initial_state``'s, else the model's state."""
+    if side.initial_state is None:
+        return dict(model.state_dict())
+    return side.initial_state(settings, model, num_classes)
+
+
 def build_strategy(
     settings: RunSettings,
     side: ServerSide | None = None,
