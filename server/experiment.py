@@ -374,6 +374,7 @@ def run_experiment(
     nodes = describe_nodes(
         grid, min_nodes=settings.min_train_nodes, timeout_s=settings.round_timeout
     )
+    partitions = {n: i.partition_id for n, i in nodes.items()}
     num_partitions = next(iter(nodes.values())).num_partitions
     if simulation and (note := default_size_warning(len(nodes))):
         log(WARNING, "%s", note)  # flwr run . without a federation size
@@ -398,7 +399,7 @@ def run_experiment(
         )
     # the strategy last, from what the steps above learnt
     run = RunContext(
-        node_partitions={n: i.partition_id for n, i in nodes.items()},
+        node_partitions=partitions,
         num_classes=data.num_classes,
         required_mechanisms=settings.required_train_mechanisms,
         secure_aggregation=secure_model,
@@ -443,7 +444,7 @@ def run_experiment(
         grid = ChargingGrid(
             grid,
             ledger,
-            {n: i.partition_id for n, i in nodes.items()},
+            partitions,
             note=SEEDED_WARNING if settings.seeded_noise else "",
         )
         if settings.faults.clients:  # tests and benchmarks (simulation only)
@@ -453,7 +454,7 @@ def run_experiment(
                 kind=settings.faults.kind,
                 delay=settings.round_timeout + 2.0,
                 seed=settings.seed,
-                partitions={n: i.partition_id for n, i in nodes.items()},
+                partitions=partitions,
             )
         args = (grid, nodes, data.queries, model_factory)
         kwargs: dict[str, Any] = {
