@@ -4,6 +4,7 @@ min-train-nodes)."""
 
 from __future__ import annotations
 
+import json
 import logging
 
 import numpy as np
@@ -11,10 +12,12 @@ import pytest
 from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
 import clients.faults as faults
-from settings import keys as K
+from server.experiment import run_experiment
 from server.fault_grid import FaultGrid
+from settings import keys as K
 from settings.run_settings import ConfigError, RunSettings
 from strategies.fedavg.strategy import HashingFedAvg
+from tests.integration.attacks.inprocess_grid import InProcessGrid
 from tests.integration.test_strategies import FakeGrid, arrays, train_reply
 from tests.messages import reply_from, request_to
 
@@ -172,3 +175,46 @@ def test_serverapp_refuses_fault_injection_outside_simulation():
     )
     with pytest.raises(ConfigError, match="faults.clients=1: fault injection is for"):
         app._main(DeployedGrid({}), context)  # a deployment's grid
+
+
+class _MarkCountingGrid(InProcessGrid):
+    """The in-process nodes, counting the train messages that carry a fault."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.marked: list[int] = []
+
+    def push_messages(self, messages):
+        messages = list(messages)
+        self.marked += [
+            m.metadata.dst_node_id
+            for m in messages
+            if K.CONFIG in m.content and K.FAULT in m.content[K.CONFIG]
+        ]
+        return super().push_messages(messages)
+
+
+@pytest.mark.parametrize("count", [0, 1])
+def test_the_experiment_installs_the_fault_grid_only_when_asked(
+    count, tmp_path, monkeypatch
+):
+    # the real loop and ClientApp; the client acts a fault out in simulation only
+    monkeypatch.setattr(faults, "client_in_simulation", lambda: True)
+    config = {
+        "rounds": 1,
+        "eval-every": 1,
+        "local-epochs": 1,
+        "train-size": 200,
+        "code-length": 16,
+        "model": "mlp",
+        "map-top-k": 50,
+        "precision-k": "10",
+        "faults.clients": count,
+        "faults.kind": "nan",
+        "results-dir": str(tmp_path),
+    }
+    grid = _MarkCountingGrid(config, 3)
+    results = run_experiment(grid, RunSettings.from_config(config))
+    rows = [json.loads(line) for line in results.path("rounds.jsonl").open()]
+    assert len(grid.marked) == count  # one train round
+    assert len(rows[1]["clients"]) == 3 - count  # the NaN reply is dropped
