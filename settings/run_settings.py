@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from hashdata import DATASETS
+from hashdata import DATASETS, FEATURE_SCALINGS
 from settings import keys as K
 from settings.faults import FaultsConfig
 from settings.schema import ConfigError, Section, option, unknown_key
@@ -40,10 +40,7 @@ DEVICES = ("auto", "cpu", "cuda")
 PROTOTYPE_WEIGHTINGS = ("mean", "count")
 MIN_BITS, MAX_BITS = 8, 256
 SECURE_AGGREGATIONS = ("none", "dphe")
-FEATURE_SCALINGS = ("auto", "none", "minmax", "standard", "l2")
 LOGGERS = ("none", "tensorboard")
-"""``hashdata.scaling.FEATURE_SCALINGS``, repeated so that ``python -m settings check``
-need not import hashdata (and scikit-learn); a test keeps the two equal."""
 STRATEGIES = NAMES
 """The methods of :mod:`strategies.catalog` (no torch there: ``python -m settings
 check`` refuses an unknown name without importing it)."""
