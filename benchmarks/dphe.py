@@ -143,7 +143,7 @@ def measure(
     """One row: per-client-per-round seconds and bytes for one configuration."""
     key_bits = keys["aggregator"].key_bits
     ct_bytes = 2 * key_bits // 8
-    fp = fixed_point(settings)
+    fp = fixed_point(settings.dphe)
     ups = updates(
         dim, sparsity, clients, seed=zlib.crc32(f"{name}-{sparsity}".encode())
     )
@@ -266,7 +266,7 @@ def security_overhead(keys: dict, settings: RunSettings, dim: int) -> dict:
     """
     from crypto.dphe import block_tags, touch_mac
 
-    fp = fixed_point(settings)
+    fp = fixed_point(settings.dphe)
     key_bits = keys["aggregator"].key_bits
     params = DPHEParams(
         dimension=dim, packing=max_packing(key_bits, fp), fixed_point=fp
@@ -592,7 +592,7 @@ WIDER_SLOTS_SUMMANDS = 16
 
 def cnn_goals(keys: dict, settings: RunSettings, args: argparse.Namespace) -> dict:
     """Measure the goal rows: default cnn, 90% sparsity, every row real."""
-    fp = fixed_point(settings)
+    fp = fixed_point(settings.dphe)
     dim = args.dimension or model_dimension(settings, "cnn")
     ups = updates(dim, 0.0, args.clients, seed=16)  # dense; each row sparsifies
     out = {"dimension": dim, "clients": args.clients, "sparsity": args.sparsity}
@@ -825,7 +825,7 @@ def round_precompute(config: dict, bundle_path: Path) -> tuple[float, int]:
 
 def avenues(keys: dict, settings: RunSettings) -> dict:
     """Measure the unit costs behind the choices: obfuscators, cores, slot width."""
-    fp = fixed_point(settings)
+    fp = fixed_point(settings.dphe)
     n = keys["aggregator"].n
     reps = 40
     res: dict = {}
@@ -873,7 +873,7 @@ def avenues(keys: dict, settings: RunSettings) -> dict:
 
 def key3072(settings: RunSettings) -> dict:
     """Per-value cost at 3072 bits (full and DJN obfuscators) against 2048 bits."""
-    fp = fixed_point(settings)
+    fp = fixed_point(settings.dphe)
     out = {}
     for bits in (2048, 3072):
         pub, priv = paillier.generate_paillier_keypair(n_length=bits)

@@ -22,7 +22,6 @@ the same run, so the JSON holds both and their differences.
 
 from __future__ import annotations
 
-import argparse
 import ast
 import json
 import os
@@ -32,6 +31,10 @@ import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.tree_compare import compare_trees  # noqa: E402
+
 ENTRIES = {
     "clientapp": ["clients.client_app"],
     "serverapp": ["server.server_app"],
@@ -245,34 +248,27 @@ def summary(m: dict) -> str:
 
 def main(argv: list[str] | None = None) -> dict:
     """CLI entry point; returns the report it writes."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--baseline-root", type=Path, default=None)
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=ROOT / "docs" / "results" / "benchmarks" / "import_closure.json",
+
+    def report(results: dict[str, dict]) -> dict:
+        out: dict = {"benchmark": "import_closure", "results": results}
+        if "baseline" in results:
+            this, base = results["this"], results["baseline"]
+            out["difference"] = {
+                f"{app}_modules": this["closures"][app]["modules"]
+                - base["closures"][app]["modules"]
+                for app in ENTRIES
+            } | {"circles": this["circles"]["count"] - base["circles"]["count"]}
+        return out
+
+    return compare_trees(
+        argv,
+        name="import_closure",
+        description=__doc__.splitlines()[0],
+        marker="pyproject.toml",
+        measure=measure,
+        line=summary,
+        report=report,
     )
-    args = parser.parse_args(argv)
-    roots = {"this": ROOT}
-    if args.baseline_root is not None:
-        if not (args.baseline_root / "pyproject.toml").is_file():
-            parser.error(f"--baseline-root {args.baseline_root}: no pyproject.toml")
-        roots["baseline"] = args.baseline_root.resolve()
-    results = {name: measure(root) for name, root in roots.items()}
-    report: dict = {"benchmark": "import_closure", "results": results}
-    if "baseline" in results:
-        this, base = results["this"], results["baseline"]
-        report["difference"] = {
-            f"{app}_modules": this["closures"][app]["modules"]
-            - base["closures"][app]["modules"]
-            for app in ENTRIES
-        } | {"circles": this["circles"]["count"] - base["circles"]["count"]}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
-    for name, m in results.items():
-        print(f"{name}: {summary(m)}")
-    print(args.out)
-    return report
 
 
 if __name__ == "__main__":

@@ -22,12 +22,15 @@ call from a function of a lower layer into a higher one is a call *back up*.
 
 from __future__ import annotations
 
-import argparse
 import ast
-import json
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.tree_compare import compare_trees  # noqa: E402
+
 START = ("server.experiment", "run_experiment", "settings")
 LAYERS = {
     "server": 3,
@@ -227,32 +230,29 @@ def measure(root: Path) -> dict:
     }
 
 
+def summary(r: dict) -> str:
+    """One line of the headline numbers."""
+    return (
+        f"{r['functions']} functions in {r['files']} files, "
+        f"{r['calls_back_up']} calls back up, {r['dynamic_calls']} dynamic calls"
+    )
+
+
 def main(argv: list[str] | None = None) -> dict:
     """CLI entry point; returns the report it writes."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--baseline-root", type=Path, default=None)
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=ROOT / "docs" / "results" / "benchmarks" / "settings_path.json",
+    return compare_trees(
+        argv,
+        name="settings_path",
+        description=__doc__.splitlines()[0],
+        marker="server/experiment.py",
+        measure=measure,
+        line=summary,
+        report=lambda results: {
+            "benchmark": "settings_path",
+            "start": ":".join(START),
+            **results,
+        },
     )
-    args = parser.parse_args(argv)
-    roots = {"this": ROOT}
-    if args.baseline_root is not None:
-        if not (args.baseline_root / "server" / "experiment.py").is_file():
-            parser.error(f"--baseline-root {args.baseline_root}: no server/ there")
-        roots["baseline"] = args.baseline_root.resolve()
-    results = {name: measure(root) for name, root in roots.items()}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    report = {"benchmark": "settings_path", "start": ":".join(START), **results}
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
-    for name, r in results.items():
-        print(
-            f"{name}: {r['functions']} functions in {r['files']} files, "
-            f"{r['calls_back_up']} calls back up, {r['dynamic_calls']} dynamic calls"
-        )
-    print(args.out)
-    return report
 
 
 if __name__ == "__main__":

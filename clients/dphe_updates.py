@@ -108,13 +108,15 @@ def model_blocks(
     ``(block ids of the model, loss and weight coordinates; number of blocks)``, or
     ``None`` when the top-k is element-wise or the run is not under DPHE.
     """
-    if not block_layout(settings):
+    if not block_layout(settings.dphe_run):
         return None
     session, server_round = _session_and_round(train_config)
     bundle = cached_client_bundle(
         str(client_bundle_path(settings, partition_id, node_bundle)), partition_id
     )
-    params = dphe_params(settings, dimension=dimension + 1, key_bits=bundle.key_bits)
+    params = dphe_params(
+        settings.dphe_run, dimension=dimension + 1, key_bits=bundle.key_bits
+    )
     context = AggregationContext(session, STREAM_MODEL, server_round)
     return coordinate_blocks(bundle, params, context), params.num_blocks
 
@@ -137,12 +139,12 @@ def round_ciphertexts(
 ) -> int:
     """Ciphertexts a client encrypts per round: the model stream (+ prototypes)."""
     total = shard_ciphertexts(
-        dphe_params(settings, dimension=dimension + 1, key_bits=key_bits)
+        dphe_params(settings.dphe_run, dimension=dimension + 1, key_bits=key_bits)
     )
     if settings.dphe.prototypes and num_classes > 0:
         total += shard_ciphertexts(
             dphe_params(
-                settings,
+                settings.dphe_run,
                 dimension=num_classes * (settings.code_length + 1),
                 key_bits=key_bits,
                 uniform=True,
@@ -370,7 +372,10 @@ def _encrypted(
     obfuscators: ObfuscatorPool | ObfuscatorSource,
 ) -> ArrayRecord:
     params = dphe_params(
-        settings, dimension=vector.size, key_bits=bundle.key_bits, uniform=uniform
+        settings.dphe_run,
+        dimension=vector.size,
+        key_bits=bundle.key_bits,
+        uniform=uniform,
     )
     encrypted = encrypt_update(
         vector,

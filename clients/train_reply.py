@@ -8,12 +8,14 @@ without Flower.
 
 from __future__ import annotations
 
+import inspect
+from typing import Any
+
 import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord, RecordDict
+from flwr.app import ArrayRecord, RecordDict
 
 from clients.dphe_updates import encrypt_reply, model_blocks
 from clients.sparse_updates import sparsifies, sparsify_reply
-from crypto.obfuscator_store import ObfuscatorStore
 from settings.run_settings import RunSettings
 
 
@@ -22,35 +24,28 @@ def transforms_update(settings: RunSettings) -> bool:
     return settings.secure_aggregation == "dphe" or sparsifies(settings)
 
 
-def finish_train_reply(
-    reply: RecordDict,
-    *,
-    global_arrays: ArrayRecord,
-    settings: RunSettings,
-    partition_id: int,
-    rng: np.random.Generator,
-    node_bundle: str = "",
-    num_classes: int = 0,
-    train_config: ConfigRecord | None = None,
-    run_id: int | None = None,
-    node_state: RecordDict | None = None,
-    pool: ObfuscatorStore | None = None,
-) -> RecordDict:
+def finish_train_reply(reply: RecordDict, **kwargs: Any) -> RecordDict:
     """Sparsify, then encrypt the reply, in place; return it.
 
     :func:`~clients.sparse_updates.sparsify_reply`, then
-    :func:`~clients.dphe_updates.encrypt_reply`.
-    The arguments are those of the two steps; ``node_state`` keeps error feedback's
-    residual and the encryptions made.
+    :func:`~clients.dphe_updates.encrypt_reply`, whose keyword arguments these are
+    (``global_arrays``, ``settings``, ``partition_id``, ``rng``, ...; a wrong one is
+    its ``TypeError``); ``node_state`` keeps error feedback's residual and the
+    encryptions made.
     """
+    bound = inspect.signature(encrypt_reply).bind(reply, **kwargs)
+    bound.apply_defaults()
+    a = bound.arguments
+    settings: RunSettings = a["settings"]
     if not transforms_update(settings):
         return reply
-    dimension = sum(int(np.prod(a.shape)) for a in global_arrays.values())
+    global_arrays: ArrayRecord = a["global_arrays"]
+    dimension = sum(int(np.prod(x.shape)) for x in global_arrays.values())
     blocks = model_blocks(
         settings,
-        partition_id=partition_id,
-        node_bundle=node_bundle,
-        train_config=train_config,
+        partition_id=a["partition_id"],
+        node_bundle=a["node_bundle"],
+        train_config=a["train_config"],
         dimension=dimension,
     )
     sparsify_reply(
@@ -58,18 +53,6 @@ def finish_train_reply(
         global_arrays=global_arrays,
         settings=settings,
         blocks=blocks,
-        node_state=node_state,
+        node_state=a["node_state"],
     )
-    return encrypt_reply(
-        reply,
-        global_arrays=global_arrays,
-        settings=settings,
-        partition_id=partition_id,
-        rng=rng,
-        node_bundle=node_bundle,
-        num_classes=num_classes,
-        train_config=train_config,
-        run_id=run_id,
-        node_state=node_state,
-        pool=pool,
-    )
+    return encrypt_reply(*bound.args, **bound.kwargs)

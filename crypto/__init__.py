@@ -50,7 +50,6 @@ from crypto.dphe import (
 )
 from crypto.fixed_point import FixedPointParams, max_packing, quantize
 from crypto.keyholder import (
-    MIN_CONTRIBUTORS,
     AggregateRefused,
     Keyholder,
     KeyholderLike,
@@ -86,7 +85,6 @@ __all__ = [
     "ARRAY_KEY_ID",
     "ARRAY_SHARD_SIZES",
     "ARRAY_TOUCH_MAC",
-    "MIN_CONTRIBUTORS",
     "OBFUSCATORS",
     "STREAM_MODEL",
     "STREAM_PROTOTYPES",

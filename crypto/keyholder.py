@@ -103,10 +103,10 @@ from crypto.dphe import (
 from crypto.fixed_point import tag_field_bits
 from crypto.keys import KeyholderBundle
 from crypto.packing import unpack
+from privacy import DPHE_MIN_CONTRIBUTORS as MIN_CONTRIBUTORS
 
 logger = logging.getLogger(__name__)
 
-MIN_CONTRIBUTORS = 3
 PARALLEL_MIN = 16
 """Fewest ciphertexts worth splitting across decryption threads."""
 DEFAULT_WORKERS = 2

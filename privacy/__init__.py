@@ -24,7 +24,15 @@ from privacy.flipping import (
 )
 from privacy.ledger import MechanismUse, PrivacyCharge, PrivacyLedger
 
+DPHE_MIN_CONTRIBUTORS = 3
+"""Fewest users in one DPHE aggregate: the DPHE paper's condition (Section 2.5), an
+aggregate of fewer than 3 would let one user (or the server) recover another's
+update. Defined here, beside the mechanisms, so that the keyholder
+(:mod:`crypto.keyholder`) and the run config (:mod:`strategies.dphe.config`, which
+imports no Paillier code) read one value."""
+
 __all__ = [
+    "DPHE_MIN_CONTRIBUTORS",
     "CALIBRATIONS",
     "PAPER",
     "RANDOMIZED_RESPONSE",

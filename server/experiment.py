@@ -42,6 +42,7 @@ from server.checkpoint import (
 )
 from server.discovery import describe_nodes
 from server.evaluation import Evaluation, QuerySet, RetrievalEvaluator
+from server.fault_grid import FaultGrid
 from server.plots import (
     plot_loss_per_round,
     plot_map_per_round,
@@ -58,7 +59,12 @@ from settings.run_settings import ConfigError, RunSettings
 from settings.runtime import default_size_warning
 from strategies.dphe.server_setup import build_secure_components
 from strategies.protocol import HashingStrategy, RunContext
-from strategies.server_side import ServerSide, build_strategy, server_side
+from strategies.server_side import (
+    ServerSide,
+    build_strategy,
+    initial_arrays,
+    server_side,
+)
 
 _DATASET = RunSettings.key("dataset")
 
@@ -161,7 +167,8 @@ def protocol_text(
             "statistics, where used, from the database part only; one map for the "
             "queries and every client): " + "; ".join(data.scaling)
         )
-    return (side or server_side(settings)).describe_protocol(settings, text)
+    describe = (side or server_side(settings.strategy)).describe_protocol
+    return describe(settings, text) if describe is not None else text
 
 
 class RoundReporter:
@@ -312,14 +319,12 @@ def eta_text(current: int, total: int, round_times: list[float]) -> str:
 
 
 def final_table(
-    rows: list[dict[str, Any]], settings: RunSettings, side: ServerSide | None = None
+    rows: list[dict[str, Any]], side: ServerSide, *, k: int, ks: tuple[int, ...]
 ) -> str:
-    """Fixed-width table of the evaluated rounds."""
-    own = (side or server_side(settings)).results_table
+    """Fixed-width table of the evaluated rounds (mAP@``k``, precision@``ks``)."""
+    own = side.results_table
     if own is not None:
         return own(rows)
-    k = settings.map_top_k
-    ks = settings.precision_ks()
     head = f"{'round':>5} | {'mAP@ALL':>7} | {f'mAP@{k}':>7} | " + " | ".join(
         f"{f'P@{kk}':>6}" for kk in ks
     )
@@ -348,7 +353,7 @@ def run_experiment(
     in-process DPHE keyholder; otherwise the keyholder must be a service. ``side``:
     the method's server side, as the ServerApp looked it up (else looked up here).
     """
-    side = side or server_side(settings)  # unknown strategy -> ConfigError
+    side = side or server_side(settings.strategy)  # unknown -> ConfigError
     checkpoint = None
     if settings.resume:  # wrong dir, config, code version or HMAC -> ConfigError
         resumed = resume_dir(settings)
@@ -369,6 +374,7 @@ def run_experiment(
     nodes = describe_nodes(
         grid, min_nodes=settings.min_train_nodes, timeout_s=settings.round_timeout
     )
+    partitions = {n: i.partition_id for n, i in nodes.items()}
     num_partitions = next(iter(nodes.values())).num_partitions
     if simulation and (note := default_size_warning(len(nodes))):
         log(WARNING, "%s", note)  # flwr run . without a federation size
@@ -380,11 +386,11 @@ def run_experiment(
         classes_per_client=settings.classes_per_client,
         repeats=settings.partition_repeats,
     )
-    initial_state = side.initial_state(settings, initial, data.num_classes)
+    initial_state = initial_arrays(side, settings, initial, data.num_classes)
     secure_model = secure_prototypes = None
     if settings.secure_aggregation == "dphe":
         secure_model, secure_prototypes = build_secure_components(
-            settings,
+            settings.dphe_run,
             dimension=sum(int(v.numel()) for v in initial_state.values()),
             partition_ids=[i.partition_id for i in nodes.values()],
             num_classes=data.num_classes,
@@ -393,7 +399,7 @@ def run_experiment(
         )
     # the strategy last, from what the steps above learnt
     run = RunContext(
-        node_partitions={n: i.partition_id for n, i in nodes.items()},
+        node_partitions=partitions,
         num_classes=data.num_classes,
         required_mechanisms=settings.required_train_mechanisms,
         secure_aggregation=secure_model,
@@ -427,7 +433,7 @@ def run_experiment(
     else:
         results = RunResults(settings.results_dir, default_run_id(settings))
         _write_config(
-            results, settings, model_name, protocol, data, nodes, device, grid
+            results, settings.to_dict(), model_name, protocol, data, nodes, device, grid
         )
         key = key or server_key(results.root)  # created by a folder's first run
         ledger = open_ledger(results.dir, key)
@@ -438,9 +444,18 @@ def run_experiment(
         grid = ChargingGrid(
             grid,
             ledger,
-            {n: i.partition_id for n, i in nodes.items()},
+            partitions,
             note=SEEDED_WARNING if settings.seeded_noise else "",
         )
+        if settings.faults.clients:  # tests and benchmarks (simulation only)
+            grid = FaultGrid(
+                grid,
+                clients=settings.faults.clients,
+                kind=settings.faults.kind,
+                delay=settings.round_timeout + 2.0,
+                seed=settings.seed,
+                partitions=partitions,
+            )
         args = (grid, nodes, data.queries, model_factory)
         kwargs: dict[str, Any] = {
             "bits": settings.code_length,
@@ -450,7 +465,11 @@ def run_experiment(
             "required_mechanisms": settings.required_encode_mechanisms,
             "timeout_s": settings.round_timeout,
         }
-        evaluator = side.evaluator(settings, *args, **kwargs)
+        evaluator = (
+            side.evaluator(settings, *args, **kwargs)
+            if side.evaluator is not None
+            else RetrievalEvaluator(*args, **kwargs)
+        )
         reporter = RoundReporter(settings, evaluator, strategy, results, ledger, key)
         arrays, first_round = ArrayRecord(initial_state), 1
         if checkpoint is not None:
@@ -471,7 +490,9 @@ def run_experiment(
         _write_summary(
             results, settings, reporter, protocol, time.perf_counter() - started
         )
-        table = final_table(reporter.rows, settings, side)
+        table = final_table(
+            reporter.rows, side, k=settings.map_top_k, ks=settings.precision_ks()
+        )
         log(INFO, "Final retrieval results:\n%s", table)
         if len(reporter.ledger):
             table = reporter.ledger.table()
@@ -490,7 +511,7 @@ def run_experiment(
 
 def _write_config(
     results: RunResults,
-    settings: RunSettings,
+    config: dict[str, Any],
     model_name: str,
     protocol: str,
     data: PreparedData,
@@ -501,7 +522,7 @@ def _write_config(
     results.write_json(
         "config.json",
         {
-            "config": settings.to_dict(),
+            "config": config,
             "model": model_name,
             "protocol": protocol,
             "data": data.description,

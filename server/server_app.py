@@ -42,7 +42,7 @@ def build_server_app(overrides: Mapping[str, Any] | None = None) -> ServerApp:
                 "injection is for Flower's simulation engine only (deployed clients "
                 "ignore it); accepted in a deployment: 0"
             )
-        side = server_side(settings)  # the run's method, looked up once
+        side = server_side(settings.strategy)  # the run's method, looked up once
         simulation = server_in_simulation(grid)
         if side.run is not None:  # its own run (federated analytics)
             side.run(grid, settings, simulation=simulation)

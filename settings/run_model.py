@@ -123,17 +123,6 @@ def build_run_discriminator(settings: RunSettings, num_classes: int) -> Discrimi
     )
 
 
-def initial_global_state(
-    settings: RunSettings, model: nn.Module, num_classes: int
-) -> dict:
-    """State dict of the round-0 global arrays of a method with one network.
-
-    A method with more (FedHAP's discriminator) or none (personalized PFMH) has its
-    own ``initial_state`` hook (:mod:`strategies.server_side`).
-    """
-    return dict(model.state_dict())
-
-
 def prefix_state(state: Mapping[str, V]) -> dict[str, V]:
     """Discriminator parameters renamed with the ``discriminator.`` prefix."""
     return {K.DISCRIMINATOR_PREFIX + k: v for k, v in state.items()}

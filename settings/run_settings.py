@@ -17,22 +17,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from hashdata import DATASETS, FEATURE_SCALINGS
 from settings import keys as K
 from settings.faults import FaultsConfig
 from settings.schema import ConfigError, Section, option, unknown_key
 from settings.sections import DPSGDRunConfig, PrivacyConfig, UpdatesConfig
 from strategies.catalog import NAMES, MethodInfo, method_info
 from strategies.dpcode.config import DPcodeConfig
-from strategies.dphe.config import DPHEConfig
+from strategies.dphe.config import DPHEConfig, DPHERun
 from strategies.fedavg.config import FedProxConfig
 from strategies.fedhap.config import FedHAPConfig
 from strategies.pfmh.config import PFMHConfig
 
 __all__ = ["ConfigError", "RunSettings"]
 
-DATASETS = ("digits", "npz", "cifar10", "multiview-digits")
-"""``hashdata.DATASETS``, repeated so that a config is checked without importing
-hashdata (and scikit-learn); a test keeps the two equal."""
 PATH_DATASETS = ("npz", "cifar10")
 """Datasets read from ``data-path`` (the others are embedded or generated)."""
 PARTITIONINGS = ("iid", "dirichlet", "pathological")
@@ -42,10 +40,7 @@ DEVICES = ("auto", "cpu", "cuda")
 PROTOTYPE_WEIGHTINGS = ("mean", "count")
 MIN_BITS, MAX_BITS = 8, 256
 SECURE_AGGREGATIONS = ("none", "dphe")
-FEATURE_SCALINGS = ("auto", "none", "minmax", "standard", "l2")
 LOGGERS = ("none", "tensorboard")
-"""``hashdata.scaling.FEATURE_SCALINGS``, repeated so that ``python -m settings check``
-need not import hashdata (and scikit-learn); a test keeps the two equal."""
 STRATEGIES = NAMES
 """The methods of :mod:`strategies.catalog` (no torch there: ``python -m settings
 check`` refuses an unknown name without importing it)."""
@@ -444,6 +439,14 @@ class RunSettings(Section):
     def method(self) -> MethodInfo:
         """The run's method: its capabilities (:mod:`strategies.catalog`)."""
         return method_info(self.strategy)
+
+    @property
+    def dphe_run(self) -> DPHERun:
+        """What DPHE's set-up reads of this run (:mod:`strategies.dphe.setup`)."""
+        dphe = self.secure_aggregation == "dphe"
+        return DPHERun(
+            self.dphe, self.code_length, self.updates.sparsity if dphe else 0.0
+        )
 
     @property
     def uses_prototypes(self) -> bool:

@@ -9,8 +9,6 @@
   in partition order, the per-round histories;
 * :class:`SecureAggregationHook`: the DPHE session in each round's config, and the
   encrypted components a method takes;
-* :class:`FaultMarking`: clients told to fail (tests and benchmarks, only when
-  ``faults.clients`` asks);
 * :class:`strategies.round_loop.ResumableLoop`: Flower's loop from a later round;
 * the set-up from one :class:`strategies.protocol.RunContext` and the checkpoint
   state (here).
@@ -23,12 +21,9 @@ A method overrides what it has of its own (:meth:`set_label_space`,
 from __future__ import annotations
 
 from collections.abc import Iterable
-from logging import INFO
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
-from flwr.common.logger import log
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.serverapp import Grid
 
 from privacy.ledger import MechanismUse
@@ -89,51 +84,8 @@ class SecureAggregationHook:
         )
 
 
-class FaultMarking:
-    """Tell ``faults.clients`` of each round's sampled clients how to fail."""
-
-    faults: tuple[int, str, float]
-    sampling_seed: int
-    _sent: list[Message]
-
-    def configure_train(
-        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
-    ) -> Iterable[Message]:
-        """Return the round's messages, ``faults.clients`` of them told to fail."""
-        sent = super().configure_train(  # type: ignore[misc]
-            server_round, arrays, config, grid
-        )
-        self._mark_faults(server_round)
-        return sent
-
-    def _mark_faults(self, server_round: int) -> None:
-        """Tell ``faults.clients`` of the sampled clients how to fail (seeded)."""
-        count, kind, delay = self.faults
-        if not count or not self._sent:
-            return
-        rng = np.random.default_rng([self.sampling_seed, server_round, 0xFA])
-        picked = rng.choice(
-            len(self._sent), size=min(count, len(self._sent)), replace=False
-        )
-        for i in sorted(int(j) for j in picked):
-            msg = self._sent[i]
-            # Flower builds every message on one shared RecordDict: copy it
-            content = RecordDict(dict(msg.content.items()))
-            content[K.CONFIG] = ConfigRecord(
-                {**dict(content[K.CONFIG]), K.FAULT: kind, K.FAULT_DELAY: delay}
-            )
-            msg.content = content
-            log(
-                INFO,
-                "round %d: fault injection: %s is told to fail (%s)",
-                server_round,
-                self.client_name(msg.metadata.dst_node_id),
-                kind,
-            )
-
-
 class HashingStrategyBase(
-    FaultMarking, ReplyScreening, SecureAggregationHook, PartitionOrder, ResumableLoop
+    ReplyScreening, SecureAggregationHook, PartitionOrder, ResumableLoop
 ):
     """Mix in *before* a Flower FedAvg-family strategy class (see the module)."""
 
@@ -147,13 +99,10 @@ class HashingStrategyBase(
         self,
         *args: Any,
         sampling_seed: int = 0,
-        faults: tuple[int, str, float] = (0, "raise", 0.0),
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         self.sampling_seed = sampling_seed
-        # (clients told to fail per round, how, delay of a "timeout" fault)
-        self.faults = faults
         self.node_partitions: dict[int, int] = {}
         self.train_history: dict[int, MetricRecord] = {}
         # {round: {partition id: that client's train metrics}} of the kept replies

@@ -9,13 +9,13 @@ down to the experiment; no client trainer is imported (their half is
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from torch import nn
 
 from server.evaluation import RetrievalEvaluator
-from settings.run_model import build_run_model, initial_global_state
+from settings.run_model import build_run_model
 from settings.run_settings import ConfigError, RunSettings
 from strategies.catalog import METHODS as CATALOG
 from strategies.catalog import MethodInfo
@@ -30,23 +30,14 @@ from strategies.protocol import HashingStrategy, RunContext
 
 StrategyFactory = Callable[[RunSettings], HashingStrategy]
 EvaluatorFactory = Callable[..., RetrievalEvaluator]
-"""``factory(settings, grid, nodes, queries, model_factory, **metric options)``."""
+"""``factory(settings, grid, nodes, queries, model_factory, **metric options)``
+(:class:`server.evaluation.RetrievalEvaluator`'s arguments after ``settings``)."""
 RunFunction = Callable[..., Any]
 """``run(grid, settings, *, simulation) -> RunResults``."""
 ModelBuilder = Callable[..., nn.Module]
 """``build(settings, input_shape, num_classes=None)`` -> the run's network."""
 InitialState = Callable[[RunSettings, nn.Module, int], Mapping[str, Any]]
 """``initial_state(settings, model, num_classes)`` -> round 0's global arrays."""
-
-
-def _retrieval_evaluator(
-    settings: RunSettings, *args: Any, **kwargs: Any
-) -> RetrievalEvaluator:
-    return RetrievalEvaluator(*args, **kwargs)
-
-
-def _same_protocol(settings: RunSettings, text: str) -> str:
-    return text
 
 
 @dataclass(frozen=True)
@@ -58,9 +49,10 @@ class ServerSide:
     strategy: StrategyFactory | None
     """Builds the server strategy from the validated settings (``None``: the
     method trains nothing and has its own ``run``)."""
-    evaluator: EvaluatorFactory = field(default=_retrieval_evaluator)
-    """Builds the server's retrieval evaluator (default: the union protocol)."""
-    describe_protocol: Callable[[RunSettings, str], str] = field(default=_same_protocol)
+    evaluator: EvaluatorFactory | None = None
+    """Builds the server's retrieval evaluator (default: the union protocol,
+    :class:`server.evaluation.RetrievalEvaluator`)."""
+    describe_protocol: Callable[[RunSettings, str], str] | None = None
     """Extends the evaluation protocol's description (results files, logs)."""
     results_table: Callable[[list[dict[str, Any]]], str] | None = None
     """Its own final results table (default: mAP and precision@K per round)."""
@@ -70,7 +62,7 @@ class ServerSide:
     """Its own server run instead of the training loop (federated analytics)."""
     build_model: ModelBuilder = build_run_model
     """Builds the run's network (default: the single-modal one of ``model``)."""
-    initial_state: InitialState = initial_global_state
+    initial_state: InitialState | None = None
     """Round 0's global arrays from the built model (default: its state dict)."""
 
     @property
@@ -105,15 +97,24 @@ def registered_strategies() -> tuple[str, ...]:
     return tuple(sorted(SIDES))
 
 
-def server_side(settings: RunSettings) -> ServerSide:
-    """Return the server side of ``settings.strategy`` (``ConfigError`` if unknown)."""
+def server_side(strategy: str) -> ServerSide:
+    """Return the server side of method ``strategy`` (``ConfigError`` if unknown)."""
     try:
-        return SIDES[settings.strategy]
+        return SIDES[strategy]
     except KeyError:
         raise ConfigError(
-            f"{RunSettings.key('strategy')}={settings.strategy!r}: accepted are "
+            f"{RunSettings.key('strategy')}={strategy!r}: accepted are "
             f"{', '.join(registered_strategies())}"
         ) from None
+
+
+def initial_arrays(
+    side: ServerSide, settings: RunSettings, model: nn.Module, num_classes: int
+) -> Mapping[str, Any]:
+    """Round 0's global arrays: ``side.initial_state``'s, else the model's state."""
+    if side.initial_state is None:
+        return dict(model.state_dict())
+    return side.initial_state(settings, model, num_classes)
 
 
 def build_strategy(
@@ -131,7 +132,7 @@ def build_strategy(
     TypeError
         If it does not implement :class:`strategies.protocol.HashingStrategy`.
     """
-    factory = (side or server_side(settings)).strategy
+    factory = (side or server_side(settings.strategy)).strategy
     if factory is None:
         raise ValueError(f"strategy {settings.strategy!r} trains nothing")
     strategy = factory(settings)

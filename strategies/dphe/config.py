@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from privacy import DPHE_MIN_CONTRIBUTORS as MIN_CONTRIBUTORS
 from settings.schema import ConfigError, Section, option
 
 OBFUSCATORS = ("full", "djn")
@@ -14,9 +15,6 @@ STRATEGIES = ("fedavg", "fedprox", "fedhap")
 """Strategies DPHE secure aggregation composes with."""
 WEIGHTINGS = ("num-examples", "uniform")
 SPARSITY_LAYOUTS = ("block", "element")
-# the DPHE paper's condition (Section 2.5): an aggregate of fewer than 3 users
-# would let one user (or the server) recover another's update
-MIN_CONTRIBUTORS = 3
 MAX_SCALE_BITS = 40
 
 
@@ -157,3 +155,17 @@ class DPHEConfig(Section):
                 f'{self.key("key_dir")} is empty: {agg}="dphe" needs the folder of '
                 "key bundles written by `python -m crypto.keygen --out DIR --clients N`"
             )
+
+
+@dataclass(frozen=True)
+class DPHERun:
+    """What DPHE's set-up reads of a run (both apps derive the same parameters).
+
+    Its ``dphe`` section, the code length (layout of the prototype sums) and the
+    model update's sparsity under DPHE (``updates.sparsity``; 0 outside DPHE):
+    :attr:`settings.run_settings.RunSettings.dphe_run`.
+    """
+
+    config: DPHEConfig
+    code_length: int
+    sparsity: float = 0.0

@@ -38,17 +38,17 @@ def run_streams(config: Mapping[str, Any], *, key_bits: int) -> dict[str, DPHEPa
     """
     # torch and the datasets: lazily
     from server.experiment import prepare_data
-    from strategies.server_side import server_side
+    from strategies.server_side import initial_arrays, server_side
 
     settings = RunSettings.from_config(config)
     if settings.secure_aggregation != "dphe":
         raise ConfigError('the run config does not set secure-aggregation = "dphe"')
-    side = server_side(settings)
+    side = server_side(settings.strategy)
     data = prepare_data(settings)
     model = side.build_model(settings, data.input_shape, data.num_classes)
-    state = side.initial_state(settings, model, data.num_classes)
+    state = initial_arrays(side, settings, model, data.num_classes)
     return stream_params(
-        settings,
+        settings.dphe_run,
         model_dimension=sum(int(v.numel()) for v in state.values()),
         num_classes=data.num_classes,
         key_bits=key_bits,

@@ -27,16 +27,16 @@ from crypto import (
     KeyholderLike,
     RemoteKeyholder,
 )
-from settings.run_settings import ConfigError, RunSettings
+from settings.run_settings import ConfigError
 from strategies.dphe.aggregation import SecureAggregation, SecureSum
-from strategies.dphe.config import DPHEConfig
+from strategies.dphe.config import DPHEConfig, DPHERun
 from strategies.dphe.setup import load_server_bundles, stream_params
 
 _key = DPHEConfig.key  # the config key of a dphe field, e.g. dphe.key-dir
 
 
 def build_secure_aggregation(
-    settings: RunSettings,
+    run: DPHERun,
     *,
     dimension: int,
     partition_ids: Iterable[int],
@@ -45,7 +45,7 @@ def build_secure_aggregation(
 ) -> SecureAggregation:
     """Build the strategy's DPHE component for a model of ``dimension`` values."""
     return build_secure_components(
-        settings,
+        run,
         dimension=dimension,
         partition_ids=partition_ids,
         num_classes=0,
@@ -55,7 +55,7 @@ def build_secure_aggregation(
 
 
 def build_secure_components(
-    settings: RunSettings,
+    run: DPHERun,
     *,
     dimension: int,
     partition_ids: Iterable[int],
@@ -65,7 +65,8 @@ def build_secure_components(
 ) -> tuple[SecureAggregation, SecureSum | None]:
     """Build the model's DPHE component and, with ``dphe.prototypes``, FedHAP's.
 
-    Both share one keyholder handle (and its session id). The keyholder's session is
+    ``run``: what DPHE reads of the run's settings (``settings.dphe_run``). Both
+    share one keyholder handle (and its session id). The keyholder's session is
     bound to ``run_id`` (the Flower run; :meth:`crypto.Keyholder.bind_run`) and the
     proof goes to the clients, which check it against their own run id.
 
@@ -78,9 +79,10 @@ def build_secure_components(
         pinned streams are not those of this run, or one whose session an earlier
         run already used.
     """
-    aggregator, keyholder_bundle = load_server_bundles(settings, simulation=simulation)
+    dphe = run.config
+    aggregator, keyholder_bundle = load_server_bundles(dphe, simulation=simulation)
     streams = stream_params(
-        settings,
+        run,
         model_dimension=dimension,
         num_classes=num_classes,
         key_bits=aggregator.key_bits,
@@ -90,18 +92,18 @@ def build_secure_components(
     missing = sorted(set(partition_ids) - known)
     if missing:
         raise ConfigError(
-            f"{_key('key_dir')}={settings.dphe.key_dir!r}: the aggregator bundle has "
+            f"{_key('key_dir')}={dphe.key_dir!r}: the aggregator bundle has "
             f"permutations for {len(known)} clients but partitions {missing[:5]} "
             "take part; "
             "regenerate the keys with --clients >= the number of partitions"
         )
     keyholder: KeyholderLike
     if keyholder_bundle is None:
-        remote = _remote_keyholder(settings, aggregator.auth_token)
+        remote = _remote_keyholder(dphe, aggregator.auth_token)
         _check_remote_streams(remote, streams)
-        _check_fresh_session(remote, settings.dphe.keyholder_url)
+        _check_fresh_session(remote, dphe.keyholder_url)
         keyholder = remote
-        where = f"keyholder service {settings.dphe.keyholder_url}"
+        where = f"keyholder service {dphe.keyholder_url}"
     else:
         keyholder = Keyholder(keyholder_bundle, streams)
         where = "in-process keyholder (simulation)"
@@ -130,7 +132,7 @@ def build_secure_components(
             "keyholder session serves one run: restart the keyholder service"
         ) from None
     model = SecureAggregation(aggregator, keyholder, params, session_proof=proof)
-    if not settings.dphe.prototypes:
+    if not dphe.prototypes:
         return model, None
     prototypes = SecureSum(
         aggregator,
@@ -181,7 +183,7 @@ def _check_remote_streams(remote: RemoteKeyholder, streams: dict) -> None:
         )
 
 
-def _remote_keyholder(settings: RunSettings, auth_token: str) -> RemoteKeyholder:
+def _remote_keyholder(dphe: DPHEConfig, auth_token: str) -> RemoteKeyholder:
     """Client of the keyholder service, verifying TLS with ``dphe.keyholder-ca``.
 
     Raises
@@ -190,7 +192,7 @@ def _remote_keyholder(settings: RunSettings, auth_token: str) -> RemoteKeyholder
         A CA file that does not exist, or a URL the client refuses (plain http
         off loopback), naming the key.
     """
-    ca_file = settings.dphe.keyholder_ca or None
+    ca_file = dphe.keyholder_ca or None
     if ca_file is not None and not Path(ca_file).is_file():
         raise ConfigError(
             f"{_key('keyholder_ca')}={ca_file!r} does not exist on the ServerApp's "
@@ -198,6 +200,6 @@ def _remote_keyholder(settings: RunSettings, auth_token: str) -> RemoteKeyholder
             "certificate (deploy/credentials/serverapp/ca.crt)"
         )
     try:
-        return RemoteKeyholder(settings.dphe.keyholder_url, auth_token, ca_file=ca_file)
+        return RemoteKeyholder(dphe.keyholder_url, auth_token, ca_file=ca_file)
     except ValueError as exc:
         raise ConfigError(f"{_key('keyholder_url')}: {exc}") from None

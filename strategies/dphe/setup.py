@@ -48,7 +48,7 @@ from crypto import (
 from hashing.fedhap.prototypes import PROTOTYPE_BOUND
 from settings import keys as K
 from settings.run_settings import ConfigError, RunSettings
-from strategies.dphe.config import DPHEConfig
+from strategies.dphe.config import DPHEConfig, DPHERun
 
 _key = DPHEConfig.key  # the config key of a dphe field, e.g. dphe.key-dir
 
@@ -72,7 +72,7 @@ def split_loss(average: np.ndarray) -> tuple[np.ndarray, float]:
 
 
 def stream_params(
-    settings: RunSettings,
+    run: DPHERun,
     *,
     model_dimension: int,
     num_classes: int,
@@ -82,8 +82,8 @@ def stream_params(
 
     Parameters
     ----------
-    settings : RunSettings
-        The run's settings.
+    run : DPHERun
+        What DPHE reads of the run's settings (``settings.dphe_run``).
     model_dimension : int
         Number of model values sent to the clients (hashing network plus
         discriminator, if any); the model stream has one more (the loss).
@@ -98,14 +98,12 @@ def stream_params(
         ``{"model": ...}`` and, with ``dphe.prototypes``, ``"prototypes"``.
     """
     streams = {
-        STREAM_MODEL: dphe_params(
-            settings, dimension=model_dimension + 1, key_bits=key_bits
-        )
+        STREAM_MODEL: dphe_params(run, dimension=model_dimension + 1, key_bits=key_bits)
     }
-    if settings.dphe.prototypes:
+    if run.config.prototypes:
         streams[STREAM_PROTOTYPES] = dphe_params(
-            settings,
-            dimension=num_classes * (settings.code_length + 1),
+            run,
+            dimension=num_classes * (run.code_length + 1),
             key_bits=key_bits,
             uniform=True,
         )
@@ -117,7 +115,7 @@ def client_bundle_name(partition_id: int) -> str:
     return f"client-{partition_id}.json"
 
 
-def fixed_point(settings: RunSettings, *, uniform: bool = False) -> FixedPointParams:
+def fixed_point(dphe: DPHEConfig, *, uniform: bool = False) -> FixedPointParams:
     """Return a stream's fixed-point encoding (scale, clip, weight, summands).
 
     ``uniform`` True is the prototype stream (:func:`prototype_fixed_point`: weight
@@ -130,17 +128,17 @@ def fixed_point(settings: RunSettings, *, uniform: bool = False) -> FixedPointPa
         For the prototype stream, when the configuration cannot hold its sums.
     """
     if uniform:
-        return prototype_fixed_point(settings)
-    max_weight = 1 if settings.dphe.weighting == "uniform" else settings.dphe.max_weight
+        return prototype_fixed_point(dphe)
+    max_weight = 1 if dphe.weighting == "uniform" else dphe.max_weight
     return FixedPointParams(
-        scale_bits=settings.dphe.scale_bits,
-        clip=settings.dphe.clip,
+        scale_bits=dphe.scale_bits,
+        clip=dphe.clip,
         max_weight=max_weight,
-        max_summands=settings.dphe.max_contributors,
+        max_summands=dphe.max_contributors,
     )
 
 
-def prototype_fixed_point(settings: RunSettings) -> FixedPointParams:
+def prototype_fixed_point(dphe: DPHEConfig) -> FixedPointParams:
     """Return the prototype stream's fixed point: exact holder counts, no clipping.
 
     Every entry of :func:`hashing.fedhap.prototypes.prototype_sum_vector` lies in
@@ -160,8 +158,8 @@ def prototype_fixed_point(settings: RunSettings) -> FixedPointParams:
         If ``B`` exceeds ``2**53`` or the slot ``2**63``, naming
         ``dphe.scale-bits`` and ``dphe.max-contributors`` and their values.
     """
-    scale_bits = settings.dphe.scale_bits
-    summands = settings.dphe.max_contributors
+    scale_bits = dphe.scale_bits
+    summands = dphe.max_contributors
     try:
         return FixedPointParams(
             scale_bits=scale_bits,
@@ -179,21 +177,17 @@ def prototype_fixed_point(settings: RunSettings) -> FixedPointParams:
         ) from None
 
 
-def block_layout(settings: RunSettings) -> bool:
+def block_layout(run: DPHERun) -> bool:
     """Whether the model stream's top-k keeps whole phi-space blocks.
 
     DPHE with ``updates.sparsity > 0`` and ``dphe.sparsity-layout = "block"`` (the
     default); a dense update (sparsity 0) encrypts every block either way.
     """
-    return (
-        settings.secure_aggregation == "dphe"
-        and settings.updates.sparsity > 0
-        and settings.dphe.sparsity_layout == "block"
-    )
+    return run.sparsity > 0 and run.config.sparsity_layout == "block"
 
 
 def dphe_params(
-    settings: RunSettings, *, dimension: int, key_bits: int, uniform: bool = False
+    run: DPHERun, *, dimension: int, key_bits: int, uniform: bool = False
 ) -> DPHEParams:
     """DPHE parameters for a vector of ``dimension`` values and a ``key_bits`` key.
 
@@ -209,9 +203,10 @@ def dphe_params(
     ConfigError
         If the packing does not fit the key, naming ``dphe.packing``.
     """
-    fp = fixed_point(settings, uniform=uniform)
+    dphe = run.config
+    fp = fixed_point(dphe, uniform=uniform)
     most = max_packing(key_bits, fp)
-    packing = settings.dphe.packing or most
+    packing = dphe.packing or most
     if packing > most:
         what = (
             f"the prototype stream's {fp.slot_bits}-bit slots (range "
@@ -222,25 +217,25 @@ def dphe_params(
             f"{_key('clip')}, {_key('max_weight')}, {_key('max_contributors')})"
         )
         raise ConfigError(
-            f"{_key('packing')}={settings.dphe.packing}: a {key_bits}-bit key holds at "
+            f"{_key('packing')}={dphe.packing}: a {key_bits}-bit key holds at "
             f"most {most} {what}; accepted is 0 (= {most}) or 1..{most}"
         )
-    capacity = settings.dphe.capacity
+    capacity = dphe.capacity
     num_blocks = -(-(dimension + 1) // packing)
     single = False
     try:
-        if block_layout(settings) and not uniform:
+        if block_layout(run) and not uniform:
             # every user touches at most k blocks: one padded shard of k blocks
-            capacity = kept_blocks(num_blocks, settings.updates.sparsity)
-            single = settings.dphe.pad
-        elif settings.dphe.pad and capacity == 0:
+            capacity = kept_blocks(num_blocks, run.sparsity)
+            single = dphe.pad
+        elif dphe.pad and capacity == 0:
             capacity = auto_capacity(num_blocks)
         params = DPHEParams(
             dimension=dimension,
             packing=packing,
             fixed_point=fp,
             capacity=capacity,
-            pad=settings.dphe.pad,
+            pad=dphe.pad,
             single_shard=single,
         )
         params.validate(key_bits)
@@ -322,7 +317,7 @@ def cached_client_bundle(path: str, partition_id: int) -> ClientBundle:
 
 
 def load_server_bundles(
-    settings: RunSettings, *, simulation: bool
+    dphe: DPHEConfig, *, simulation: bool
 ) -> tuple[AggregatorBundle, KeyholderBundle | None]:
     """Load the aggregator's bundle and, without a keyholder URL, the keyholder's.
 
@@ -335,15 +330,15 @@ def load_server_bundles(
     the ServerApp: an empty ``dphe.keyholder-url`` is a ConfigError, whether or not
     ``keyholder.json`` lies in the key folder.
     """
-    folder = Path(settings.dphe.key_dir)
+    folder = Path(dphe.key_dir)
     agg_path = folder / AGGREGATOR_BUNDLE
     if not agg_path.is_file():
         raise ConfigError(
-            f"{_key('key_dir')}={settings.dphe.key_dir!r} has no {AGGREGATOR_BUNDLE}: "
+            f"{_key('key_dir')}={dphe.key_dir!r} has no {AGGREGATOR_BUNDLE}: "
             "write the bundles with `python -m crypto.keygen --out DIR --clients N`"
         )
     aggregator = load_aggregator_bundle(agg_path)
-    if settings.dphe.keyholder_url:
+    if dphe.keyholder_url:
         return aggregator, None
     if not simulation:
         raise ConfigError(
@@ -356,7 +351,7 @@ def load_server_bundles(
     kh_path = folder / KEYHOLDER_BUNDLE
     if not kh_path.is_file():
         raise ConfigError(
-            f"{_key('key_dir')}={settings.dphe.key_dir!r} has no {KEYHOLDER_BUNDLE} "
+            f"{_key('key_dir')}={dphe.key_dir!r} has no {KEYHOLDER_BUNDLE} "
             f"and {_key('keyholder_url')} is empty: either run the keyholder service "
             "and give its URL, or (simulation) keep keyholder.json in the key folder"
         )

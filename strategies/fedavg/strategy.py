@@ -33,11 +33,6 @@ def common_kwargs(settings: RunSettings) -> dict:
         "min_train_nodes": settings.min_train_nodes,
         "min_available_nodes": settings.min_train_nodes,
         "sampling_seed": settings.seed,
-        "faults": (
-            settings.faults.clients,
-            settings.faults.kind,
-            settings.round_timeout + 2.0,
-        ),
     }
 
 

@@ -19,6 +19,7 @@ signatures from ``fab-registry``.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import signal
@@ -434,6 +435,18 @@ def test_seeded_privacy_noise_is_refused_by_the_deployment(deployment: Deploymen
         assert f"[RUN {run[0]}]" not in dep.log(f"supernode-{i}")
 
 
+def _post_status(ca: ssl.SSLContext, base: str, path: str) -> int:
+    """HTTP status of an empty protobuf POST to ``base + path`` (TLS: ``ca``)."""
+    request = urllib.request.Request(base + path, data=b"", method="POST")
+    request.add_header("Content-Type", "application/protobuf")
+    try:
+        with urllib.request.urlopen(request, timeout=10, context=ca) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        error.close()
+        return error.code
+
+
 def test_executor_and_operator_reach_only_their_api(deployment: Deployment):
     """The ServerApp executor's gateway serves the Runtime API only, the operator's
     the Control API only: a compromised ServerApp cannot submit runs or FABs, nor
@@ -447,16 +460,7 @@ def test_executor_and_operator_reach_only_their_api(deployment: Deployment):
         "https://"
     )
 
-    def post(base: str, path: str) -> int:
-        request = urllib.request.Request(base + path, data=b"", method="POST")
-        request.add_header("Content-Type", "application/protobuf")
-        try:
-            with urllib.request.urlopen(request, timeout=10, context=ca) as response:
-                return response.status
-        except urllib.error.HTTPError as error:
-            error.close()
-            return error.code
-
+    post = functools.partial(_post_status, ca)
     for path in (
         "/v1/control/start-run",
         "/v1/control/add-app",
@@ -491,16 +495,7 @@ def test_supernodes_reach_only_the_fleet_api(deployment: Deployment):
         cmd = dep.plan.command(f"supernode-{i}")
         assert cmd[cmd.index("--superlink") + 1] == gateway.removeprefix("https://")
 
-    def post(base: str, path: str) -> int:
-        request = urllib.request.Request(base + path, data=b"", method="POST")
-        request.add_header("Content-Type", "application/protobuf")
-        try:
-            with urllib.request.urlopen(request, timeout=10, context=ca) as response:
-                return response.status
-        except urllib.error.HTTPError as error:
-            error.close()
-            return error.code
-
+    post = functools.partial(_post_status, ca)
     before = dep.log("fleet-gateway").count("refused")
     for path in (
         "/v1/control/register-node",

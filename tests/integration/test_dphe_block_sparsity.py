@@ -45,6 +45,16 @@ from tests.integration.test_dphe_strategy import (  # noqa: F401  (key_dir is a 
 pytestmark = pytest.mark.usefixtures("task_identity")
 
 
+def _configured(settings):
+    """The strategy for ``settings`` after round 1's configure; the global arrays."""
+    strategy = strategy_for(settings)
+    global_arrays = record(
+        {k: np.zeros(v, dtype=np.float32) for k, v in SHAPES.items()}
+    )
+    configure(strategy, global_arrays)
+    return strategy, global_arrays
+
+
 def test_block_sparse_djn_round_equals_plaintext_of_the_kept_blocks(key_dir):  # noqa: F811
     settings = settings_for(
         key_dir,
@@ -55,13 +65,11 @@ def test_block_sparse_djn_round_equals_plaintext_of_the_kept_blocks(key_dir):  #
             "dphe.weighting": "uniform",
         },
     )
-    params = dphe_params(settings, dimension=26, key_bits=512)  # 25 values + loss
+    # 25 values + loss
+    params = dphe_params(settings.dphe_run, dimension=26, key_bits=512)
     keep = kept_blocks(params.num_blocks, 0.6)
     assert params.single_shard and params.capacity == keep
-    strategy = strategy_for(settings)
-    zeros = {k: np.zeros(v, dtype=np.float32) for k, v in SHAPES.items()}
-    global_arrays = record(zeros)
-    configure(strategy, global_arrays)
+    strategy, global_arrays = _configured(settings)
     session = bytes.fromhex(_SENT["config"][K.DPHE_SESSION])
     context = AggregationContext(session, STREAM_MODEL, 1)
     rng = np.random.default_rng(4)
@@ -111,42 +119,52 @@ def _blinded_by(c, values, n):
     return [r for r in values if (mpz(c) * invert(r, nsq) % nsq) % n == 1]
 
 
-def test_the_node_pool_supplies_the_rounds_obfuscators_once(
-    key_dir,  # noqa: F811
-    tmp_path,
-    caplog,
-):
-    settings = settings_for(key_dir, **{"updates.sparsity": 0.6, "dphe.packing": 2})
-    strategy = strategy_for(settings)
-    global_arrays = record(
-        {k: np.zeros(v, dtype=np.float32) for k, v in SHAPES.items()}
-    )
-    configure(strategy, global_arrays)
-    node = list(NODES)[0]
+def _pooled_reply(keys, tmp_path, node, seed, make_source, stocked=None):
+    """One client's round-1 reply, encrypted with its node's obfuscator pool.
+
+    The pool is filled with ``stocked`` values (default: a round's worth) drawn from
+    ``make_source(n)`` (``n``: the client's key). Returns the reply's content, the
+    pool, the client's bundle, the source and the ciphertexts a round takes.
+    """
+    settings = settings_for(keys, **{"updates.sparsity": 0.6, "dphe.packing": 2})
+    _, global_arrays = _configured(settings)
     pid = NODES[node]
-    bundle = load_client_bundle(key_dir / f"client-{pid}.json")
+    bundle = load_client_bundle(keys / f"client-{pid}.json")
     per_round = round_ciphertexts(settings, dimension=25, key_bits=512)
-    assert per_round == dphe_params(settings, dimension=26, key_bits=512).capacity
+    assert (
+        per_round == dphe_params(settings.dphe_run, dimension=26, key_bits=512).capacity
+    )
     store = ObfuscatorStore(tmp_path / "pool", bundle.n)
-    source = _Recording(bundle.n)
-    store.fill(per_round, source)
-    rng = np.random.default_rng(5)
+    source = make_source(bundle.n)
+    store.fill(per_round if stocked is None else stocked, source)
+    rng = np.random.default_rng(seed)
     content = RecordDict(
         {
             K.ARRAYS: record(model(rng)),
             K.METRICS: MetricRecord({K.NUM_EXAMPLES: 3, K.TRAIN_LOSS: 0.5}),
         }
     )
+    finish_train_reply(
+        content,
+        global_arrays=global_arrays,
+        settings=settings,
+        partition_id=pid,
+        rng=rng,
+        train_config=_SENT["config"],
+        run_id=RUN_ID,
+        pool=store,
+    )
+    return content, store, bundle, source, per_round
+
+
+def test_the_node_pool_supplies_the_rounds_obfuscators_once(
+    key_dir,  # noqa: F811
+    tmp_path,
+    caplog,
+):
     with caplog.at_level(logging.INFO, logger="clients.dphe_updates"):
-        finish_train_reply(
-            content,
-            global_arrays=global_arrays,
-            settings=settings,
-            partition_id=pid,
-            rng=rng,
-            train_config=_SENT["config"],
-            run_id=RUN_ID,
-            pool=store,
+        content, store, bundle, source, per_round = _pooled_reply(
+            key_dir, tmp_path, list(NODES)[0], 5, _Recording
         )
     assert len(store) == 0  # every pooled value taken off the disk
     assert "none drawn online" in caplog.text
@@ -164,34 +182,9 @@ def test_a_short_pool_draws_the_rest_online_and_says_so(
     tmp_path,
     caplog,
 ):
-    settings = settings_for(key_dir, **{"updates.sparsity": 0.6, "dphe.packing": 2})
-    strategy = strategy_for(settings)
-    global_arrays = record(
-        {k: np.zeros(v, dtype=np.float32) for k, v in SHAPES.items()}
-    )
-    configure(strategy, global_arrays)
-    pid = NODES[list(NODES)[1]]
-    bundle = load_client_bundle(key_dir / f"client-{pid}.json")
-    store = ObfuscatorStore(tmp_path / "pool", bundle.n)
-    store.fill(2, FullObfuscators(bundle.n))
-    rng = np.random.default_rng(6)
-    content = RecordDict(
-        {
-            K.ARRAYS: record(model(rng)),
-            K.METRICS: MetricRecord({K.NUM_EXAMPLES: 3, K.TRAIN_LOSS: 0.5}),
-        }
-    )
     with caplog.at_level(logging.INFO, logger="clients.dphe_updates"):
-        finish_train_reply(
-            content,
-            global_arrays=global_arrays,
-            settings=settings,
-            partition_id=pid,
-            rng=rng,
-            train_config=_SENT["config"],
-            run_id=RUN_ID,
-            pool=store,
+        _, store, _, _, per_round = _pooled_reply(
+            key_dir, tmp_path, list(NODES)[1], 6, FullObfuscators, stocked=2
         )
-    per_round = round_ciphertexts(settings, dimension=25, key_bits=512)
     assert f"pool short: 2 precomputed, {per_round - 2} drawn online" in caplog.text
     assert len(store) == 0

@@ -219,10 +219,12 @@ def test_prototype_config_that_could_overflow_is_refused(key_dir):
         r"dphe\.max-contributors=1024.*slot_bits = 64"
     )
     with pytest.raises(ConfigError, match=message):
-        stream_params(settings, model_dimension=DIM, num_classes=CLASSES, key_bits=512)
+        stream_params(
+            settings.dphe_run, model_dimension=DIM, num_classes=CLASSES, key_bits=512
+        )
     with pytest.raises(ConfigError, match=message):  # before any round
         build_secure_components(
-            settings,
+            settings.dphe_run,
             dimension=DIM,
             partition_ids=NODES.values(),
             num_classes=CLASSES,
@@ -238,7 +240,9 @@ def test_prototype_config_that_could_overflow_is_refused(key_dir):
             "dphe.weighting": "uniform",
         },
     )
-    streams = stream_params(ok, model_dimension=DIM, num_classes=CLASSES, key_bits=512)
+    streams = stream_params(
+        ok.dphe_run, model_dimension=DIM, num_classes=CLASSES, key_bits=512
+    )
     assert streams["prototypes"].fixed_point.slot_bits == 63
 
 

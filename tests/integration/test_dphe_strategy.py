@@ -72,7 +72,7 @@ def strategy_for(settings):
     s.set_node_partitions(NODES)
     s.set_secure_aggregation(
         build_secure_aggregation(
-            settings,
+            settings.dphe_run,
             dimension=DIM,
             partition_ids=NODES.values(),
             simulation=True,
@@ -333,7 +333,7 @@ def test_packing_that_does_not_fit_the_key_is_a_config_error(key_dir):
     settings = settings_for(key_dir, **{"dphe.packing": 500})
     with pytest.raises(ConfigError, match="dphe.packing=500"):
         build_secure_aggregation(
-            settings,
+            settings.dphe_run,
             dimension=DIM,
             partition_ids=[0, 1, 2],
             simulation=True,
@@ -344,7 +344,7 @@ def test_packing_that_does_not_fit_the_key_is_a_config_error(key_dir):
 def test_partitions_without_a_permutation_are_a_config_error(key_dir):
     with pytest.raises(ConfigError, match=r"partitions \[7\]"):
         build_secure_aggregation(
-            settings_for(key_dir),
+            settings_for(key_dir).dphe_run,
             dimension=DIM,
             partition_ids=[0, 1, 7],
             simulation=True,
@@ -392,7 +392,7 @@ def secure_fedhap(settings, *, bits, classes, nodes=NODES, dim=DIM):
     s.set_node_partitions(nodes)
     s.set_label_space(classes)
     model_sum, proto_sum = build_secure_components(
-        settings,
+        settings.dphe_run,
         dimension=dim,
         partition_ids=nodes.values(),
         num_classes=classes,

@@ -99,16 +99,6 @@ def test_dphe_config_restates_the_obfuscator_names():
     assert OBFUSCATORS == CONFIG_OBFUSCATORS
 
 
-def test_restated_names_equal_their_sources():
-    from crypto.keyholder import MIN_CONTRIBUTORS
-    from hashdata import DATASETS
-    from settings.run_settings import DATASETS as SETTINGS_DATASETS
-    from strategies.dphe.config import MIN_CONTRIBUTORS as CONFIG_MIN
-
-    assert DATASETS == SETTINGS_DATASETS
-    assert MIN_CONTRIBUTORS == CONFIG_MIN
-
-
 def _record(exc: BaseException) -> logging.LogRecord:
     try:
         raise exc

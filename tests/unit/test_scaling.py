@@ -12,9 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hashdata import FEATURE_SCALINGS, load_dataset, load_split, scale_inputs
+from hashdata import load_dataset, load_split, scale_inputs
 from hashdata.scaling import looks_scaled, validate_feature_scaling
-from settings.run_settings import FEATURE_SCALINGS as SETTINGS_SCALINGS
 from settings.run_settings import ConfigError, RunSettings
 
 try:
@@ -47,7 +46,6 @@ def _assert_identical(before: dict, after: dict) -> None:
 def test_default_is_auto_everywhere() -> None:
     assert RunSettings().feature_scaling == "auto"
     assert RunSettings().image_shape == "" and RunSettings().image_hwc() is None
-    assert FEATURE_SCALINGS == SETTINGS_SCALINGS
 
 
 @pytest.mark.parametrize("name", ["digits", "multiview-digits"])

@@ -57,6 +57,18 @@ RUNS = {
         "dphe.weighting": "num-examples",
         "dphe.max-weight": 4096,
     },
+    # dense updates: no block layout, whose phi-space blocks depend on the
+    # keyholder's random session, so the run is repeatable in the seeded mode
+    "fedavg-dphe-dense-seeded": {
+        **BASE,
+        "model": "mlp",
+        "min-train-nodes": 3,
+        "secure-aggregation": "dphe",
+        "dphe.key-dir": "/tmp/eq36/keys",
+        "privacy.noise": "seeded",
+        "dphe.weighting": "num-examples",
+        "dphe.max-weight": 4096,
+    },
     # secure noise mixes fresh node entropy into training (clients/privacy_noise.py):
     # not repeatable by design; the seeded mode is
     "fedavg-dphe-seeded": {

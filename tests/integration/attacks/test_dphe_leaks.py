@@ -66,7 +66,7 @@ def test_phi_differs_across_rounds_streams_and_sessions(key_dir):
 def test_padding_is_on_by_default_and_hides_sparsity(key_dir):
     settings = settings_for(key_dir, **{"dphe.packing": 1})
     assert settings.dphe.pad and settings.dphe.capacity == 0
-    params = dphe_params(settings, dimension=99, key_bits=512)
+    params = dphe_params(settings.dphe_run, dimension=99, key_bits=512)
     assert params.pad and params.num_blocks == 100 and params.capacity == 25
     client = load_client_bundle(key_dir / "client-0.json")
     context = AggregationContext(bytes(16), "model", 1)
@@ -86,16 +86,16 @@ def test_keyholder_json_is_refused_outside_simulation(key_dir):
     settings = settings_for(key_dir)
     assert (key_dir / "keyholder.json").is_file()
     with pytest.raises(ConfigError, match="dphe.keyholder-url"):
-        load_server_bundles(settings, simulation=False)
+        load_server_bundles(settings.dphe, simulation=False)
     with pytest.raises(ConfigError, match="dphe.keyholder-url"):
         build_secure_aggregation(
-            settings,
+            settings.dphe_run,
             dimension=25,
             partition_ids=[0, 1, 2],
             simulation=False,
             run_id=RUN_ID,
         )
-    _, bundle = load_server_bundles(settings, simulation=True)
+    _, bundle = load_server_bundles(settings.dphe, simulation=True)
     assert bundle is not None  # the in-process keyholder: simulation only
 
 
