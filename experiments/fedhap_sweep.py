@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from experiments.lib.tables import MISSING, head, mean_sd, n_note, pm, row
 from experiments.sweep import PARTITIONS, ROOT, run_federated
 from experiments.sweep_runner import exit_if_failed, run_sweep, write_tables
 
@@ -137,9 +138,7 @@ def aggregate(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             vals = [r[key] for r in rs if r.get(key) is not None]
             if not vals:
                 return float("nan"), float("nan")
-            return statistics.fmean(vals), (
-                statistics.stdev(vals) if len(vals) > 1 else 0.0
-            )
+            return mean_sd(vals)
 
         m, s = stat("map_all")
         mk, sk = stat("map_at_k")
@@ -164,11 +163,9 @@ def aggregate(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _cell(a: dict[str, Any] | None) -> str:
     if a is None:
-        return "-"
-    n = len(a["seeds"])
-    return f"{100 * a['map_all_mean']:.2f} ± {100 * a['map_all_std']:.2f}" + (
-        "" if n >= 3 else f" (n={n})"
-    )
+        return MISSING
+    cell = pm(a["map_all_mean"], a["map_all_std"], scale=100)
+    return cell + n_note(len(a["seeds"]), 3)
 
 
 def tables(agg: list[dict[str, Any]], args: argparse.Namespace) -> str:
@@ -179,43 +176,39 @@ def tables(agg: list[dict[str, Any]], args: argparse.Namespace) -> str:
         lines += [
             f"**{part_name}, {args.clients} clients** (mAP@ALL %, mean ± std)",
             "",
-            "| method | " + " | ".join(f"{b} bits" for b in args.bits) + " |",
-            "|---|" + "---|" * len(args.bits),
+            *head("method", *(f"{b} bits" for b in args.bits)),
         ]
         for method in MAIN_METHODS:
             cells = [
                 _cell(find.get((method, part_name, b, args.clients))) for b in args.bits
             ]
-            lines.append(f"| {method} | " + " | ".join(cells) + " |")
+            lines.append(row(method, *cells))
         lines.append("")
     counts = args.client_counts
     lines += [
         f"**Clients (IID, {args.sweep_bits} bits)** (mAP@ALL %, mean ± std)",
         "",
-        "| method | " + " | ".join(f"{c} clients" for c in counts) + " |",
-        "|---|" + "---|" * len(counts),
+        *head("method", *(f"{c} clients" for c in counts)),
     ]
     for method in CLIENT_SWEEP_METHODS:
         cells = [_cell(find.get((method, "iid", args.sweep_bits, c))) for c in counts]
-        lines.append(f"| {method} | " + " | ".join(cells) + " |")
+        lines.append(row(method, *cells))
     non_iid = "non-iid (3 cls/client)"
     lines += [
         "",
         f"**Distance metric (non-IID, {args.sweep_bits} bits, "
         f"{args.clients} clients)**",
         "",
-        "| triplet distance | mAP@ALL % |",
-        "|---|---|",
+        *head("triplet distance", "mAP@ALL %"),
     ]
     for label, method in (("cosine", "FedHAP"), ("Euclidean", "FedHAP (Euclidean)")):
         key = (method, non_iid, args.sweep_bits, args.clients)
-        lines.append(f"| {label} | {_cell(find.get(key))} |")
+        lines.append(row(label, _cell(find.get(key))))
     lines += [
         "",
         f"**Cost per round ({args.clients} clients, means over runs)**",
         "",
-        "| method | bits | train s/round | down KiB/client | up KiB/client |",
-        "|---|---|---|---|---|",
+        *head("method", "bits", "train s/round", "down KiB/client", "up KiB/client"),
     ]
     for method in MAIN_METHODS:
         for b in args.bits:
@@ -231,7 +224,7 @@ def tables(agg: list[dict[str, Any]], args: argparse.Namespace) -> str:
             secs = statistics.fmean(a["train_round_s_mean"] for a in rs)
             down = statistics.fmean(a["down_bytes_per_client"] for a in rs) / 1024
             up = statistics.fmean(a["up_bytes_per_client"] for a in rs) / 1024
-            lines.append(f"| {method} | {b} | {secs:.2f} | {down:.1f} | {up:.1f} |")
+            lines.append(row(method, b, f"{secs:.2f}", f"{down:.1f}", f"{up:.1f}"))
     return "\n".join(lines)
 
 

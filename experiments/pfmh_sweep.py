@@ -44,13 +44,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from experiments.lib.tables import MISSING, head, mean_sd, n_note, pm, row
 from experiments.sweep import ROOT, _sets, run_federated
 from experiments.sweep_runner import exit_if_failed, run_sweep, write_tables
 from hashing.pfmh.evaluation import PRECISION_PREFIX
@@ -255,15 +255,13 @@ def aggregate(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _mean_std(vals: list[float]) -> list[float]:
     """[mean, sample std] of a non-empty list (std 0 for one value)."""
-    return [statistics.fmean(vals), statistics.stdev(vals) if len(vals) > 1 else 0.0]
+    return list(mean_sd(vals))
 
 
 def _cell(a: dict[str, Any] | None, key: str) -> str:
     if a is None or a.get(key) is None:
-        return "-"
-    mean, std = a[key]
-    n = len(a["seeds"])
-    return f"{100 * mean:.2f} ± {100 * std:.2f}" + ("" if n >= 3 else f" (n={n})")
+        return MISSING
+    return pm(*a[key], scale=100) + n_note(len(a["seeds"]), 3)
 
 
 def protocol(args: argparse.Namespace) -> str:
@@ -297,25 +295,23 @@ def tables(agg: list[dict[str, Any]], args: argparse.Namespace) -> str:
         (SQ_CDB, "Server queries vs each client's own database, averaged over clients"),
         (UNION, "Union protocol (one model only): server queries vs all partitions"),
     )
-    header = "| method | " + " | ".join(f"{b} bits" for b in args.bits) + " |"
-    rule = "|---|" + "---|" * len(args.bits)
+    header = head("method", *(f"{b} bits" for b in args.bits))
     for key, title in titles:
         lines += [
             f"**{title}** (mAP@ALL %, mean ± std over seeds; {args.clients} clients, "
             f"Dirichlet {alpha})",
             "",
-            header,
-            rule,
+            *header,
         ]
         first = next(iter(METHODS))
         if key != UNION:  # the untrained network (round 0 of the PFMH runs)
             cells = [_cell(main.get((first, b)), "initial_" + key) for b in args.bits]
-            lines.append("| untrained (round 0) | " + " | ".join(cells) + " |")
+            lines.append(row("untrained (round 0)", *cells))
         for method in METHODS:
             cells = [_cell(main.get((method, b)), key) for b in args.bits]
-            if all(c == "-" for c in cells):
+            if all(c == MISSING for c in cells):
                 continue
-            lines.append(f"| {method} | " + " | ".join(cells) + " |")
+            lines.append(row(method, *cells))
         lines.append("")
     comp = [a for a in agg if a["table"] == "completion"]
     if comp:
@@ -326,23 +322,19 @@ def tables(agg: list[dict[str, Any]], args: argparse.Namespace) -> str:
             f"{args.completion_bits} bits; the main table's alpha {alpha} row is "
             "from the main runs)",
             "",
-            "| method | "
-            + " | ".join(f"Dirichlet {x}" for x in [alpha, *alphas])
-            + " |",
-            "|---|" + "---|" * (len(alphas) + 1),
+            *head("method", *(f"Dirichlet {x}" for x in [alpha, *alphas])),
         ]
         for method in COMPLETION_METHODS:
             cells = [_cell(main.get((method, args.completion_bits)), LOCAL)]
             cells += [_cell(find.get((method, x)), LOCAL) for x in alphas]
-            lines.append(f"| {method} | " + " | ".join(cells) + " |")
+            lines.append(row(method, *cells))
         lines.append("")
     lines += precision_table(main, args)
     lines += sensitivity_table(agg, args)
     lines += [
         "**Cost per round** (means over runs)",
         "",
-        "| method | bits | train s/round | down KiB/client | up KiB/client |",
-        "|---|---|---|---|---|",
+        *head("method", "bits", "train s/round", "down KiB/client", "up KiB/client"),
     ]
     for method in METHODS:
         for b in args.bits:
@@ -350,9 +342,13 @@ def tables(agg: list[dict[str, Any]], args: argparse.Namespace) -> str:
             if a is None or a.get("train_round_s_mean") is None:
                 continue
             lines.append(
-                f"| {method} | {b} | {a['train_round_s_mean'][0]:.2f} | "
-                f"{a['down_bytes_per_client_mean'][0] / 1024:.1f} | "
-                f"{a['up_bytes_per_client_mean'][0] / 1024:.1f} |"
+                row(
+                    method,
+                    b,
+                    f"{a['train_round_s_mean'][0]:.2f}",
+                    f"{a['down_bytes_per_client_mean'][0] / 1024:.1f}",
+                    f"{a['up_bytes_per_client_mean'][0] / 1024:.1f}",
+                )
             )
     return "\n".join(lines)
 
@@ -376,17 +372,14 @@ def precision_table(
             "each client's database, P@K averaged over clients, %; K above a "
             "client's database size is clipped to it)",
             "",
-            "| method | " + " | ".join(f"P@{k}" for k in ks) + " |",
-            "|---|" + "---|" * len(ks),
+            *head("method", *(f"P@{k}" for k in ks)),
         ]
         for method, a in have.items():
             cells = []
             for k in ks:
                 v = a[PRECISION].get(k)
-                cells.append(
-                    "-" if v is None else f"{100 * v[0]:.2f} ± {100 * v[1]:.2f}"
-                )
-            lines.append(f"| {method} | " + " | ".join(cells) + " |")
+                cells.append(MISSING if v is None else pm(*v, scale=100))
+            lines.append(row(method, *cells))
         lines.append("")
     return lines
 
@@ -406,9 +399,12 @@ def sensitivity_table(
             f"{bits} bits, mAP@ALL %; one weight varied, the other at its default; "
             "the point at both defaults is the main table's run)",
             "",
-            "| varied | value | global protocol (per client) | "
-            "ours (per-client, local) |",
-            "|---|---|---|---|",
+            *head(
+                "varied",
+                "value",
+                "global protocol (per client)",
+                "ours (per-client, local)",
+            ),
         ]
         for name, idx in (("alpha", 0), ("beta", 1)):
             fixed = defaults[1 - idx]
@@ -416,8 +412,7 @@ def sensitivity_table(
                 a = points[key]
                 mark = " (default)" if key == defaults else ""
                 lines.append(
-                    f"| {name} | {key[idx]:g}{mark} | {_cell(a, SQ_CDB)} | "
-                    f"{_cell(a, LOCAL)} |"
+                    row(name, f"{key[idx]:g}{mark}", _cell(a, SQ_CDB), _cell(a, LOCAL))
                 )
         lines.append("")
     return lines

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import statistics
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from experiments.lib.tables import MISSING, head, mean_sd, pm, row
 from experiments.overrides import resolved_settings
 from experiments.progress import SweepProgress
 
@@ -195,18 +195,18 @@ def aggregate(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         groups.setdefault((r["method"], r["partitioning"], r["bits"]), []).append(r)
     out = []
     for (method, part, bits), rs in groups.items():
-        maps = [r["map_all"] for r in rs]
-        mapk = [r["map_at_k"] for r in rs]
+        map_all = mean_sd([r["map_all"] for r in rs])
+        map_at_k = mean_sd([r["map_at_k"] for r in rs])
         out.append(
             {
                 "method": method,
                 "partitioning": part,
                 "bits": bits,
                 "seeds": [r["seed"] for r in rs],
-                "map_all_mean": statistics.fmean(maps),
-                "map_all_std": statistics.stdev(maps) if len(maps) > 1 else 0.0,
-                "map_at_k_mean": statistics.fmean(mapk),
-                "map_at_k_std": statistics.stdev(mapk) if len(mapk) > 1 else 0.0,
+                "map_all_mean": map_all[0],
+                "map_all_std": map_all[1],
+                "map_at_k_mean": map_at_k[0],
+                "map_at_k_std": map_at_k[1],
                 "top_k": rs[0]["top_k"],
             }
         )
@@ -215,8 +215,7 @@ def aggregate(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def markdown_table(agg: list[dict[str, Any]], bits: list[int]) -> str:
     """Rows = method x partitioning, columns = bits, cells = mAP@ALL mean +- std."""
-    head = "| method | partitioning | " + " | ".join(f"{b} bits" for b in bits) + " |"
-    lines = [head, "|" + "---|" * (2 + len(bits))]
+    lines = head("method", "partitioning", *(f"{b} bits" for b in bits))
     keys = sorted({(a["method"], a["partitioning"]) for a in agg}, key=_order)
     for method, part in keys:
         cells = []
@@ -230,11 +229,11 @@ def markdown_table(agg: list[dict[str, Any]], bits: list[int]) -> str:
                 None,
             )
             cells.append(
-                "-"
+                MISSING
                 if a is None
-                else f"{100 * a['map_all_mean']:.2f} ± {100 * a['map_all_std']:.2f}"
+                else pm(a["map_all_mean"], a["map_all_std"], scale=100)
             )
-        lines.append(f"| {method} | {part} | " + " | ".join(cells) + " |")
+        lines.append(row(method, part, *cells))
     return "\n".join(lines)
 
 

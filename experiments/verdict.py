@@ -34,6 +34,8 @@ from dataclasses import dataclass
 
 from scipy.stats import t as student_t
 
+from experiments.lib.tables import paired_interval
+
 REPRODUCED = "reproduced"
 NOT_REPRODUCED = "not reproduced"
 NOT_RESOLVED = "not resolved"
@@ -87,10 +89,8 @@ class Verdict:
 
     def text(self) -> str:
         """One line for a claims section, e.g. ``reproduced: +1.20 points ...``."""
-        return (
-            f"{self.label}: {self.mean:+.2f} points, 95% CI "
-            f"[{self.low:+.2f}, {self.high:+.2f}], {len(self.seeds)} paired seeds"
-        )
+        interval = paired_interval(self.mean, self.low, self.high)
+        return f"{self.label}: {interval}, {len(self.seeds)} paired seeds"
 
     def to_dict(self) -> dict[str, object]:
         """JSON-able form (``summary.json``)."""

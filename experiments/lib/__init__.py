@@ -1,0 +1,1 @@
+"""What every experiment driver shares: Markdown tables and cells, grid files."""
