@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
+from experiments.lib.tables import head, mean_sd_cell, row
 from experiments.sweep import ROOT, run_federated
 
 COMMON = {"model": "mlp", "code-length": 32, "learning-rate": 0.005}
@@ -72,29 +73,35 @@ def run_one(
 
 def table(rows: list[dict[str, Any]]) -> str:
     """Markdown: method x noise, mAP and composed epsilons."""
-    lines = [
-        "| method | sigma | mAP@ALL % | eps per record (DP-SGD, all rounds) | "
-        "delta | eps per code (flipped prototypes) |",
-        "|---|---|---|---|---|---|",
-    ]
+    lines = head(
+        "method",
+        "sigma",
+        "mAP@ALL %",
+        "eps per record (DP-SGD, all rounds)",
+        "delta",
+        "eps per code (flipped prototypes)",
+    )
     keys = sorted(
         {(r["method"], r["noise"]) for r in rows},
         key=lambda k: (k[0], float("-inf") if k[1] is None else -k[1]),
     )
     for method, noise in keys:
         rs = [r for r in rows if (r["method"], r["noise"]) == (method, noise)]
-        maps = [r["map_all"] for r in rs]
-        sd = statistics.stdev(maps) if len(maps) > 1 else 0.0
+        maps = mean_sd_cell([r["map_all"] for r in rs], scale=100)
 
         def mean(key: str, rs: list = rs) -> str:
             vals = [r[key] for r in rs if r[key] is not None]
             return f"{statistics.fmean(vals):.3g}" if vals else "-"
 
         lines.append(
-            f"| {method} | {'no DP' if noise is None else noise} | "
-            f"{100 * statistics.fmean(maps):.2f} ± {100 * sd:.2f} (n={len(rs)}) | "
-            f"{mean('eps_per_record')} | {mean('delta_per_record')} | "
-            f"{mean('eps_per_code')} |"
+            row(
+                method,
+                "no DP" if noise is None else noise,
+                f"{maps} (n={len(rs)})",
+                mean("eps_per_record"),
+                mean("delta_per_record"),
+                mean("eps_per_code"),
+            )
         )
     return "\n".join(lines)
 

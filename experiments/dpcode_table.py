@@ -25,7 +25,6 @@ into ``results/dpcode-quick``. Writes ``table.md``, ``summary.json`` and PNG plo
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 from dataclasses import asdict, dataclass
 from functools import cache
@@ -34,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from experiments.lib.tables import MISSING, head, mean_sd, mean_sd_cell, row
 from experiments.sweep_runner import exit_if_failed, run_sweep, write_tables
 from privacy.dpcode import (
     Frames,
@@ -198,12 +198,8 @@ def jobs(datasets: list[str], seeds: list[int], quick: bool) -> list[Job]:
     return out
 
 
-def _cell(values: list[float], fmt: str = ".2f") -> str:
-    values = [v for v in values if v == v]  # drop nan (empty publications)
-    if not values:
-        return "-"
-    sd = statistics.stdev(values) if len(values) > 1 else 0.0
-    return f"{statistics.fmean(values):{fmt}} ± {sd:{fmt}}"
+def _cell(values: list[float]) -> str:
+    return mean_sd_cell([v for v in values if v == v])  # drop nan (empty releases)
 
 
 def aggregate(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -214,8 +210,9 @@ def aggregate(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         groups.setdefault(key, []).append(r)
     out = []
     for (sweep, ds, m, eps, k, split), rs in sorted(groups.items()):
-        f = [r["f_score"] for r in rs]
-        re = [r["re"] for r in rs if r["re"] == r["re"]]
+        f = mean_sd([r["f_score"] for r in rs])
+        re_vals = [r["re"] for r in rs if r["re"] == r["re"]]
+        re = mean_sd(re_vals) if re_vals else (float("nan"), 0.0)
         out.append(
             {
                 "sweep": sweep,
@@ -225,10 +222,10 @@ def aggregate(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "k": k,
                 "split": split,
                 "seeds": len(rs),
-                "f_score_mean": statistics.fmean(f),
-                "f_score_std": statistics.stdev(f) if len(f) > 1 else 0.0,
-                "re_mean": statistics.fmean(re) if re else float("nan"),
-                "re_std": statistics.stdev(re) if len(re) > 1 else 0.0,
+                "f_score_mean": f[0],
+                "f_score_std": f[1],
+                "re_mean": re[0],
+                "re_std": re[1],
                 "epsilon_spent_max": max(r["epsilon_spent"] for r in rs),
             }
         )
@@ -246,10 +243,7 @@ def _grid(
     values = sorted(
         {r[column] for r in rows if r["sweep"] == sweep and r["dataset"] == ds}
     )
-    lines = [
-        "| method | " + " | ".join(f"{column} = {v:g}" for v in values) + " |",
-        "|---|" + "---|" * len(values),
-    ]
+    lines = head("method", *(f"{column} = {v:g}" for v in values))
     for m in methods:
         cells = []
         for v in values:
@@ -259,9 +253,9 @@ def _grid(
                 if (r["sweep"], r["dataset"], r["method"], r[column])
                 == (sweep, ds, m, v)
             ]
-            cells.append(_cell(sel) if sel else "-")
-        if any(c != "-" for c in cells):
-            lines.append(f"| {m} | " + " | ".join(cells) + " |")
+            cells.append(_cell(sel))
+        if any(c != MISSING for c in cells):
+            lines.append(row(m, *cells))
     return "\n".join(lines)
 
 

@@ -34,13 +34,13 @@ sparsity). ``--obfuscators djn`` uses DJN short-exponent obfuscators (README
 from __future__ import annotations
 
 import argparse
-import statistics
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from crypto import generate_keys
+from experiments.lib.tables import head, mean_sd_cell, row
 from experiments.sweep import ROOT, run_centralized, run_federated
 from experiments.sweep_runner import exit_if_failed, run_sweep
 
@@ -165,12 +165,16 @@ def reference_table(refs: Sequence[dict[str, Any]]) -> list[str]:
     epochs = "/".join(sorted({str(r["epochs"]) for r in refs}))
     return [
         "",
-        f"| reference (same `mlp`, 32 bits; seeds {seeds}) | mAP@ALL % |",
-        "|---|---|",
-        "| untrained, the model every run starts from (floor) | "
-        f"{mean_std(refs, 'floor_map_all', 100)} |",
-        f"| centralized DPSH, {epochs} epochs over the whole database, dense, no "
-        f"DPHE (ceiling) | {mean_std(refs, 'ceiling_map_all', 100)} |",
+        *head(f"reference (same `mlp`, 32 bits; seeds {seeds})", "mAP@ALL %"),
+        row(
+            "untrained, the model every run starts from (floor)",
+            mean_std(refs, "floor_map_all", 100),
+        ),
+        row(
+            f"centralized DPSH, {epochs} epochs over the whole database, dense, no "
+            "DPHE (ceiling)",
+            mean_std(refs, "ceiling_map_all", 100),
+        ),
     ]
 
 
@@ -181,11 +185,7 @@ def pair_name(seed: int, sparsity: float) -> str:
 
 def mean_std(rows: list[dict[str, Any]], key: str, scale: float) -> str:
     """``mean ± sample std`` of ``scale * row[key]`` over the rows that have it."""
-    vals = [scale * r[key] for r in rows if r.get(key) is not None]
-    if not vals:
-        return "-"
-    sd = statistics.stdev(vals) if len(vals) > 1 else 0.0
-    return f"{statistics.fmean(vals):.2f} ± {sd:.2f}"
+    return mean_sd_cell([r[key] for r in rows if r.get(key) is not None], scale=scale)
 
 
 def protocol(args: argparse.Namespace) -> str:
@@ -223,10 +223,16 @@ def table(
     lines = [
         protocol(args),
         "",
-        "| sparsity | seeds | plaintext dense mAP@ALL % | plaintext mAP@ALL % | "
-        "DPHE mAP@ALL % | DPHE - plain (points), per seed | train s/round plain -> "
-        "DPHE | upload KB/client plain -> DPHE |",
-        "|---|---|---|---|---|---|---|---|",
+        *head(
+            "sparsity",
+            "seeds",
+            "plaintext dense mAP@ALL %",
+            "plaintext mAP@ALL %",
+            "DPHE mAP@ALL %",
+            "DPHE - plain (points), per seed",
+            "train s/round plain -> DPHE",
+            "upload KB/client plain -> DPHE",
+        ),
     ]
     for sparsity in sorted({r["sparsity"] for r in rows}, reverse=True):
         rs = sorted(
@@ -238,13 +244,18 @@ def table(
 
         diffs = ", ".join(f"{r['diff_points']:+.3f}" for r in rs)
         lines.append(
-            f"| {sparsity:.0%} | {','.join(str(r['seed']) for r in rs)} | "
-            f"{stat('dense_map_all')} | {stat('plain_map_all')} | "
-            f"{stat('dphe_map_all')} | {diffs} | "
-            f"{stat('plain_train_round_s', scale=1)} -> "
-            f"{stat('dphe_train_round_s', scale=1)} | "
-            f"{stat('plain_up_bytes_per_client', scale=1e-3)} -> "
-            f"{stat('dphe_up_bytes_per_client', scale=1e-3)} |"
+            row(
+                f"{sparsity:.0%}",
+                ",".join(str(r["seed"]) for r in rs),
+                stat("dense_map_all"),
+                stat("plain_map_all"),
+                stat("dphe_map_all"),
+                diffs,
+                f"{stat('plain_train_round_s', scale=1)} -> "
+                f"{stat('dphe_train_round_s', scale=1)}",
+                f"{stat('plain_up_bytes_per_client', scale=1e-3)} -> "
+                f"{stat('dphe_up_bytes_per_client', scale=1e-3)}",
+            )
         )
     return "\n".join(lines + reference_table(refs))
 

@@ -44,6 +44,7 @@ from experiments.dphe_map import (
     run_pair,
     run_references,
 )
+from experiments.lib.tables import head, row
 from experiments.overrides import resolved_settings
 from experiments.sweep import ROOT
 from experiments.sweep_runner import exit_if_failed, load_rows, run_sweep
@@ -108,23 +109,33 @@ def table(
         "num-examples weights; every client trains each round. Flower simulation "
         "(Ray) on this machine's CPU. mAP@ALL %, mean ± std over seeds.",
         "",
-        "| users N | seeds | samples per user | plaintext mAP@ALL % | DPHE mAP@ALL % | "
-        "DPHE - plain (points), per seed | round s plain -> DPHE | upload KB/user "
-        "plain -> DPHE |",
-        "|---|---|---|---|---|---|---|---|",
+        *head(
+            "users N",
+            "seeds",
+            "samples per user",
+            "plaintext mAP@ALL %",
+            "DPHE mAP@ALL %",
+            "DPHE - plain (points), per seed",
+            "round s plain -> DPHE",
+            "upload KB/user plain -> DPHE",
+        ),
     ]
     for users in sorted({r["users"] for r in rows}):
         rs = sorted((r for r in rows if r["users"] == users), key=lambda r: r["seed"])
         diffs = ", ".join(f"{r['diff_points']:+.3f}" for r in rs)
         lines.append(
-            f"| {users} | {','.join(str(r['seed']) for r in rs)} | "
-            f"~{round(args.num_database / (per_user or users))} | "
-            f"{mean_std(rs, 'plain_map_all', 100)} | "
-            f"{mean_std(rs, 'dphe_map_all', 100)} | "
-            f"{diffs} | {mean_std(rs, 'plain_train_round_s', 1)} -> "
-            f"{mean_std(rs, 'dphe_train_round_s', 1)} | "
-            f"{mean_std(rs, 'plain_up_bytes_per_client', 1e-3)} -> "
-            f"{mean_std(rs, 'dphe_up_bytes_per_client', 1e-3)} |"
+            row(
+                users,
+                ",".join(str(r["seed"]) for r in rs),
+                f"~{round(args.num_database / (per_user or users))}",
+                mean_std(rs, "plain_map_all", 100),
+                mean_std(rs, "dphe_map_all", 100),
+                diffs,
+                f"{mean_std(rs, 'plain_train_round_s', 1)} -> "
+                f"{mean_std(rs, 'dphe_train_round_s', 1)}",
+                f"{mean_std(rs, 'plain_up_bytes_per_client', 1e-3)} -> "
+                f"{mean_std(rs, 'dphe_up_bytes_per_client', 1e-3)}",
+            )
         )
     return "\n".join(lines + reference_table(refs))
 

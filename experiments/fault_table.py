@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from experiments.lib.tables import MISSING, head, mean_sd_cell, pm, row
 from experiments.sweep import ROOT, run_centralized, run_federated
 from experiments.sweep_runner import exit_if_failed, run_sweep, write_tables
 
@@ -80,11 +81,6 @@ def run_one(job: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _mean_std(vals: list[float]) -> str:
-    std = statistics.stdev(vals) if len(vals) > 1 else 0.0
-    return f"{statistics.mean(vals):.3f} ± {std:.3f}"
-
-
 def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> tuple[dict, str]:
     """Mean +- std per (method, faults) and the change against no faults."""
     cells: dict[str, dict[int, list[float]]] = {}
@@ -92,10 +88,9 @@ def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> tuple[dict, s
         cells.setdefault(r["method"], {}).setdefault(r["failing"], []).append(
             r["map_all"]
         )
-    head = "| method | " + " | ".join(
-        f"{k}/{CLIENTS} failing ({k * 100 // CLIENTS} %)" for k in FAILING
+    lines = head(
+        "method", *(f"{k}/{CLIENTS} failing ({k * 100 // CLIENTS} %)" for k in FAILING)
     )
-    lines = [head + " |", "|---" * (len(FAILING) + 1) + "|"]
     summary: dict[str, Any] = {}
     for method, by_k in cells.items():
         base = statistics.mean(by_k[0]) if by_k.get(0) else None
@@ -103,15 +98,15 @@ def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> tuple[dict, s
         for k in FAILING:
             vals = by_k.get(k, [])
             if not vals:
-                out.append("-")
+                out.append(MISSING)
                 continue
             mean = statistics.mean(vals)
             std = statistics.stdev(vals) if len(vals) > 1 else 0.0
             delta = f" ({mean - base:+.3f})" if base is not None and k else ""
-            out.append(f"{mean:.3f} ± {std:.3f}{delta}")
+            out.append(pm(mean, std, fmt=".3f") + delta)
             cell = {"mean": mean, "std": std, "n": len(vals)}
             summary.setdefault(method, {})[k] = cell
-        lines.append(f"| {method} | " + " | ".join(out) + " |")
+        lines.append(row(method, *out))
     # one untrained model per seed (every run of a seed starts from it)
     by_seed = {
         r["seed"]: r["floor_map_all"]
@@ -121,8 +116,11 @@ def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> tuple[dict, s
     if by_seed:
         floors = list(by_seed.values())
         lines.append(
-            f"| untrained floor (round 0) | {_mean_std(floors)} |"
-            + " - |" * (len(FAILING) - 1)
+            row(
+                "untrained floor (round 0)",
+                mean_sd_cell(floors, fmt=".3f"),
+                *[MISSING] * (len(FAILING) - 1),
+            )
         )
         summary["untrained floor"] = {"per_seed": by_seed}
     protocol = (

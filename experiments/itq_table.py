@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 from pathlib import Path
 
 import numpy as np
 
+from experiments.lib.tables import MISSING, head, mean_sd_cell, row
 from hashdata import load_split, partition_indices
 from hashing.itq import fit_itq, fit_pitq
 from hashing.retrieval import evaluate_retrieval
@@ -140,14 +140,17 @@ def true_epsilon(method: str, eps: float, bits: int) -> str:
 def table(rows: list[dict], bits_list: list[int]) -> str:
     """Markdown: one line per (method, eps), columns = bits, mAP@ALL %."""
     keys = sorted({(r["method"], r["eps"]) for r in rows}, key=_order)
-    head = "| method | claimed eps | " + " | ".join(f"{b} bits" for b in bits_list)
     lines = [
         "Flips use SEEDED privacy noise (a reproduction of the paper's table: the "
         "same seed gives the same table; not a release private against anyone who "
         "knows the seed).",
         "",
-        head + " | eps that holds (at 32 bits) |",
-        "|---|---|" + "---|" * (len(bits_list) + 1),
+        *head(
+            "method",
+            "claimed eps",
+            *(f"{b} bits" for b in bits_list),
+            "eps that holds (at 32 bits)",
+        ),
     ]
     for method, eps in keys:
         cells = []
@@ -157,14 +160,9 @@ def table(rows: list[dict], bits_list: list[int]) -> str:
                 for r in rows
                 if (r["method"], r["eps"], r["bits"]) == (method, eps, b)
             ]
-            sd = statistics.stdev(vals) if len(vals) > 1 else 0.0
-            cells.append(f"{100 * statistics.fmean(vals):.2f} ± {100 * sd:.2f}")
-        claimed = "-" if method.startswith("ITQ") else f"{eps:g}"
-        lines.append(
-            f"| {method} | {claimed} | "
-            + " | ".join(cells)
-            + f" | {true_epsilon(method, eps, 32)} |"
-        )
+            cells.append(mean_sd_cell(vals, scale=100))
+        claimed = MISSING if method.startswith("ITQ") else f"{eps:g}"
+        lines.append(row(method, claimed, *cells, true_epsilon(method, eps, 32)))
     return "\n".join(lines)
 
 
