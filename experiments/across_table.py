@@ -21,7 +21,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from experiments.real_data_table import BASELINES, CENTRALIZED, percent_cell
+from experiments.lib.tables import MISSING, mean_sd_cell, table_head, table_row
+from experiments.real_data_table import BASELINES, CENTRALIZED
 from experiments.sweep_runner import write_tables
 
 FEDHAP = "FedHAP"
@@ -170,9 +171,7 @@ def table(
     )
 
     def cell(vals: list[float]) -> str:
-        if not vals:
-            return "-"
-        return percent_cell(vals) + (f" (n={len(vals)})" if len(vals) < most else "")
+        return mean_sd_cell(vals, scale=100, expected=most)
 
     train = (
         f"training on a seeded random {shared['train_size']} of the database rows, "
@@ -188,26 +187,23 @@ def table(
         + "; mAP@ALL % after the last round, mean ± sample std over seeds (n = "
         f"seeds where under {most}).",
     ]
-    header = "| method | " + " | ".join(f"{v} {unit}" for v in values) + " |"
-    rule = "|---|" + "---|" * len(values)
+    header = table_head("method", *(f"{v} {unit}" for v in values))
     for part in parts:
         mine = [r for r in rows if r["partitioning"] == part]
-        lines += ["", f"**{part}** (mAP@ALL %)", "", header, rule]
+        lines += ["", f"**{part}** (mAP@ALL %)", "", *header]
         for method in METHOD_ORDER:
             cells = [cell(maps_at(rows, method, v, part)) for v in values]
-            if any(c != "-" for c in cells):
-                lines.append(f"| {method} | " + " | ".join(cells) + " |")
+            if any(c != MISSING for c in cells):
+                lines.append(table_row(method, *cells))
         margins = []
         for v in values:
             m = fedhap_margin(rows, part, v)
-            margins.append("-" if m is None else f"{m[0]:+.2f} ({m[1]})")
-        lines.append(
-            "| FedHAP minus the best baseline (points) | " + " | ".join(margins) + " |"
-        )
+            margins.append(MISSING if m is None else f"{m[0]:+.2f} ({m[1]})")
+        lines.append(table_row("FedHAP minus the best baseline (points)", *margins))
         floors = _floor_cells(mine, values, cell)
-        lines.append("| untrained floor (round 0) | " + " | ".join(floors) + " |")
+        lines.append(table_row("untrained floor (round 0)", *floors))
         ceiling = [cell(maps_at(rows, CENTRALIZED, v, part)) for v in values]
-        lines.append(f"| ceiling: {CENTRALIZED} | " + " | ".join(ceiling) + " |")
+        lines.append(table_row(f"ceiling: {CENTRALIZED}", *ceiling))
     lrs = []
     for method in (*METHOD_ORDER, CENTRALIZED):
         per = {

@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
-from experiments.lib.tables import head, mean_sd_cell, row
+from experiments.lib.tables import mean_sd_cell, table_head, table_row
 from experiments.sweep import ROOT, run_federated
 
 COMMON = {"model": "mlp", "code-length": 32, "learning-rate": 0.005}
@@ -73,7 +73,7 @@ def run_one(
 
 def table(rows: list[dict[str, Any]]) -> str:
     """Markdown: method x noise, mAP and composed epsilons."""
-    lines = head(
+    lines = table_head(
         "method",
         "sigma",
         "mAP@ALL %",
@@ -94,7 +94,7 @@ def table(rows: list[dict[str, Any]]) -> str:
             return f"{statistics.fmean(vals):.3g}" if vals else "-"
 
         lines.append(
-            row(
+            table_row(
                 method,
                 "no DP" if noise is None else noise,
                 f"{maps} (n={len(rs)})",

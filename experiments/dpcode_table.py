@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from experiments.lib.tables import MISSING, head, mean_sd, mean_sd_cell, row
+from experiments.lib.tables import MISSING, mean_sd, mean_sd_cell, table_head, table_row
 from experiments.sweep_runner import exit_if_failed, run_sweep, write_tables
 from privacy.dpcode import (
     Frames,
@@ -243,7 +243,7 @@ def _grid(
     values = sorted(
         {r[column] for r in rows if r["sweep"] == sweep and r["dataset"] == ds}
     )
-    lines = head("method", *(f"{column} = {v:g}" for v in values))
+    lines = table_head("method", *(f"{column} = {v:g}" for v in values))
     for m in methods:
         cells = []
         for v in values:
@@ -255,7 +255,7 @@ def _grid(
             ]
             cells.append(_cell(sel))
         if any(c != MISSING for c in cells):
-            lines.append(row(m, *cells))
+            lines.append(table_row(m, *cells))
     return "\n".join(lines)
 
 

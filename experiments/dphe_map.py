@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from crypto import generate_keys
-from experiments.lib.tables import head, mean_sd_cell, row
+from experiments.lib.tables import mean_sd_cell, table_head, table_row
 from experiments.sweep import ROOT, run_centralized, run_federated
 from experiments.sweep_runner import exit_if_failed, run_sweep
 
@@ -165,12 +165,12 @@ def reference_table(refs: Sequence[dict[str, Any]]) -> list[str]:
     epochs = "/".join(sorted({str(r["epochs"]) for r in refs}))
     return [
         "",
-        *head(f"reference (same `mlp`, 32 bits; seeds {seeds})", "mAP@ALL %"),
-        row(
+        *table_head(f"reference (same `mlp`, 32 bits; seeds {seeds})", "mAP@ALL %"),
+        table_row(
             "untrained, the model every run starts from (floor)",
             mean_std(refs, "floor_map_all", 100),
         ),
-        row(
+        table_row(
             f"centralized DPSH, {epochs} epochs over the whole database, dense, no "
             "DPHE (ceiling)",
             mean_std(refs, "ceiling_map_all", 100),
@@ -223,7 +223,7 @@ def table(
     lines = [
         protocol(args),
         "",
-        *head(
+        *table_head(
             "sparsity",
             "seeds",
             "plaintext dense mAP@ALL %",
@@ -244,7 +244,7 @@ def table(
 
         diffs = ", ".join(f"{r['diff_points']:+.3f}" for r in rs)
         lines.append(
-            row(
+            table_row(
                 f"{sparsity:.0%}",
                 ",".join(str(r["seed"]) for r in rs),
                 stat("dense_map_all"),

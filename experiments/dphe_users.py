@@ -44,7 +44,7 @@ from experiments.dphe_map import (
     run_pair,
     run_references,
 )
-from experiments.lib.tables import head, row
+from experiments.lib.tables import table_head, table_row
 from experiments.overrides import resolved_settings
 from experiments.sweep import ROOT
 from experiments.sweep_runner import exit_if_failed, load_rows, run_sweep
@@ -109,7 +109,7 @@ def table(
         "num-examples weights; every client trains each round. Flower simulation "
         "(Ray) on this machine's CPU. mAP@ALL %, mean ± std over seeds.",
         "",
-        *head(
+        *table_head(
             "users N",
             "seeds",
             "samples per user",
@@ -124,7 +124,7 @@ def table(
         rs = sorted((r for r in rows if r["users"] == users), key=lambda r: r["seed"])
         diffs = ", ".join(f"{r['diff_points']:+.3f}" for r in rs)
         lines.append(
-            row(
+            table_row(
                 users,
                 ",".join(str(r["seed"]) for r in rs),
                 f"~{round(args.num_database / (per_user or users))}",

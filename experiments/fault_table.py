@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from experiments.lib.tables import MISSING, head, mean_sd_cell, pm, row
+from experiments.lib.tables import MISSING, mean_sd_cell, pm, table_head, table_row
 from experiments.sweep import ROOT, run_centralized, run_federated
 from experiments.sweep_runner import exit_if_failed, run_sweep, write_tables
 
@@ -88,7 +88,7 @@ def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> tuple[dict, s
         cells.setdefault(r["method"], {}).setdefault(r["failing"], []).append(
             r["map_all"]
         )
-    lines = head(
+    lines = table_head(
         "method", *(f"{k}/{CLIENTS} failing ({k * 100 // CLIENTS} %)" for k in FAILING)
     )
     summary: dict[str, Any] = {}
@@ -106,7 +106,7 @@ def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> tuple[dict, s
             out.append(pm(mean, std, fmt=".3f") + delta)
             cell = {"mean": mean, "std": std, "n": len(vals)}
             summary.setdefault(method, {})[k] = cell
-        lines.append(row(method, *out))
+        lines.append(table_row(method, *out))
     # one untrained model per seed (every run of a seed starts from it)
     by_seed = {
         r["seed"]: r["floor_map_all"]
@@ -116,7 +116,7 @@ def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> tuple[dict, s
     if by_seed:
         floors = list(by_seed.values())
         lines.append(
-            row(
+            table_row(
                 "untrained floor (round 0)",
                 mean_sd_cell(floors, fmt=".3f"),
                 *[MISSING] * (len(FAILING) - 1),

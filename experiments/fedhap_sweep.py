@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from experiments.lib.tables import MISSING, head, mean_sd, n_note, pm, row
+from experiments.lib.tables import MISSING, mean_sd, n_note, pm, table_head, table_row
 from experiments.sweep import PARTITIONS, ROOT, run_federated
 from experiments.sweep_runner import exit_if_failed, run_sweep, write_tables
 
@@ -176,39 +176,41 @@ def tables(agg: list[dict[str, Any]], args: argparse.Namespace) -> str:
         lines += [
             f"**{part_name}, {args.clients} clients** (mAP@ALL %, mean ± std)",
             "",
-            *head("method", *(f"{b} bits" for b in args.bits)),
+            *table_head("method", *(f"{b} bits" for b in args.bits)),
         ]
         for method in MAIN_METHODS:
             cells = [
                 _cell(find.get((method, part_name, b, args.clients))) for b in args.bits
             ]
-            lines.append(row(method, *cells))
+            lines.append(table_row(method, *cells))
         lines.append("")
     counts = args.client_counts
     lines += [
         f"**Clients (IID, {args.sweep_bits} bits)** (mAP@ALL %, mean ± std)",
         "",
-        *head("method", *(f"{c} clients" for c in counts)),
+        *table_head("method", *(f"{c} clients" for c in counts)),
     ]
     for method in CLIENT_SWEEP_METHODS:
         cells = [_cell(find.get((method, "iid", args.sweep_bits, c))) for c in counts]
-        lines.append(row(method, *cells))
+        lines.append(table_row(method, *cells))
     non_iid = "non-iid (3 cls/client)"
     lines += [
         "",
         f"**Distance metric (non-IID, {args.sweep_bits} bits, "
         f"{args.clients} clients)**",
         "",
-        *head("triplet distance", "mAP@ALL %"),
+        *table_head("triplet distance", "mAP@ALL %"),
     ]
     for label, method in (("cosine", "FedHAP"), ("Euclidean", "FedHAP (Euclidean)")):
         key = (method, non_iid, args.sweep_bits, args.clients)
-        lines.append(row(label, _cell(find.get(key))))
+        lines.append(table_row(label, _cell(find.get(key))))
     lines += [
         "",
         f"**Cost per round ({args.clients} clients, means over runs)**",
         "",
-        *head("method", "bits", "train s/round", "down KiB/client", "up KiB/client"),
+        *table_head(
+            "method", "bits", "train s/round", "down KiB/client", "up KiB/client"
+        ),
     ]
     for method in MAIN_METHODS:
         for b in args.bits:
@@ -224,7 +226,9 @@ def tables(agg: list[dict[str, Any]], args: argparse.Namespace) -> str:
             secs = statistics.fmean(a["train_round_s_mean"] for a in rs)
             down = statistics.fmean(a["down_bytes_per_client"] for a in rs) / 1024
             up = statistics.fmean(a["up_bytes_per_client"] for a in rs) / 1024
-            lines.append(row(method, b, f"{secs:.2f}", f"{down:.1f}", f"{up:.1f}"))
+            lines.append(
+                table_row(method, b, f"{secs:.2f}", f"{down:.1f}", f"{up:.1f}")
+            )
     return "\n".join(lines)
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.lib.tables import MISSING, head, mean_sd_cell, row
+from experiments.lib.tables import MISSING, mean_sd_cell, table_head, table_row
 from hashdata import load_split, partition_indices
 from hashing.itq import fit_itq, fit_pitq
 from hashing.retrieval import evaluate_retrieval
@@ -145,7 +145,7 @@ def table(rows: list[dict], bits_list: list[int]) -> str:
         "same seed gives the same table; not a release private against anyone who "
         "knows the seed).",
         "",
-        *head(
+        *table_head(
             "method",
             "claimed eps",
             *(f"{b} bits" for b in bits_list),
@@ -162,7 +162,7 @@ def table(rows: list[dict], bits_list: list[int]) -> str:
             ]
             cells.append(mean_sd_cell(vals, scale=100))
         claimed = MISSING if method.startswith("ITQ") else f"{eps:g}"
-        lines.append(row(method, claimed, *cells, true_epsilon(method, eps, 32)))
+        lines.append(table_row(method, claimed, *cells, true_epsilon(method, eps, 32)))
     return "\n".join(lines)
 
 

@@ -50,7 +50,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from experiments.lib.tables import MISSING, head, mean_sd, n_note, pm, row
+from experiments.lib.tables import MISSING, mean_sd, n_note, pm, table_head, table_row
 from experiments.sweep import ROOT, _sets, run_federated
 from experiments.sweep_runner import exit_if_failed, run_sweep, write_tables
 from hashing.pfmh.evaluation import PRECISION_PREFIX
@@ -295,7 +295,7 @@ def tables(agg: list[dict[str, Any]], args: argparse.Namespace) -> str:
         (SQ_CDB, "Server queries vs each client's own database, averaged over clients"),
         (UNION, "Union protocol (one model only): server queries vs all partitions"),
     )
-    header = head("method", *(f"{b} bits" for b in args.bits))
+    header = table_head("method", *(f"{b} bits" for b in args.bits))
     for key, title in titles:
         lines += [
             f"**{title}** (mAP@ALL %, mean ± std over seeds; {args.clients} clients, "
@@ -306,12 +306,12 @@ def tables(agg: list[dict[str, Any]], args: argparse.Namespace) -> str:
         first = next(iter(METHODS))
         if key != UNION:  # the untrained network (round 0 of the PFMH runs)
             cells = [_cell(main.get((first, b)), "initial_" + key) for b in args.bits]
-            lines.append(row("untrained (round 0)", *cells))
+            lines.append(table_row("untrained (round 0)", *cells))
         for method in METHODS:
             cells = [_cell(main.get((method, b)), key) for b in args.bits]
             if all(c == MISSING for c in cells):
                 continue
-            lines.append(row(method, *cells))
+            lines.append(table_row(method, *cells))
         lines.append("")
     comp = [a for a in agg if a["table"] == "completion"]
     if comp:
@@ -322,19 +322,21 @@ def tables(agg: list[dict[str, Any]], args: argparse.Namespace) -> str:
             f"{args.completion_bits} bits; the main table's alpha {alpha} row is "
             "from the main runs)",
             "",
-            *head("method", *(f"Dirichlet {x}" for x in [alpha, *alphas])),
+            *table_head("method", *(f"Dirichlet {x}" for x in [alpha, *alphas])),
         ]
         for method in COMPLETION_METHODS:
             cells = [_cell(main.get((method, args.completion_bits)), LOCAL)]
             cells += [_cell(find.get((method, x)), LOCAL) for x in alphas]
-            lines.append(row(method, *cells))
+            lines.append(table_row(method, *cells))
         lines.append("")
     lines += precision_table(main, args)
     lines += sensitivity_table(agg, args)
     lines += [
         "**Cost per round** (means over runs)",
         "",
-        *head("method", "bits", "train s/round", "down KiB/client", "up KiB/client"),
+        *table_head(
+            "method", "bits", "train s/round", "down KiB/client", "up KiB/client"
+        ),
     ]
     for method in METHODS:
         for b in args.bits:
@@ -342,7 +344,7 @@ def tables(agg: list[dict[str, Any]], args: argparse.Namespace) -> str:
             if a is None or a.get("train_round_s_mean") is None:
                 continue
             lines.append(
-                row(
+                table_row(
                     method,
                     b,
                     f"{a['train_round_s_mean'][0]:.2f}",
@@ -372,21 +374,19 @@ def precision_table(
             "each client's database, P@K averaged over clients, %; K above a "
             "client's database size is clipped to it)",
             "",
-            *head("method", *(f"P@{k}" for k in ks)),
+            *table_head("method", *(f"P@{k}" for k in ks)),
         ]
         for method, a in have.items():
             cells = []
             for k in ks:
                 v = a[PRECISION].get(k)
                 cells.append(MISSING if v is None else pm(*v, scale=100))
-            lines.append(row(method, *cells))
+            lines.append(table_row(method, *cells))
         lines.append("")
     return lines
 
 
-def sensitivity_table(
-    agg: list[dict[str, Any]], args: argparse.Namespace
-) -> list[str]:
+def sensitivity_table(agg: list[dict[str, Any]], args: argparse.Namespace) -> list[str]:
     """Tabulate mAP against alpha (beta at its default), then beta, per code length."""
     from experiments.pfmh_figures import sensitivity_bits, sensitivity_points
 
@@ -399,7 +399,7 @@ def sensitivity_table(
             f"{bits} bits, mAP@ALL %; one weight varied, the other at its default; "
             "the point at both defaults is the main table's run)",
             "",
-            *head(
+            *table_head(
                 "varied",
                 "value",
                 "global protocol (per client)",
@@ -412,7 +412,9 @@ def sensitivity_table(
                 a = points[key]
                 mark = " (default)" if key == defaults else ""
                 lines.append(
-                    row(name, f"{key[idx]:g}{mark}", _cell(a, SQ_CDB), _cell(a, LOCAL))
+                    table_row(
+                        name, f"{key[idx]:g}{mark}", _cell(a, SQ_CDB), _cell(a, LOCAL)
+                    )
                 )
         lines.append("")
     return lines

@@ -58,6 +58,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from experiments.lib.tables import MISSING, mean_sd_cell, table_head, table_row
 from experiments.real_data_figures import plot_curves, report_curves
 from experiments.sweep import ROOT, check_partitions, run_centralized, run_federated
 from experiments.sweep_runner import (
@@ -134,14 +135,6 @@ def as_grid(grid: Grid | Sequence[float]) -> Grid:
 def safe_name(name: str) -> str:
     """Return a run name as a folder name (no spaces or parentheses)."""
     return name.replace(" ", "_").replace("(", "").replace(")", "")
-
-
-def percent_cell(vals: list[float]) -> str:
-    """``mean ± sample std`` of fractions, in percent (``-`` when empty)."""
-    if not vals:
-        return "-"
-    std = statistics.stdev(vals) if len(vals) > 1 else 0.0
-    return f"{100 * statistics.mean(vals):.2f} ± {100 * std:.2f}"
 
 
 def main() -> None:
@@ -709,10 +702,7 @@ def lr_grid_lines(
     The chosen rate (``chosen[method]``) is bold; a missing run is ``-``; a method
     without any tuning run is left out. Used by this driver and PHashing's.
     """
-    lines = [
-        "| method | " + " | ".join(f"lr {lr:g}" for lr in lrs) + " |",
-        "|---|" + "---|" * len(lrs),
-    ]
+    lines = table_head("method", *(f"lr {lr:g}" for lr in lrs))
     for method in methods:
         cells = []
         for lr in lrs:
@@ -721,10 +711,10 @@ def lr_grid_lines(
                 for r in tuning
                 if r["method"] == method and r[lr_key] == lr
             ]
-            txt = f"{100 * got[0]:.2f}" if got else "-"
+            txt = f"{100 * got[0]:.2f}" if got else MISSING
             cells.append(f"**{txt}**" if chosen.get(method) == lr else txt)
-        if any(c != "-" for c in cells):
-            lines.append(f"| {method} | " + " | ".join(cells) + " |")
+        if any(c != MISSING for c in cells):
+            lines.append(table_row(method, *cells))
     return lines
 
 
@@ -828,9 +818,17 @@ def _write(
         lines += [
             f"**{part}**" + (f" (run protocol: {protocol})" if protocol else ""),
             "",
-            "| method | lr | local epochs | mAP@ALL % | mAP@100 % | recall@1000 % | "
-            "untrained floor mAP@ALL % | seeds | wall s (mean) |",
-            "|---|---|---|---|---|---|---|---|---|",
+            *table_head(
+                "method",
+                "lr",
+                "local epochs",
+                "mAP@ALL %",
+                "mAP@100 %",
+                "recall@1000 %",
+                "untrained floor mAP@ALL %",
+                "seeds",
+                "wall s (mean)",
+            ),
         ]
         for method in methods:
             mine = (
@@ -849,12 +847,17 @@ def _write(
             ]
             rec = [_at(r, "recall_at_k", 1000) for r in mine]
             lines.append(
-                f"| {method} | {mine[0]['learning_rate']:g} | {_epochs(mine[0])} | "
-                f"{percent_cell([r['map_all'] for r in mine])} | "
-                f"{percent_cell([r['map_at_k'] for r in mine])} | "
-                f"{percent_cell([v for v in rec if v is not None])} | "
-                f"{percent_cell(floors)} | "
-                f"{len(mine)} | {statistics.mean(r['seconds'] for r in mine):.0f} |"
+                table_row(
+                    method,
+                    f"{mine[0]['learning_rate']:g}",
+                    _epochs(mine[0]),
+                    mean_sd_cell([r["map_all"] for r in mine], scale=100),
+                    mean_sd_cell([r["map_at_k"] for r in mine], scale=100),
+                    mean_sd_cell([v for v in rec if v is not None], scale=100),
+                    mean_sd_cell(floors, scale=100),
+                    len(mine),
+                    f"{statistics.mean(r['seconds'] for r in mine):.0f}",
+                )
             )
             summary["cells"][f"{method} | {part}"] = {
                 "seeds": [r["seed"] for r in mine],
@@ -894,10 +897,7 @@ def setting_grid_lines(
 ) -> list[str]:
     """Markdown table: validation mAP@ALL % per method and epochs (rows) and lr."""
     lrs = _lrs(tuning)
-    lines = [
-        "| method | local epochs | " + " | ".join(f"lr {lr:g}" for lr in lrs) + " |",
-        "|---|---|" + "---|" * len(lrs),
-    ]
+    lines = table_head("method", "local epochs", *(f"lr {lr:g}" for lr in lrs))
     grids = summary.get("tuning_grids", {})
     for method in methods:
         mine = [r for r in tuning if r["method"] == method]
@@ -910,10 +910,10 @@ def setting_grid_lines(
                     for r in mine
                     if r["learning_rate"] == lr and _epochs(r) == epochs
                 ]
-                txt = f"{100 * got[0]:.2f}" if got else "-"
+                txt = f"{100 * got[0]:.2f}" if got else MISSING
                 best = tuned.get(method) == lr and tuned_epochs.get(method) == epochs
                 cells.append(f"**{txt}**" if best else txt)
-            lines.append(f"| {method}{edge} | {epochs} | " + " | ".join(cells) + " |")
+            lines.append(table_row(f"{method}{edge}", epochs, *cells))
     return lines
 
 

@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from experiments.lib.tables import mean_sd_cell, table_head, table_row
 from experiments.real_data_table import (
     BASELINES,
     CENTRALIZED,
@@ -40,7 +41,6 @@ from experiments.real_data_table import (
     PARTITIONS,
     base_config,
     partition_configs,
-    percent_cell,
     safe_name,
     setup_of,
 )
@@ -150,31 +150,31 @@ def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
             "",
             f"**{part}** (mAP@ALL % after r rounds)",
             "",
-            "| method | lr | seeds | " + " | ".join(f"r = {r}" for r in evals) + " |",
-            "|---|---|---|" + "---|" * len(evals),
+            *table_head("method", "lr", "seeds", *(f"r = {r}" for r in evals)),
         ]
         for method in FEDERATED:
             runs = [r for r in mine if r["method"] == method]
             if not runs:
                 continue
             cells = [
-                percent_cell(
+                mean_sd_cell(
                     [
                         run["map_per_round"][str(r)]
                         for run in runs
                         if str(r) in run["map_per_round"]
-                    ]
+                    ],
+                    scale=100,
                 )
                 for r in evals
             ]
             lr = runs[0]["learning_rate"]
             n = len(runs)
-            lines.append(f"| {method} | {lr:g} | {n} | " + " | ".join(cells) + " |")
+            lines.append(table_row(method, f"{lr:g}", n, *cells))
     lr = next((r["learning_rate"] for r in rows if r["method"] == CENTRALIZED), None)
     at = f" (lr {lr:g})" if lr is not None else ""
     lines += [
         "",
-        f"Centralized ceiling (DPSH){at}: {percent_cell(ceiling)} mAP@ALL % "
+        f"Centralized ceiling (DPSH){at}: {mean_sd_cell(ceiling, scale=100)} mAP@ALL % "
         f"({len(ceiling)} seeds).",
     ]
     walls = [r["seconds"] for r in rows]

@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from experiments.lib.tables import MISSING, head, mean_sd, pm, row
+from experiments.lib.tables import MISSING, mean_sd, pm, table_head, table_row
 from experiments.overrides import resolved_settings
 from experiments.progress import SweepProgress
 
@@ -215,7 +215,7 @@ def aggregate(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def markdown_table(agg: list[dict[str, Any]], bits: list[int]) -> str:
     """Rows = method x partitioning, columns = bits, cells = mAP@ALL mean +- std."""
-    lines = head("method", "partitioning", *(f"{b} bits" for b in bits))
+    lines = table_head("method", "partitioning", *(f"{b} bits" for b in bits))
     keys = sorted({(a["method"], a["partitioning"]) for a in agg}, key=_order)
     for method, part in keys:
         cells = []
@@ -233,7 +233,7 @@ def markdown_table(agg: list[dict[str, Any]], bits: list[int]) -> str:
                 if a is None
                 else pm(a["map_all_mean"], a["map_all_std"], scale=100)
             )
-        lines.append(row(method, part, *cells))
+        lines.append(table_row(method, part, *cells))
     return "\n".join(lines)
 
 

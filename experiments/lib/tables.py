@@ -3,7 +3,8 @@
 Every driver's ``table.md`` is built from these pieces, so a table's layout and
 its "mean ± std" cells read the same in every result file:
 
-- :func:`row` and :func:`head` write a pipe-table row and a header with its rule;
+- :func:`table_row` and :func:`table_head` write a pipe-table row and a header
+  with its rule;
 - :func:`mean_sd` is the mean and sample standard deviation over seeds (0 for one
   value), :func:`pm` writes ``mean ± std``, :func:`mean_sd_cell` both at once for
   a list of values (``-`` when there is none, ``(n=k)`` when fewer than asked);
@@ -19,7 +20,7 @@ from collections.abc import Sequence
 MISSING = "-"
 
 
-def row(*cells: object) -> str:
+def table_row(*cells: object) -> str:
     """Return one Markdown table row: ``| a | b | c |``."""
     return "| " + " | ".join(str(c) for c in cells) + " |"
 
@@ -29,9 +30,9 @@ def rule(columns: int) -> str:
     return "|" + "---|" * columns
 
 
-def head(*names: object) -> list[str]:
+def table_head(*names: object) -> list[str]:
     """Return a table's header row and the rule under it."""
-    return [row(*names), rule(len(names))]
+    return [table_row(*names), rule(len(names))]
 
 
 def mean_sd(values: Sequence[float]) -> tuple[float, float]:

@@ -5,19 +5,19 @@ import statistics
 import pytest
 
 from experiments.lib.tables import (
-    head,
     mean_sd,
     mean_sd_cell,
     n_note,
     paired_interval,
     pm,
-    row,
+    table_head,
+    table_row,
 )
 
 
 def test_row_and_head_write_a_pipe_table() -> None:
-    assert head("method", "16 bits") == ["| method | 16 bits |", "|---|---|"]
-    assert row("FedAvg", 3, "1.00 ± 0.10") == "| FedAvg | 3 | 1.00 ± 0.10 |"
+    assert table_head("method", "16 bits") == ["| method | 16 bits |", "|---|---|"]
+    assert table_row("FedAvg", 3, "1.00 ± 0.10") == "| FedAvg | 3 | 1.00 ± 0.10 |"
 
 
 def test_mean_sd_is_the_sample_std_and_zero_for_one_value() -> None:
