@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from experiments.lib.tables import pm, table_head, table_row
 from experiments.simulate import simulate
 from experiments.sweep_runner import exit_if_failed, load_rows, run_sweep, write_tables
 
@@ -90,16 +91,23 @@ def _table(rows: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
         "Seeded privacy noise (simulation only); mean +- std over seeds. "
         "Command: `python -m experiments.dpcode_federated`.",
         "",
-        "| source | variant | eps per frame | seeds | F-score | median RE |",
-        "|---|---|---|---|---|---|",
+        *table_head(
+            "source", "variant", "eps per frame", "seeds", "F-score", "median RE"
+        ),
     ]
     summary: dict[str, Any] = {}
     for (source, variant, eps), rs in sorted(groups.items()):
         f = np.array([r["f_score"] for r in rs])
         re = np.array([r["relative_error"] for r in rs], dtype=float)
         lines.append(
-            f"| {source} | {variant} | {eps:g} | {len(rs)} | "
-            f"{f.mean():.2f} ± {f.std():.2f} | {re.mean():.2f} ± {re.std():.2f} |"
+            table_row(
+                source,
+                variant,
+                f"{eps:g}",
+                len(rs),
+                pm(f.mean(), f.std()),  # population std (numpy's default)
+                pm(re.mean(), re.std()),
+            )
         )
         summary[f"{source}/{variant}/eps{eps:g}"] = {
             "f_score_mean": float(f.mean()),

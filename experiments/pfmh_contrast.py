@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from clients.data import load_local_data
+from experiments.lib.tables import MISSING, table_head, table_row
 from experiments.overrides import parse_overrides, resolved_settings
 from experiments.sweep_runner import load_rows, run_sweep, write_tables
 from experiments.verdict import paired_verdict
@@ -196,8 +197,9 @@ def write(rows: list[dict[str, Any]], base: dict[str, Any], args: Any) -> None:
         "server's queries against each client's partition (PFMH's global "
         "protocol, reported only). mAP@ALL %.",
         "",
-        "| seed | " + " | ".join(f"{f} val | {f} test" for f in CONTRASTS) + " |",
-        "|---|" + "---|---|" * len(CONTRASTS),
+        *table_head(
+            "seed", *(f"{f} {part}" for f in CONTRASTS for part in ("val", "test"))
+        ),
     ]
     for seed in sorted({r["seed"] for r in rows}):
         cells = []
@@ -206,14 +208,14 @@ def write(rows: list[dict[str, Any]], base: dict[str, Any], args: Any) -> None:
                 (r for r in rows if r["seed"] == seed and r["contrast"] == f), None
             )
             cells += (
-                ["-", "-"]
+                [MISSING, MISSING]
                 if r is None
                 else [
                     f"{100 * r['validation_map_all']:.2f}",
                     f"{100 * r['test_map_all']:.2f}",
                 ]
             )
-        lines.append(f"| {seed} | " + " | ".join(cells) + " |")
+        lines.append(table_row(seed, *cells))
     verdicts = {}
     for metric in ("validation_map_all", "test_map_all"):
         by = {

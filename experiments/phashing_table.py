@@ -42,7 +42,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
@@ -53,6 +52,7 @@ import torch
 
 from clients.data import load_local_data
 from clients.publish import publish_codes
+from experiments.lib.tables import MISSING, mean_sd_cell, table_head, table_row
 from experiments.overrides import parse_overrides, resolved_settings
 from experiments.real_data_figures import report_curves
 from experiments.real_data_table import best_tuned_lr, lr_grid_lines
@@ -648,11 +648,7 @@ def _execute(
 
 def _cell(vals: list[float], seeds: int) -> str:
     """Mean ± sample std in %; a cell with fewer runs than seeds says how many."""
-    if not vals:
-        return "-"
-    sd = statistics.stdev(vals) if len(vals) > 1 else 0.0
-    partial = f" (n={len(vals)})" if len(vals) < seeds else ""
-    return f"{100 * statistics.fmean(vals):.2f} ± {100 * sd:.2f}{partial}"
+    return mean_sd_cell(vals, scale=100, expected=seeds)
 
 
 def hardware() -> str:
@@ -712,11 +708,12 @@ def _write(all_rows: list[dict], args: argparse.Namespace) -> str:
         + ",".join(str(s) for s in args.seeds_list)
         + ".",
         "",
-        "| method | eps (paper calibration) | "
-        + " | ".join(f"{b} bits" for b in bits_list)
-        + " | eps that holds (per bit / per code) at "
-        + f"{bits_list[-1]} bits |",
-        "|---|---|" + "---|" * (len(bits_list) + 1),
+        *table_head(
+            "method",
+            "eps (paper calibration)",
+            *(f"{b} bits" for b in bits_list),
+            f"eps that holds (per bit / per code) at {bits_list[-1]} bits",
+        ),
     ]
     n = len(args.seeds_list)
     fed = [r for r in rows if r["method"] == "DPSH (FedAvg)" and r["eps"] == 0.0]
@@ -731,7 +728,7 @@ def _write(all_rows: list[dict], args: argparse.Namespace) -> str:
         )
         for b in bits_list
     ]
-    lines.append(f"| {FLOOR} | - | " + " | ".join(floor) + " | - |")
+    lines.append(table_row(FLOOR, MISSING, *floor, MISSING))
     for method in METHODS:
         for eps in args.eps_list:
             cells = [
@@ -750,16 +747,14 @@ def _write(all_rows: list[dict], args: argparse.Namespace) -> str:
             else:
                 g = flip_guarantee(eps, bits_list[-1], "paper")
                 label, holds = f"{eps:g}", f"{g.eps_per_bit:.3f} / {g.eps_per_code:.1f}"
-            lines.append(
-                f"| {method} | {label} | " + " | ".join(cells) + f" | {holds} |"
-            )
+            lines.append(table_row(method, label, *cells, holds))
     ceiling = [
         _cell(
             [r["map_all"] for r in rows if (r["method"], r["bits"]) == (CEILING, b)], n
         )
         for b in bits_list
     ]
-    lines.append(f"| {CEILING} | non-private | " + " | ".join(ceiling) + " | - |")
+    lines.append(table_row(CEILING, "non-private", *ceiling, MISSING))
     train = sum(r.get("train_seconds", 0.0) for r in rows)
     replay_s = sum(r.get("replay_seconds", 0.0) for r in rows)
     lines += [

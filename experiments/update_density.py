@@ -37,6 +37,7 @@ from clients.data import load_local_data
 from clients.train_reply import finish_train_reply
 from clients.trainers import TrainContext
 from experiments.centralized import split_retrieval, train_centralized
+from experiments.lib.tables import MISSING, table_head, table_row
 from experiments.overrides import parse_overrides, resolved_settings
 from hashdata import load_split
 from hashing.train import select_device
@@ -146,26 +147,34 @@ def main() -> None:
     # same network trained centrally on the whole database for rounds x local epochs
     ceiling = train_centralized(resolved_settings(base))["final"]
     rows.append(
-        {"run": "untrained (round 0)", "map_all": rows[0]["initial_map_all"],
-         "map_at_k": rows[0]["initial_map_at_k"]}
+        {
+            "run": "untrained (round 0)",
+            "map_all": rows[0]["initial_map_all"],
+            "map_at_k": rows[0]["initial_map_at_k"],
+        }
     )
     rows.append(
-        {"run": "centralized (ceiling)", "map_all": ceiling["map_all"],
-         "map_at_k": ceiling["map_at_k"]}
+        {
+            "run": "centralized (ceiling)",
+            "map_all": ceiling["map_all"],
+            "map_at_k": ceiling["map_at_k"],
+        }
     )
     print()
-    print("| run | update density % (min-max) | mAP@ALL % | mAP@K % |")
-    print("|---|---|---|---|")
-    for r in rows:
-        if "density" not in r:
-            print(f"| {r['run']} | - | {100 * r['map_all']:.1f} | "
-                  f"{100 * r['map_at_k']:.1f} |")
-            continue
-        print(
-            f"| {r['run']} | {100 * r['density']:.1f} ({100 * r['density_min']:.1f}-"
-            f"{100 * r['density_max']:.1f}) | {100 * r['map_all']:.1f} | "
-            f"{100 * r['map_at_k']:.1f} |"
+    print(
+        "\n".join(
+            table_head("run", "update density % (min-max)", "mAP@ALL %", "mAP@K %")
         )
+    )
+    for r in rows:
+        density = (
+            f"{100 * r['density']:.1f} ({100 * r['density_min']:.1f}-"
+            f"{100 * r['density_max']:.1f})"
+            if "density" in r
+            else MISSING
+        )
+        maps = f"{100 * r['map_all']:.1f}", f"{100 * r['map_at_k']:.1f}"
+        print(table_row(r["run"], density, *maps))
     if args.out:
         args.out.write_text(json.dumps(rows, indent=1))
 
