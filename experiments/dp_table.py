@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
+from experiments.lib.grids import csv, load_grids
 from experiments.lib.tables import mean_sd_cell, table_head, table_row
 from experiments.sweep import ROOT, run_federated
 
@@ -109,8 +110,9 @@ def table(rows: list[dict[str, Any]]) -> str:
 def main() -> None:
     """CLI entry point."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", default="0,1,2")
-    parser.add_argument("--noise", default="2.0,1.0,0.7,0.5")
+    grids = load_grids("project", "dp-sgd", ("seeds", "noise"))
+    parser.add_argument("--seeds", default=csv(grids["seeds"]))
+    parser.add_argument("--noise", default=csv(grids["noise"]))
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--clients", type=int, default=10)
     parser.add_argument("--proto-eps", type=float, default=4.0)

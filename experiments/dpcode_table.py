@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from experiments.lib.grids import csv, load_grids
 from experiments.lib.tables import MISSING, mean_sd, mean_sd_cell, table_head, table_row
 from experiments.sweep_runner import exit_if_failed, run_sweep, write_tables
 from privacy.dpcode import (
@@ -54,9 +55,6 @@ from privacy.noise import NoiseSource
 ROOT = Path(__file__).resolve().parents[1]
 DATA_DIR = ROOT.parent / "shared" / "data"
 METHODS = ("DPcode", "DPcode (pruned)", "Direct", "NoisyCut")
-EPSILONS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
-KS = (1, 5, 10, 50, 100, 200)
-SPLITS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 FIXED_EPS, FIXED_K, DPCODE_SPLIT = 4.0, 100, 0.65
 
 
@@ -179,11 +177,13 @@ def run_job(job: Job, data_dir: str) -> dict[str, Any]:
     }
 
 
-def jobs(datasets: list[str], seeds: list[int], quick: bool) -> list[Job]:
-    """Every run of the three sweeps."""
-    eps_grid = (1.0, 8.0) if quick else EPSILONS
-    k_grid = (10, 100) if quick else KS
-    split_grid = (0.3, 0.7) if quick else SPLITS
+#: the grids of the three sweeps (``experiments/grids/dpcode.toml``)
+SWEEP_GRIDS = ("epsilons", "ks", "splits")
+
+
+def jobs(datasets: list[str], seeds: list[int], grids: dict[str, Any]) -> list[Job]:
+    """Every run of the three sweeps over ``grids`` (epsilons, ks, splits)."""
+    eps_grid, k_grid, split_grid = (grids[k] for k in SWEEP_GRIDS)
     out = []
     for ds in datasets:
         for seed in seeds:
@@ -377,7 +377,9 @@ def plots(agg: list[dict[str, Any]], out: Path) -> list[str]:
 def main() -> None:
     """CLI entry point."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", default="0,1,2")
+    grids = load_grids("dpcode", "figures", ("seeds", *SWEEP_GRIDS))
+    quick_grids = load_grids("dpcode", "figures-quick", SWEEP_GRIDS)
+    parser.add_argument("--seeds", default=csv(grids["seeds"]))
     parser.add_argument("--datasets", default="digits,mirflickr")
     parser.add_argument("--data-dir", default=str(DATA_DIR))
     parser.add_argument("--out", type=Path, default=None)
@@ -407,7 +409,7 @@ def main() -> None:
         datasets.append(ds)
     started = time.perf_counter()
     rows, failed = run_sweep(
-        jobs(datasets, seeds, args.quick),
+        jobs(datasets, seeds, quick_grids if args.quick else grids),
         lambda job: run_job(job, args.data_dir),
         rows_path=out / "rows.jsonl",
         resume=args.resume,

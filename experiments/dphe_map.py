@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from crypto import generate_keys
+from experiments.lib.grids import csv, load_grids
 from experiments.lib.tables import mean_sd_cell, table_head, table_row
 from experiments.sweep import ROOT, run_centralized, run_federated
 from experiments.sweep_runner import exit_if_failed, run_sweep
@@ -263,8 +264,9 @@ def table(
 def main() -> None:
     """CLI entry point."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", default="0,1,2")
-    parser.add_argument("--sparsity", default="0.9,0.0")
+    grids = load_grids("dphe", "map", ("seeds", "sparsity"))
+    parser.add_argument("--seeds", default=csv(grids["seeds"]))
+    parser.add_argument("--sparsity", default=csv(grids["sparsity"]))
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--clients", type=int, default=5)
     parser.add_argument("--key-bits", type=int, default=2048)

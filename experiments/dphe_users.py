@@ -44,6 +44,7 @@ from experiments.dphe_map import (
     run_pair,
     run_references,
 )
+from experiments.lib.grids import csv, load_grids
 from experiments.lib.tables import table_head, table_row
 from experiments.overrides import resolved_settings
 from experiments.sweep import ROOT
@@ -202,8 +203,9 @@ def plot(
 def main() -> None:
     """CLI entry point."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--users", default="5,10,25,50,100")
-    parser.add_argument("--seeds", default="0,1,2")
+    grids = load_grids("dphe", "users", ("seeds", "users"))
+    parser.add_argument("--users", default=csv(grids["users"]))
+    parser.add_argument("--seeds", default=csv(grids["seeds"]))
     parser.add_argument("--sparsity", type=float, default=0.9)
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--key-bits", type=int, default=2048)

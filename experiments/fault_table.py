@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from experiments.lib.grids import csv, load_grids
 from experiments.lib.tables import MISSING, mean_sd_cell, pm, table_head, table_row
 from experiments.sweep import ROOT, run_centralized, run_federated
 from experiments.sweep_runner import exit_if_failed, run_sweep, write_tables
@@ -26,7 +27,6 @@ METHODS: dict[str, dict[str, Any]] = {
     "FedHAP": {"strategy": "fedhap"},
 }
 CLIENTS = 10
-FAILING = (0, 1, 3)  # of 10: 0 %, 10 %, 30 %
 
 
 CEILING = "centralized"  # the same model on the whole database, same epoch budget
@@ -37,7 +37,7 @@ def jobs(args: argparse.Namespace) -> list[dict[str, Any]]:
     runs = [
         {"seed": seed, "failing": k, "method": m}
         for seed in args.seeds
-        for k in FAILING
+        for k in args.failing
         for m in METHODS
     ]
     return runs + [{"seed": s, "failing": 0, "method": CEILING} for s in args.seeds]
@@ -89,13 +89,14 @@ def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> tuple[dict, s
             r["map_all"]
         )
     lines = table_head(
-        "method", *(f"{k}/{CLIENTS} failing ({k * 100 // CLIENTS} %)" for k in FAILING)
+        "method",
+        *(f"{k}/{CLIENTS} failing ({k * 100 // CLIENTS} %)" for k in args.failing),
     )
     summary: dict[str, Any] = {}
     for method, by_k in cells.items():
         base = statistics.mean(by_k[0]) if by_k.get(0) else None
         out = []
-        for k in FAILING:
+        for k in args.failing:
             vals = by_k.get(k, [])
             if not vals:
                 out.append(MISSING)
@@ -119,7 +120,7 @@ def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> tuple[dict, s
             table_row(
                 "untrained floor (round 0)",
                 mean_sd_cell(floors, fmt=".3f"),
-                *[MISSING] * (len(FAILING) - 1),
+                *[MISSING] * (len(args.failing) - 1),
             )
         )
         summary["untrained floor"] = {"per_seed": by_seed}
@@ -142,7 +143,8 @@ def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> tuple[dict, s
 def main() -> None:
     """CLI (see the module docstring)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", default="0,1,2")
+    grids = load_grids("project", "faults", ("seeds", "failing"))
+    parser.add_argument("--seeds", default=csv(grids["seeds"]))
     parser.add_argument("--kind", default="raise")
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--out", type=Path, default=ROOT / "docs/results/faults")
@@ -151,6 +153,7 @@ def main() -> None:
     parser.add_argument("--resume", action="store_true")
     args = parser.parse_args()
     args.seeds = [int(s) for s in args.seeds.split(",")]
+    args.failing = grids["failing"]
     args.base = {"rounds": args.rounds, "eval-every": args.rounds, "local-epochs": 3}
     args.out.mkdir(parents=True, exist_ok=True)
 
@@ -173,4 +176,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from experiments.progress import cli
+
+    cli(main)

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from experiments.lib.grids import csv, load_grids
 from experiments.lib.tables import MISSING, mean_sd, n_note, pm, table_head, table_row
 from experiments.sweep import PARTITIONS, ROOT, run_federated
 from experiments.sweep_runner import exit_if_failed, run_sweep, write_tables
@@ -248,10 +249,11 @@ def write_outputs(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
 def main() -> None:
     """CLI entry point."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", default="0,1,2")
-    parser.add_argument("--bits", default="12,24,48")
+    grids = load_grids("fedhap", "tables", ("seeds", "bits", "client-counts"))
+    parser.add_argument("--seeds", default=csv(grids["seeds"]))
+    parser.add_argument("--bits", default=csv(grids["bits"]))
     parser.add_argument("--clients", type=int, default=20)
-    parser.add_argument("--client-counts", default="20,40,60,100")
+    parser.add_argument("--client-counts", default=csv(grids["client-counts"]))
     parser.add_argument("--sweep-bits", type=int, default=48)
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--only", choices=["main", "clients", "distance"], default=None)

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from experiments.lib.grids import csv, load_grids
 from experiments.lib.tables import MISSING, mean_sd_cell, table_head, table_row
 from hashdata import load_split, partition_indices
 from hashing.itq import fit_itq, fit_pitq
@@ -180,8 +181,9 @@ def _order(key: tuple[str, float]) -> tuple[int, float]:
 def main() -> None:
     """CLI entry point."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", default="0,1,2")
-    parser.add_argument("--bits", default="12,24,32,48")
+    grids = load_grids("phashing", "itq", ("seeds", "bits"))
+    parser.add_argument("--seeds", default=csv(grids["seeds"]))
+    parser.add_argument("--bits", default=csv(grids["bits"]))
     parser.add_argument("--clients", type=int, default=10)
     parser.add_argument(
         "--out", type=Path, default=ROOT / "docs" / "results" / "itq"

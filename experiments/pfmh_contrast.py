@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from clients.data import load_local_data
+from experiments.lib.grids import csv, load_grids
 from experiments.lib.tables import MISSING, table_head, table_row
 from experiments.overrides import parse_overrides, resolved_settings
 from experiments.sweep_runner import load_rows, run_sweep, write_tables
@@ -148,7 +149,8 @@ def _map_all(q: Any, db: Any, q_labels: Any, db_labels: Any) -> float:
 def main() -> None:
     """CLI (see the module docstring)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", default="0,1,2,3,4")
+    grids = load_grids("pfmh", "contrast", ("seeds",))
+    parser.add_argument("--seeds", default=csv(grids["seeds"]))
     parser.add_argument("--clients", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--threads", type=int, default=1)
@@ -237,4 +239,6 @@ def write(rows: list[dict[str, Any]], base: dict[str, Any], args: Any) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from experiments.progress import cli
+
+    cli(main)

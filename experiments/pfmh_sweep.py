@@ -50,6 +50,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from experiments.lib.grids import csv, load_grids
 from experiments.lib.tables import MISSING, mean_sd, n_note, pm, table_head, table_row
 from experiments.sweep import ROOT, _sets, run_federated
 from experiments.sweep_runner import exit_if_failed, run_sweep, write_tables
@@ -451,19 +452,24 @@ def _weights(flag: str, text: str) -> list[float]:
 def main() -> None:
     """CLI entry point."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", default="0,1,2")
-    parser.add_argument("--bits", default="16,32,64,128")
+    grids = load_grids(
+        "pfmh",
+        "tables",
+        ("seeds", "bits", "completion-alphas", "loss-alphas", "loss-betas"),
+    )
+    parser.add_argument("--seeds", default=csv(grids["seeds"]))
+    parser.add_argument("--bits", default=csv(grids["bits"]))
     parser.add_argument("--clients", type=int, default=10)
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--cpus", type=int, default=1, help="Ray CPUs per run")
     parser.add_argument(
         "--only", choices=["main", "completion", "sensitivity"], default=None
     )
-    parser.add_argument("--completion-alphas", default="1.0")
+    parser.add_argument("--completion-alphas", default=csv(grids["completion-alphas"]))
     parser.add_argument("--completion-bits", type=int, default=32)
     parser.add_argument("--sensitivity-bits", type=int, default=64)
-    parser.add_argument("--loss-alphas", default="0.0001,0.001,0.01,0.1,1")
-    parser.add_argument("--loss-betas", default="0.0001,0.001,0.01,0.1,1")
+    parser.add_argument("--loss-alphas", default=csv(grids["loss-alphas"]))
+    parser.add_argument("--loss-betas", default=csv(grids["loss-betas"]))
     parser.add_argument("--resume", action="store_true")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")

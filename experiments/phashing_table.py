@@ -52,6 +52,7 @@ import torch
 
 from clients.data import load_local_data
 from clients.publish import publish_codes
+from experiments.lib.grids import csv, load_grids
 from experiments.lib.tables import MISSING, mean_sd_cell, table_head, table_row
 from experiments.overrides import parse_overrides, resolved_settings
 from experiments.real_data_figures import report_curves
@@ -68,7 +69,6 @@ from server.experiment import prepare_data, protocol_text
 from settings.run_model import build_run_model, split_global_state
 
 METHODS = {"DPSH (FedAvg)": "fedavg", "FedHAP": "fedhap"}
-EPSILONS = (0.0, 1.0, 2.0, 4.0)
 CEILING = "centralized (ceiling)"
 FLOOR = "untrained (round 0 of the DPSH runs)"
 
@@ -446,9 +446,10 @@ def _read_rows(path: Path) -> list[dict[str, Any]]:
 def main() -> None:
     """CLI entry point."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", default="0,1,2")
-    parser.add_argument("--bits", default="16,32,64")
-    parser.add_argument("--epsilons", default=",".join(f"{e:g}" for e in EPSILONS))
+    grids = load_grids("phashing", "table1", ("seeds", "bits", "epsilons"))
+    parser.add_argument("--seeds", default=csv(grids["seeds"]))
+    parser.add_argument("--bits", default=csv(grids["bits"]))
+    parser.add_argument("--epsilons", default=csv(grids["epsilons"]))
     parser.add_argument("--clients", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument(

@@ -6,7 +6,8 @@ process finished (runs resumed from disk do not count towards the mean). In a
 terminal a tqdm progress bar stays below those lines (tqdm turns itself off when
 stderr is not a terminal, so log files get only the lines).
 :func:`cli` wraps an experiment's ``main`` so that a bad config or ``--set`` value
-ends it with one ``error:`` line and exit code 2 instead of a traceback.
+or a bad grid file (:mod:`experiments.lib.grids`) ends it with one ``error:`` line
+and exit code 2 instead of a traceback.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Callable
 
 from tqdm import tqdm
 
+from experiments.lib.grids import GridError
 from settings.run_settings import ConfigError
 
 EXIT_BAD_CONFIG = 2
@@ -76,9 +78,12 @@ def format_seconds(seconds: float) -> str:
 
 
 def cli(main: Callable[[], None]) -> None:
-    """Run an experiment's ``main``; a config error is one line and exit code 2."""
+    """Run an experiment's ``main``; a config or grid file error is one line, exit 2."""
     try:
         main()
     except ConfigError as exc:
         print(f"error: run config: {exc}", file=sys.stderr)
+        sys.exit(EXIT_BAD_CONFIG)
+    except GridError as exc:
+        print(f"error: {exc}", file=sys.stderr)
         sys.exit(EXIT_BAD_CONFIG)

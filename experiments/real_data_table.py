@@ -58,6 +58,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from experiments.lib.grids import csv, load_grids
 from experiments.lib.tables import MISSING, mean_sd_cell, table_head, table_row
 from experiments.real_data_figures import plot_curves, report_curves
 from experiments.sweep import ROOT, check_partitions, run_centralized, run_federated
@@ -106,8 +107,6 @@ CURVE_KS = "10,50,100,200,500,1000,2000,5000"
 DEFAULT_LR = 5e-4
 #: The run config's local epochs (pyproject.toml), where no epochs grid is tuned.
 DEFAULT_EPOCHS = 3
-#: ``--epochs-grid`` by default: ours and FedHAP's paper (5 local epochs).
-EPOCHS_GRID = "3,5"
 
 
 @dataclass
@@ -140,8 +139,9 @@ def safe_name(name: str) -> str:
 def main() -> None:
     """CLI (see the module docstring)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    grids = load_grids("fedhap", "real-data", ("seeds", "lr-grid", "epochs-grid"))
     parser.add_argument("--data-path", type=Path, required=True)
-    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--seeds", default=csv(grids["seeds"]))
     parser.add_argument("--clients", type=int, default=20)
     parser.add_argument("--bits", type=int, default=48)
     parser.add_argument("--rounds", type=int, default=10)
@@ -153,7 +153,7 @@ def main() -> None:
         help=f"default: {', '.join(DEFAULT_METHODS)}; accepted too: "
         + ", ".join(m for m in METHODS if m not in DEFAULT_METHODS),
     )
-    parser.add_argument("--lr-grid", default="0.0002,0.0005,0.002,0.005")
+    parser.add_argument("--lr-grid", default=csv(grids["lr-grid"]))
     parser.add_argument(
         "--ceiling-lr-grid",
         default=None,
@@ -167,9 +167,9 @@ def main() -> None:
     )
     parser.add_argument(
         "--epochs-grid",
-        default=EPOCHS_GRID,
+        default=csv(grids["epochs-grid"]),
         help="local epochs tried for every tuned method, the ceiling's epoch budget "
-        f"included (default {EPOCHS_GRID}: ours and the paper's)",
+        f"included (default {csv(grids['epochs-grid'])}: ours and the paper's)",
     )
     parser.add_argument("--tune-seed", type=int, default=99)
     parser.add_argument(
@@ -924,4 +924,6 @@ def _at(row: dict[str, Any], key: str, k: int) -> float | None:
 
 
 if __name__ == "__main__":
-    main()
+    from experiments.progress import cli
+
+    cli(main)

@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from experiments.lib.grids import csv, load_grids
 from experiments.lib.tables import MISSING, mean_sd, pm, table_head, table_row
 from experiments.overrides import resolved_settings
 from experiments.progress import SweepProgress
@@ -246,8 +247,9 @@ def main() -> None:
     """CLI entry point."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("grid", choices=["foundation"])
-    parser.add_argument("--seeds", default="0,1,2")
-    parser.add_argument("--bits", default="16,32,64")
+    grids = load_grids("project", "foundation", ("seeds", "bits"))
+    parser.add_argument("--seeds", default=csv(grids["seeds"]))
+    parser.add_argument("--bits", default=csv(grids["bits"]))
     parser.add_argument("--clients", type=int, default=10)
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
