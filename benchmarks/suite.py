@@ -582,7 +582,7 @@ def _now() -> str:
 
 def _fmt(seconds: float) -> str:
     """``3 min 4 s`` (the drivers' format; imported late: it loads the settings)."""
-    from experiments.progress import format_seconds  # noqa: PLC0415
+    from experiments.lib.progress import format_seconds  # noqa: PLC0415
 
     return format_seconds(seconds)
 

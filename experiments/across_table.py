@@ -21,9 +21,9 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from experiments.lib.runner import write_tables
 from experiments.lib.tables import MISSING, mean_sd_cell, table_head, table_row
 from experiments.real_data_table import BASELINES, CENTRALIZED
-from experiments.sweep_runner import write_tables
 
 FEDHAP = "FedHAP"
 METHOD_ORDER = (FEDHAP, *BASELINES)

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from experiments.sweep_runner import load_rows
+from experiments.lib.runner import load_rows
 from experiments.verdict import DIRECTIONS, Verdict, paired_verdict
 
 

@@ -153,6 +153,6 @@ def _write(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
 
 
 if __name__ == "__main__":
-    from experiments.progress import cli
+    from experiments.lib.progress import cli
 
     cli(main)

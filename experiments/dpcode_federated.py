@@ -24,9 +24,9 @@ from typing import Any
 
 import numpy as np
 
+from experiments.lib.runner import exit_if_failed, load_rows, run_sweep, write_tables
 from experiments.lib.tables import pm, table_head, table_row
 from experiments.simulate import simulate
-from experiments.sweep_runner import exit_if_failed, load_rows, run_sweep, write_tables
 
 ROOT = Path(__file__).resolve().parents[1]
 CLIENTS = 10
@@ -147,6 +147,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    from experiments.progress import cli
+    from experiments.lib.progress import cli
 
     cli(main)

@@ -34,8 +34,8 @@ from typing import Any
 import numpy as np
 
 from experiments.lib.grids import csv, load_grids
+from experiments.lib.runner import exit_if_failed, run_sweep, write_tables
 from experiments.lib.tables import MISSING, mean_sd, mean_sd_cell, table_head, table_row
-from experiments.sweep_runner import exit_if_failed, run_sweep, write_tables
 from privacy.dpcode import (
     Frames,
     HadamardCodebook,
@@ -438,6 +438,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    from experiments.progress import cli
+    from experiments.lib.progress import cli
 
     cli(main)

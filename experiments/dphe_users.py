@@ -45,10 +45,10 @@ from experiments.dphe_map import (
     run_references,
 )
 from experiments.lib.grids import csv, load_grids
+from experiments.lib.runner import exit_if_failed, load_rows, run_sweep
 from experiments.lib.tables import table_head, table_row
 from experiments.overrides import resolved_settings
 from experiments.sweep import ROOT
-from experiments.sweep_runner import exit_if_failed, load_rows, run_sweep
 
 
 def job_name(users: int, seed: int) -> str:
@@ -274,6 +274,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    from experiments.progress import cli
+    from experiments.lib.progress import cli
 
     cli(main)

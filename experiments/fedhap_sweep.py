@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from experiments.lib.grids import csv, load_grids
+from experiments.lib.runner import exit_if_failed, run_sweep, write_tables
 from experiments.lib.tables import MISSING, mean_sd, n_note, pm, table_head, table_row
 from experiments.sweep import PARTITIONS, ROOT, run_federated
-from experiments.sweep_runner import exit_if_failed, run_sweep, write_tables
 
 METHODS: dict[str, dict[str, Any]] = {
     "DPSH (FedAvg)": {"strategy": "fedavg"},
@@ -285,6 +285,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    from experiments.progress import cli
+    from experiments.lib.progress import cli
 
     cli(main)

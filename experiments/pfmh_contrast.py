@@ -35,9 +35,9 @@ import torch
 
 from clients.data import load_local_data
 from experiments.lib.grids import csv, load_grids
+from experiments.lib.runner import load_rows, run_sweep, write_tables
 from experiments.lib.tables import MISSING, table_head, table_row
 from experiments.overrides import parse_overrides, resolved_settings
-from experiments.sweep_runner import load_rows, run_sweep, write_tables
 from experiments.verdict import paired_verdict
 from hashdata import load_split
 from hashing.codes import sign_codes
@@ -239,6 +239,6 @@ def write(rows: list[dict[str, Any]], base: dict[str, Any], args: Any) -> None:
 
 
 if __name__ == "__main__":
-    from experiments.progress import cli
+    from experiments.lib.progress import cli
 
     cli(main)

@@ -51,9 +51,9 @@ from pathlib import Path
 from typing import Any
 
 from experiments.lib.grids import csv, load_grids
+from experiments.lib.runner import exit_if_failed, run_sweep, write_tables
 from experiments.lib.tables import MISSING, mean_sd, n_note, pm, table_head, table_row
 from experiments.sweep import ROOT, _sets, run_federated
-from experiments.sweep_runner import exit_if_failed, run_sweep, write_tables
 from hashing.pfmh.evaluation import PRECISION_PREFIX
 from settings.check import parse_run_config
 
@@ -520,6 +520,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    from experiments.progress import cli
+    from experiments.lib.progress import cli
 
     cli(main)

@@ -53,12 +53,12 @@ import torch
 from clients.data import load_local_data
 from clients.publish import publish_codes
 from experiments.lib.grids import csv, load_grids
+from experiments.lib.runner import resume_refusal, setup_differences
 from experiments.lib.tables import MISSING, mean_sd_cell, table_head, table_row
 from experiments.overrides import parse_overrides, resolved_settings
 from experiments.real_data_figures import report_curves
 from experiments.real_data_table import best_tuned_lr, lr_grid_lines
 from experiments.sweep import ROOT, run_centralized, run_federated
-from experiments.sweep_runner import resume_refusal, setup_differences
 from experiments.tuning import grid_extension, write_validation_file
 from hashing.codes import sign_codes
 from hashing.retrieval import evaluate_retrieval
@@ -883,6 +883,6 @@ def _plot_pr(rows: list[dict], bits: int, path: Path) -> None:
 
 
 if __name__ == "__main__":
-    from experiments.progress import cli
+    from experiments.lib.progress import cli
 
     cli(main)

@@ -59,10 +59,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.lib.grids import csv, load_grids
-from experiments.lib.tables import MISSING, mean_sd_cell, table_head, table_row
-from experiments.real_data_figures import plot_curves, report_curves
-from experiments.sweep import ROOT, check_partitions, run_centralized, run_federated
-from experiments.sweep_runner import (
+from experiments.lib.runner import (
     check_resume_setup,
     exit_if_failed,
     load_rows,
@@ -70,6 +67,9 @@ from experiments.sweep_runner import (
     shown_in_table,
     write_tables,
 )
+from experiments.lib.tables import MISSING, mean_sd_cell, table_head, table_row
+from experiments.real_data_figures import plot_curves, report_curves
+from experiments.sweep import ROOT, check_partitions, run_centralized, run_federated
 from experiments.tuning import (
     VALIDATION_FRACTION,
     ValidationSplit,
@@ -924,6 +924,6 @@ def _at(row: dict[str, Any], key: str, k: int) -> float | None:
 
 
 if __name__ == "__main__":
-    from experiments.progress import cli
+    from experiments.lib.progress import cli
 
     cli(main)

@@ -32,6 +32,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from experiments.lib.runner import (
+    check_resume_setup,
+    exit_if_failed,
+    run_sweep,
+    shown_in_table,
+    write_tables,
+)
 from experiments.lib.tables import mean_sd_cell, table_head, table_row
 from experiments.real_data_table import (
     BASELINES,
@@ -45,13 +52,6 @@ from experiments.real_data_table import (
     setup_of,
 )
 from experiments.sweep import ROOT, check_partitions, run_centralized, run_federated
-from experiments.sweep_runner import (
-    check_resume_setup,
-    exit_if_failed,
-    run_sweep,
-    shown_in_table,
-    write_tables,
-)
 
 FEDERATED = tuple(m for m, cfg in METHODS.items() if cfg is not None)
 
@@ -368,6 +368,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    from experiments.progress import cli
+    from experiments.lib.progress import cli
 
     cli(main)

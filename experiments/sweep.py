@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from experiments.lib.grids import csv, load_grids
+from experiments.lib.progress import SweepProgress
 from experiments.lib.tables import MISSING, mean_sd, pm, table_head, table_row
 from experiments.overrides import resolved_settings
-from experiments.progress import SweepProgress
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -285,6 +285,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    from experiments.progress import cli
+    from experiments.lib.progress import cli
 
     cli(main)

@@ -1,4 +1,4 @@
-"""The one sweep runner (experiments/sweep_runner.py) and the drivers that use it."""
+"""The one sweep runner (experiments/lib/runner.py) and the drivers that use it."""
 
 import json
 import subprocess
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from experiments import dphe_map, dphe_users, fedhap_sweep
-from experiments.sweep_runner import exit_if_failed, load_rows, run_sweep
+from experiments.lib.runner import exit_if_failed, load_rows, run_sweep
 from tests.fixtures import write_feature_npz
 
 

@@ -5,7 +5,7 @@ import tomllib
 import pytest
 
 from experiments.lib.grids import GRIDS_DIR, GridError, csv, load_grids
-from experiments.progress import EXIT_BAD_CONFIG, cli
+from experiments.lib.progress import EXIT_BAD_CONFIG, cli
 
 
 def test_every_shipped_grid_file_holds_only_grids() -> None:

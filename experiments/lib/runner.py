@@ -3,7 +3,7 @@
 :func:`run_sweep` runs a list of jobs (``--jobs`` at once, each in a worker
 thread that usually starts its own process), appends every finished run's row to
 ``rows.jsonl`` at once -- an interrupted sweep loses nothing -- and prints one
-progress line per run (:class:`experiments.progress.SweepProgress`). With
+progress line per run (:class:`experiments.lib.progress.SweepProgress`). With
 ``resume`` the rows already in ``rows.jsonl`` are kept and their jobs skipped;
 without it the file starts empty. A failed run is reported and the sweep goes
 on; :func:`exit_if_failed` then ends the process with code 1, after the caller
@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any, TypeVar
 
-from experiments.progress import SweepProgress
+from experiments.lib.progress import SweepProgress
 
 Job = TypeVar("Job")
 Row = dict[str, Any]
