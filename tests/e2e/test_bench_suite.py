@@ -1,4 +1,4 @@
-"""``python -m benchmarks.suite --quick``: files and their shapes, not the numbers.
+"""``python -m experiments.suite --quick``: files and their shapes, not the numbers.
 
 The cheapest paper that exercises the whole orchestration: DPcode on digits (its
 driver's own ``--quick``, no Flower, about 50 s on 2 busy cores). Every Flower
@@ -35,7 +35,7 @@ SUITE_KEYS = {
 
 def _suite(*argv: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "benchmarks.suite", *argv],
+        [sys.executable, "-m", "experiments.suite", *argv],
         cwd=ROOT,
         capture_output=True,
         text=True,

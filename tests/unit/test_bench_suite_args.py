@@ -1,10 +1,10 @@
-"""Argument checks of ``python -m benchmarks.suite``: refused before any run."""
+"""Argument checks of ``python -m experiments.suite``: refused before any run."""
 
 import subprocess
 
 import pytest
 
-from benchmarks import suite
+from experiments import suite
 
 
 def _plan(*argv: str) -> suite.Plan:
@@ -158,7 +158,7 @@ def test_mirflickr_paper_is_the_paper_split_table_and_its_quick_run_is_small(
 
 
 def test_cifar10_features_runs_the_feature_file_from_the_data_dir(tmp_path) -> None:
-    from benchmarks.suite import CIFAR10_FEATURES
+    from experiments.suite import CIFAR10_FEATURES
 
     (tmp_path / CIFAR10_FEATURES).write_bytes(b"")
     for paper, module_arg in (("phashing", "dataset=npz"), ("fedhap", "--untuned")):

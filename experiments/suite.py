@@ -1,6 +1,6 @@
-"""The paper-shaped benchmark suite: one command over the experiment drivers.
+"""The paper-shaped suite: one command over the experiment drivers.
 
-``python -m benchmarks.suite --paper fedhap|pfmh|phashing|dphe|dpcode|all
+``python -m experiments.suite --paper fedhap|pfmh|phashing|dphe|dpcode|all
 [--dataset NAME | --dataset PAPER=NAME ...] [--seeds 0,1,2] [--quick] [--out DIR]
 [--resume] [--data-dir DIR] [--jobs N] [--dry-run] [-- DRIVER ARGS]``
 
@@ -750,7 +750,7 @@ def parser() -> argparse.ArgumentParser:
         f"{p.name}: {', '.join(p.dataset_names())}" for p in PAPERS.values()
     )
     ap = argparse.ArgumentParser(
-        prog="python -m benchmarks.suite",
+        prog="python -m experiments.suite",
         description="Run the paper-shaped benchmarks through the experiment drivers. "
         "Arguments after `--` go to the one paper's driver as they are (e.g. "
         "`-- --bits 32`), after the suite's own; suite.json records them.",
@@ -824,7 +824,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(run.shown())
         return 0
     shown = sys.argv[1:] if argv is None else list(argv)
-    return execute(plan, shlex.join(["python", "-m", "benchmarks.suite", *shown]))
+    return execute(plan, shlex.join(["python", "-m", "experiments.suite", *shown]))
 
 
 if __name__ == "__main__":
