@@ -4,8 +4,9 @@
 [--dataset NAME | --dataset PAPER=NAME ...] [--seeds 0,1,2] [--quick] [--out DIR]
 [--resume] [--data-dir DIR] [--jobs N] [--dry-run] [-- DRIVER ARGS]``
 
-Each paper is one driver of ``experiments/``, run as ``python -m
-experiments.<driver>`` in its own process with the suite's seeds, results
+Each paper is one table of its paper's driver, run as ``python -m
+experiments.<paper> <table>`` (:mod:`experiments.lib.driver`) in its own process
+with the suite's seeds, results
 directory, resume flag and dataset (``--set dataset=npz --set data-path=...`` for
 the Flower drivers, ``--datasets``/``--data-dir`` for DPcode). The suite only
 orchestrates: the grids, tables and ``summary.json`` / ``rows.jsonl`` are the
@@ -37,6 +38,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from experiments.lib.driver import driver_command
 from hashdata.recipes import missing_file_hint
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -191,7 +193,7 @@ PAPERS: dict[str, Paper] = {
     for p in (
         Paper(
             name="fedhap",
-            module="experiments.fedhap_sweep",
+            module="experiments.tables.fedhap_sweep",
             runs="FedHAP Tables 2-7: DPSH (FedAvg), DPSH (FedProx), FedHAP-1/2/3 and "
             "FedHAP, IID and non-IID (3 classes per client), 20 clients, 12/24/48 "
             "bits; 20/40/60/100 clients (IID, 48 bits); Euclidean triplet distance",
@@ -208,7 +210,7 @@ PAPERS: dict[str, Paper] = {
                     "recall@K curves",
                     file=MIRFLICKR,
                     args=("--data-path", "{data_dir}/" + MIRFLICKR),
-                    module="experiments.real_data_table",
+                    module="experiments.tables.real_data_table",
                     quick=_MIRFLICKR_QUICK,
                 ),
                 Dataset(
@@ -224,7 +226,7 @@ PAPERS: dict[str, Paper] = {
                         "{data_dir}/" + MIRFLICKR,
                         *PAPER_SPLIT_ARGS,
                     ),
-                    module="experiments.real_data_table",
+                    module="experiments.tables.real_data_table",
                     quick=(*_MIRFLICKR_QUICK, "--ceiling-lr-grid", "0.0005"),
                 ),
                 Dataset(
@@ -247,7 +249,7 @@ PAPERS: dict[str, Paper] = {
                         "DPSH (FedAvg),FedHAP,centralized (DPSH),CSQ (FedAvg),"
                         "DCH (FedAvg)",
                     ),
-                    module="experiments.real_data_table",
+                    module="experiments.tables.real_data_table",
                     quick=("--clients", "2", "--rounds", "1", "--bits", "16"),
                 ),
             ),
@@ -268,7 +270,7 @@ PAPERS: dict[str, Paper] = {
         ),
         Paper(
             name="pfmh",
-            module="experiments.pfmh_sweep",
+            module="experiments.tables.pfmh_sweep",
             runs="PFMH Tables 1-2: PFMH, PFMH (fedavg mode), FedAvg (same model), "
             "w/o-PE, w/o-P, w/o-Ls, w/o-Ll and centralized, 10 clients, Dirichlet "
             "0.1, 16/32/64/128 bits, with top-K precision (Fig. 4); completion "
@@ -305,7 +307,7 @@ PAPERS: dict[str, Paper] = {
         ),
         Paper(
             name="phashing",
-            module="experiments.phashing_table",
+            module="experiments.tables.phashing_table",
             runs="PHashing Table 1 and Fig. 2: DPSH (FedAvg) and FedHAP, 10 IID "
             "clients, 30 rounds, 16/32/64 bits; database codes flipped at epsilon 0 "
             "(none), 1, 2, 4 (paper calibration), replayed on the final models; "
@@ -330,7 +332,7 @@ PAPERS: dict[str, Paper] = {
         ),
         Paper(
             name="dphe",
-            module="experiments.dphe_map",
+            module="experiments.tables.dphe_map",
             runs="DPHE: FedAvg (DPSH, mlp, 32 bits, 5 IID clients, 10 rounds) with "
             "plaintext vs DPHE-summed sparse updates (2048-bit keys) at sparsity "
             "90% and 0%",
@@ -341,7 +343,7 @@ PAPERS: dict[str, Paper] = {
                     "digits split over 5, 10, 25, 50 and 100 users (Fig. 4 shape, its "
                     "right panel): the plaintext / DPHE pair per number of users, "
                     "90% sparsity, DJN obfuscators; mAP and round time against N",
-                    module="experiments.dphe_users",
+                    module="experiments.tables.dphe_users",
                     quick=("--users", "3", "--rounds", "1"),
                 ),
                 Dataset(
@@ -349,7 +351,7 @@ PAPERS: dict[str, Paper] = {
                     "digits, 5, 10, 25, 50 and 100 users as k repeated IID five-way "
                     "splits (Fig. 4 shape, its left panel: each user a fixed fifth, "
                     "every sample held by k users, only split 0 publishes codes)",
-                    module="experiments.dphe_users",
+                    module="experiments.tables.dphe_users",
                     args=("--panel", "left"),
                     quick=("--users", "5", "--rounds", "1"),
                 ),
@@ -361,7 +363,7 @@ PAPERS: dict[str, Paper] = {
         ),
         Paper(
             name="dpcode",
-            module="experiments.dpcode_table",
+            module="experiments.tables.dpcode_table",
             runs="DPcode Figs. 3-8: DPcode, DPcode (pruned), Direct and NoisyCut, "
             "F-score and relative error vs epsilon, k and the budget split "
             "(central one-client releases, no Flower); tables and PNG plots",
@@ -410,11 +412,11 @@ class PaperRun:
     @property
     def command(self) -> list[str]:
         """The driver command (run in the repository root)."""
-        return [sys.executable, "-m", self.module, *self.argv]
+        return [sys.executable, *driver_command(self.module), *self.argv]
 
     def shown(self) -> str:
         """Return the command as a user would type it."""
-        return shlex.join(["python", "-m", self.module, *self.argv])
+        return shlex.join(["python", *driver_command(self.module), *self.argv])
 
     def key(self) -> list[str]:
         """Driver arguments that decide the results (``--resume`` left out)."""

@@ -1,6 +1,6 @@
 """Seed sweeps behind the README tables: mean +- std of mAP over seeds.
 
-``python -m experiments.sweep foundation --seeds 0,1,2`` runs, for IID and
+``python -m experiments.project foundation --seeds 0,1,2`` runs, for IID and
 pathological non-IID (3 classes per client) partitions and 16/32/64 bits, FedAvg
 and FedProx (10 simulated clients, each run in its own process) and centralized
 training of the same model with the same epoch budget. Every run's directory is kept
@@ -283,8 +283,3 @@ def main() -> None:
     (args.out / "table.md").write_text(table + "\n")
     print(table)
 
-
-if __name__ == "__main__":
-    from experiments.lib.progress import cli
-
-    cli(main)

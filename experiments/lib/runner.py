@@ -9,8 +9,8 @@ without it the file starts empty. A failed run is reported and the sweep goes
 on; :func:`exit_if_failed` then ends the process with code 1, after the caller
 has written its tables from what finished.
 
-Used by ``experiments/fedhap_sweep.py``, ``experiments/pfmh_sweep.py`` and
-``experiments/dphe_map.py``.
+Used by ``experiments/tables/fedhap_sweep.py``, ``experiments/tables/pfmh_sweep.py`` and
+``experiments/tables/dphe_map.py``.
 """
 
 from __future__ import annotations

@@ -71,7 +71,7 @@ def test_quick_dpcode_writes_the_driver_outputs_and_suite_json(tmp_path) -> None
     assert record["complete"] is True and record["returncode"] == 0
     assert record["paper"] == "dpcode" and record["seeds"] == [0]
     assert record["dataset"]["name"] == "digits" and record["quick"] is True
-    assert record["command"].startswith("python -m experiments.dpcode_table ")
+    assert record["command"].startswith("python -m experiments.dpcode figures ")
     assert "--quick" in record["driver_args"]
     assert "DPcode" in record["protocol"]["driver"]
     assert record["wall_seconds"] > 0

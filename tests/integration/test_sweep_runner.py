@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from experiments import dphe_map, dphe_users, fedhap_sweep
 from experiments.lib.runner import exit_if_failed, load_rows, run_sweep
+from experiments.tables import dphe_map, dphe_users, fedhap_sweep
 from tests.fixtures import write_feature_npz
 
 
@@ -249,8 +249,8 @@ def test_run_federated_clears_what_an_interrupted_attempt_left(tmp_path, monkeyp
 def test_rounds_sweep_reads_each_runs_curve_and_uses_the_tuned_rates(
     tmp_path, monkeypatch, capsys
 ):
-    from experiments import real_data_table as rdt
-    from experiments import rounds_sweep
+    from experiments.tables import real_data_table as rdt
+    from experiments.tables import rounds_sweep
 
     tuned = tmp_path / "tuned"
     tuned.mkdir()
@@ -356,7 +356,7 @@ def _fake_rounds_sweep(
     Each federated run's curve is 0.3 at round 0 and 0.4 at ``rounds``; the
     ceiling scores 0.5; the data file is empty, so partitions go unchecked.
     """
-    from experiments import rounds_sweep
+    from experiments.tables import rounds_sweep
 
     data = tmp_path / "x.npz"
     data.write_bytes(b"")
@@ -383,7 +383,7 @@ def _fake_rounds_sweep(
 def test_rounds_sweep_records_its_setup_and_says_when_rates_come_from_another_length(
     tmp_path, monkeypatch
 ):
-    from experiments import rounds_sweep
+    from experiments.tables import rounds_sweep
 
     tuned = tmp_path / "tuned"
     tuned.mkdir()
@@ -428,7 +428,7 @@ def test_rounds_sweep_records_its_setup_and_says_when_rates_come_from_another_le
 def test_resume_into_a_folder_of_another_setup_is_refused_before_any_run(
     tmp_path, monkeypatch, capsys
 ):
-    from experiments import rounds_sweep
+    from experiments.tables import rounds_sweep
 
     tuned = tmp_path / "tuned"
     tuned.mkdir()
@@ -481,7 +481,7 @@ def test_check_partitions_refuses_shards_the_data_cannot_give(tmp_path) -> None:
 def test_rounds_sweep_stops_before_any_run_on_an_impossible_partitioning(
     tmp_path, monkeypatch, capsys
 ) -> None:
-    from experiments import rounds_sweep
+    from experiments.tables import rounds_sweep
 
     tuned = tmp_path / "tuned"
     tuned.mkdir()
@@ -510,7 +510,7 @@ def test_rounds_sweep_stops_before_any_run_on_an_impossible_partitioning(
 def test_rounds_sweep_resumed_with_another_partitioning_keeps_both_in_the_table(
     tmp_path, monkeypatch
 ) -> None:
-    from experiments import rounds_sweep
+    from experiments.tables import rounds_sweep
 
     tuned = tmp_path / "tuned"
     tuned.mkdir()

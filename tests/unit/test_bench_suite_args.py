@@ -143,7 +143,7 @@ def test_mirflickr_paper_is_the_paper_split_table_and_its_quick_run_is_small(
     argv = list(run.argv)
     # the folder and the arguments of docs/results/fedhap-mirflickr-paper
     assert run.out == tmp_path / "res" / "fedhap-mirflickr-paper"
-    assert run.module == "experiments.real_data_table"
+    assert run.module == "experiments.tables.real_data_table"
     assert argv[argv.index("--train-size") + 1] == "10000"
     assert argv[argv.index("--lr-grid") + 1] == "0.002,0.005,0.01,0.02,0.05"
     assert argv[argv.index("--ceiling-lr-grid") + 1] == "0.0002,0.0005,0.002,0.005,0.01"

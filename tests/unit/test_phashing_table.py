@@ -8,8 +8,8 @@ import time
 import pytest
 from flwr.common.config import parse_config_args
 
-from experiments import phashing_table as pt
 from experiments.loopback import run_config_arg
+from experiments.tables import phashing_table as pt
 
 
 def test_loopback_run_config_is_what_flwr_parses() -> None:

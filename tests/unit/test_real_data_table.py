@@ -6,8 +6,8 @@ import json
 import numpy as np
 import pytest
 
-from experiments import real_data_table as rdt
-from experiments.real_data_figures import mean_curves, plot_curves
+from experiments.tables import real_data_table as rdt
+from experiments.tables.real_data_figures import mean_curves, plot_curves
 
 
 def _row(method: str, part: str, seed: int, m: float, lr: float = 5e-4) -> dict:
@@ -86,7 +86,7 @@ def test_tables_state_protocol_tuning_ceiling_and_floor(tmp_path) -> None:
     assert grid["chosen"] == {"learning_rate": 2e-3, "local_epochs": 3}
     assert grid["learning_rates"] == [5e-4, 2e-3] and grid["seed"] == 99
     assert grid["chosen_on_edge"] is True
-    # what experiments.across_table compares (only one setting may differ)
+    # what experiments.tables.across_table compares (only one setting may differ)
     assert summary["setup"] == {
         "data": "m.npz",
         "clients": 20,
@@ -149,7 +149,7 @@ def test_curve_figure_is_written_with_means_over_seeds(tmp_path) -> None:
 
 
 def test_best_tuned_lr_is_the_best_final_map_smallest_lr_on_ties() -> None:
-    from experiments.real_data_table import best_tuned_lr
+    from experiments.tables.real_data_table import best_tuned_lr
 
     rows = [
         {"method": "CSQ (FedAvg)", "learning_rate": 2e-3, "map_all": 0.6},

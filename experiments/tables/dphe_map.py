@@ -1,6 +1,6 @@
 """Does DPHE change what FedAvg learns? Plaintext vs DPHE, same seed and sparsity.
 
-``python -m experiments.dphe_map --seeds 0,1,2 --sparsity 0.9,0.0`` runs, on digits
+``python -m experiments.dphe map --seeds 0,1,2 --sparsity 0.9,0.0`` runs, on digits
 with ``--clients`` IID clients, FedAvg (DPSH, 32 bits, the ``mlp``) twice per
 (seed, sparsity):
 with plaintext sparsified updates, and with the same updates summed under DPHE
@@ -27,7 +27,7 @@ default layout (plus the quantization, which is 0.000 points above).
 ``--layout element`` is the earlier DPHE default; ``--error-feedback off`` the block
 layout without feedback; ``--dense`` adds, per seed, the dense plaintext run (no
 sparsity). ``--obfuscators djn`` uses DJN short-exponent obfuscators (README
-"DPHE"). ``python -m experiments.dphe_map --sparsity 0.9 --dense
+"DPHE"). ``python -m experiments.dphe map --sparsity 0.9 --dense
 --out docs/results/dphe-default``.
 """
 
@@ -316,8 +316,3 @@ def main() -> None:
     print(text)
     exit_if_failed(failed)
 
-
-if __name__ == "__main__":
-    from experiments.lib.progress import cli
-
-    cli(main)

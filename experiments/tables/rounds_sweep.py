@@ -1,9 +1,9 @@
 """mAP against rounds: whether the tuned baselines catch up when trained longer.
 
-``python -m experiments.rounds_sweep --data-path ../shared/data/mirflickr25k_tags.npz
+``python -m experiments.fedhap rounds --data-path ../shared/data/mirflickr25k_tags.npz
 --train-size 10000 --tuned-from docs/results/fedhap-mirflickr-paper --rounds 30
 --eval-every 5 --seeds 0 --out docs/results/fedhap-mirflickr-paper-rounds`` runs each
-federated method of :mod:`experiments.real_data_table` (FedHAP and the FedAvg
+federated method of :mod:`experiments.tables.real_data_table` (FedHAP and the FedAvg
 baselines) once per seed and partitioning for ``--rounds`` rounds, evaluating every
 ``--eval-every`` rounds, with the learning rates that table tuned (read from
 ``<tuned-from>/summary.json``; FedHAP keeps its default unless that table tuned it
@@ -40,7 +40,8 @@ from experiments.lib.runner import (
     write_tables,
 )
 from experiments.lib.tables import mean_sd_cell, table_head, table_row
-from experiments.real_data_table import (
+from experiments.sweep import ROOT, check_partitions, run_centralized, run_federated
+from experiments.tables.real_data_table import (
     BASELINES,
     CENTRALIZED,
     DEFAULT_LR,
@@ -51,7 +52,6 @@ from experiments.real_data_table import (
     safe_name,
     setup_of,
 )
-from experiments.sweep import ROOT, check_partitions, run_centralized, run_federated
 
 FEDERATED = tuple(m for m, cfg in METHODS.items() if cfg is not None)
 
@@ -73,7 +73,7 @@ def read_tuned(folder: Path) -> tuple[dict[str, float], dict[str, Any]]:
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise SystemExit(
             f"--tuned-from {folder}: no tuned learning rates in {path} ({exc!r}); "
-            "run experiments.real_data_table there first"
+            "run experiments.tables.real_data_table there first"
         ) from None
     setup = summary.get("setup")
     rates = {m: float(lr) for m, lr in tuned.items()}
@@ -366,8 +366,3 @@ def main() -> None:
     print((args.out / "table.md").read_text())
     exit_if_failed(failed)
 
-
-if __name__ == "__main__":
-    from experiments.lib.progress import cli
-
-    cli(main)

@@ -1,12 +1,13 @@
 """One table across code lengths or client counts, from one table run at each.
 
-``python -m experiments.across_table --across bits --table
+``python -m experiments.fedhap across --across bits --table
 docs/results/fedhap-mirflickr-paper-12bits --table
 docs/results/fedhap-mirflickr-paper-24bits --table docs/results/fedhap-mirflickr-paper
 --out docs/results/fedhap-mirflickr-paper-bits`` (the shape of FedHAP's Tables 2-3;
 ``--across clients``: its Table 6) reads each folder's ``summary.json`` (written by
-:mod:`experiments.real_data_table` or :mod:`experiments.rounds_sweep`, both of which
-record their ``setup``), refuses folders whose setups differ in anything but the
+:mod:`experiments.tables.real_data_table` or
+:mod:`experiments.tables.rounds_sweep`, both of which record their ``setup``),
+refuses folders whose setups differ in anything but the
 ``--across`` setting, and writes ``<out>/table.md`` (mAP@ALL % per method and value
 for each partitioning, with FedHAP minus the best baseline, the untrained floor and
 the centralized ceiling), ``<out>/summary.json`` and ``<out>/<across>.png``. It runs
@@ -23,7 +24,7 @@ from typing import Any
 
 from experiments.lib.runner import write_tables
 from experiments.lib.tables import MISSING, mean_sd_cell, table_head, table_row
-from experiments.real_data_table import BASELINES, CENTRALIZED
+from experiments.tables.real_data_table import BASELINES, CENTRALIZED
 
 FEDHAP = "FedHAP"
 METHOD_ORDER = (FEDHAP, *BASELINES)
@@ -52,7 +53,7 @@ def load_table(folder: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     if not isinstance(setup, dict) or not set(ACROSS) <= set(setup):
         raise ValueError(
             f"--table {folder}: {path} records no setup; rewrite it with the "
-            "current experiments.real_data_table or experiments.rounds_sweep "
+            "current `python -m experiments.fedhap real-data` or `... rounds` "
             "(--resume reruns nothing that is done)"
         )
     rows = []
@@ -360,6 +361,3 @@ def main() -> None:
     plot(rows, args.out / f"{args.across}.png", args.across)
     print(text)
 
-
-if __name__ == "__main__":
-    main()

@@ -1,6 +1,6 @@
 """PHashing on federated models (paper Table 1 and Fig. 2 shape): mAP and PR vs epsilon.
 
-``python -m experiments.phashing_table --seeds 0,1,2`` trains DPSH (FedAvg) and
+``python -m experiments.phashing table1 --seeds 0,1,2`` trains DPSH (FedAvg) and
 FedHAP through Flower (10 clients, IID, defaults otherwise) at 16/32/64 bits, then
 replays the publication step of the final evaluation offline for each epsilon: every
 client's database partition is encoded once with the final global model and passed
@@ -56,9 +56,9 @@ from experiments.lib.grids import csv, load_grids
 from experiments.lib.runner import resume_refusal, setup_differences
 from experiments.lib.tables import MISSING, mean_sd_cell, table_head, table_row
 from experiments.overrides import parse_overrides, resolved_settings
-from experiments.real_data_figures import report_curves
-from experiments.real_data_table import best_tuned_lr, lr_grid_lines
 from experiments.sweep import ROOT, run_centralized, run_federated
+from experiments.tables.real_data_figures import report_curves
+from experiments.tables.real_data_table import best_tuned_lr, lr_grid_lines
 from experiments.tuning import grid_extension, write_validation_file
 from hashing.codes import sign_codes
 from hashing.retrieval import evaluate_retrieval
@@ -309,7 +309,8 @@ def read_tuned_from(folder: Path, args: argparse.Namespace) -> dict[str, Any]:
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise SystemExit(
             f"--tuned-from {folder}: no tuned learning rates for every method in "
-            f"{path} ({exc!r}); run experiments.phashing_table --lr-grid there first"
+            f"{path} ({exc!r}); run `python -m experiments.phashing table1 --lr-grid` "
+            "there first"
         ) from None
     differ = setup_differences(
         recorded_setup(summary), setup_of(args), ignore=("epsilons",)
@@ -881,8 +882,3 @@ def _plot_pr(rows: list[dict], bits: int, path: Path) -> None:
     fig.suptitle(f"PR over Hamming radius, {bits} bits")
     save_figure(fig, path, dpi=110)
 
-
-if __name__ == "__main__":
-    from experiments.lib.progress import cli
-
-    cli(main)

@@ -8,7 +8,7 @@ top-k of all clients' data pooled (evaluation only). Privacy noise is **seeded**
 3 seeds, mean +- std. ``source = "codes"`` rows need ``--codes-model``: the
 ``model.pt`` of a trained FedAvg run of the same model / code-length.
 
-    python -m experiments.dpcode_federated [--codes-model RUN/model.pt] [--quick]
+    python -m experiments.dpcode federated [--codes-model RUN/model.pt] [--quick]
 
 Writes ``docs/results/dpcode-federated/`` (rows.jsonl, summary.json, table.md);
 ``--resume`` skips finished rows.
@@ -28,7 +28,7 @@ from experiments.lib.runner import exit_if_failed, load_rows, run_sweep, write_t
 from experiments.lib.tables import pm, table_head, table_row
 from experiments.simulate import simulate
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CLIENTS = 10
 K = 20
 
@@ -89,7 +89,7 @@ def _table(rows: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
         f"{K} release merged by summed noisy supports; F-score and median RE of "
         f"the merged top-{K} against the exact top-{K} of the pooled client data. "
         "Seeded privacy noise (simulation only); mean +- std over seeds. "
-        "Command: `python -m experiments.dpcode_federated`.",
+        "Command: `python -m experiments.dpcode federated`.",
         "",
         *table_head(
             "source", "variant", "eps per frame", "seeds", "F-score", "median RE"
@@ -145,8 +145,3 @@ def main() -> None:
     print(write_tables(args.out, summary, text))
     exit_if_failed(failed)
 
-
-if __name__ == "__main__":
-    from experiments.lib.progress import cli
-
-    cli(main)

@@ -1,6 +1,6 @@
 """DPcode vs the direct approach and NoisyCut (paper Figs. 3-8 shape), centrally.
 
-``python -m experiments.dpcode_table`` runs, for every dataset present, three
+``python -m experiments.dpcode figures`` runs, for every dataset present, three
 sweeps of one-client releases (``privacy.dpcode``), each for seeds 0, 1, 2:
 
 * epsilon in {0.5, 1, 2, 4, 8, 16} at k = 100 (the paper's figures), every method;
@@ -52,7 +52,7 @@ from privacy.dpcode import (
 from privacy.dpcode.itemsets import supports_of
 from privacy.noise import NoiseSource
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DATA_DIR = ROOT.parent / "shared" / "data"
 METHODS = ("DPcode", "DPcode (pruned)", "Direct", "NoisyCut")
 FIXED_EPS, FIXED_K, DPCODE_SPLIT = 4.0, 100, 0.65
@@ -424,7 +424,7 @@ def main() -> None:
     images = plots(agg, out)
     text = tables(rows, seeds)
     summary = {
-        "command": "python -m experiments.dpcode_table"
+        "command": "python -m experiments.dpcode figures"
         + (" --quick" if args.quick else ""),
         "noise": "seeded (simulation only)",
         "unit": "per frame",
@@ -436,8 +436,3 @@ def main() -> None:
     print(write_tables(out, summary, text))
     exit_if_failed(failed)
 
-
-if __name__ == "__main__":
-    from experiments.lib.progress import cli
-
-    cli(main)

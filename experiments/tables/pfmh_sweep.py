@@ -1,6 +1,6 @@
 """PFMH experiments behind the README tables (paper Tables 1-2 shape).
 
-``python -m experiments.pfmh_sweep --seeds 0,1,2 --jobs 1`` runs, on the two-view
+``python -m experiments.pfmh tables --seeds 0,1,2 --jobs 1`` runs, on the two-view
 digits (``multiview-digits``) with 10 clients, Dirichlet(0.1) label skew and
 16/32/64/128 bits, the preset ``conf/pfmh.toml`` (``--set`` overrides it) as:
 
@@ -36,8 +36,8 @@ Each run is one Flower simulation (or one centralized training) in its own proce
 finished run is appended to ``<out>/rows.jsonl`` at once (``--resume`` skips those
 already there); ``<out>/summary.json`` and ``<out>/table.md`` hold the aggregate
 (mean +- sample std over seeds), ``<out>/map_per_round-<bits>b.png`` the mAP of
-both protocols per evaluated round (``experiments/pfmh_figures.py``, from the kept
-run directories under ``<out>/runs/``).
+both protocols per evaluated round (``experiments/tables/pfmh_figures.py``, from
+the kept run directories under ``<out>/runs/``).
 """
 
 from __future__ import annotations
@@ -389,7 +389,7 @@ def precision_table(
 
 def sensitivity_table(agg: list[dict[str, Any]], args: argparse.Namespace) -> list[str]:
     """Tabulate mAP against alpha (beta at its default), then beta, per code length."""
-    from experiments.pfmh_figures import sensitivity_bits, sensitivity_points
+    from experiments.tables.pfmh_figures import sensitivity_bits, sensitivity_points
 
     defaults = loss_defaults(args.base)
     lines: list[str] = []
@@ -498,7 +498,7 @@ def main() -> None:
         workers=args.jobs,
     )
     print(write_outputs(rows, args))
-    from experiments.pfmh_figures import (
+    from experiments.tables.pfmh_figures import (
         plot_map_per_round,
         plot_precision_at_k,
         plot_sensitivity,
@@ -518,8 +518,3 @@ def main() -> None:
         print(f"sensitivity to alpha and beta, {bits} bits: {path}")
     exit_if_failed(failed)  # the tables hold what finished
 
-
-if __name__ == "__main__":
-    from experiments.lib.progress import cli
-
-    cli(main)

@@ -1,7 +1,8 @@
 """FedHAP against tuned FedAvg baselines on a real dataset: floor, federated, ceiling.
 
-``python -m experiments.real_data_table --data-path ../shared/data/mirflickr25k_tags.npz
---seeds 0,1,2 --out docs/results/fedhap-mirflickr`` runs, in two stages:
+``python -m experiments.fedhap real-data --data-path
+../shared/data/mirflickr25k_tags.npz --seeds 0,1,2 --out
+docs/results/fedhap-mirflickr`` runs, in two stages:
 
 1. **Tuning, on a validation split.** Every method -- FedHAP, each FedAvg
    baseline (DPSH, CSQ, HashNet, DCH, GreedyHash: the per-batch or per-sample
@@ -68,8 +69,8 @@ from experiments.lib.runner import (
     write_tables,
 )
 from experiments.lib.tables import MISSING, mean_sd_cell, table_head, table_row
-from experiments.real_data_figures import plot_curves, report_curves
 from experiments.sweep import ROOT, check_partitions, run_centralized, run_federated
+from experiments.tables.real_data_figures import plot_curves, report_curves
 from experiments.tuning import (
     VALIDATION_FRACTION,
     ValidationSplit,
@@ -471,8 +472,8 @@ def check_fedhap_tuning(
 def setup_of(args: argparse.Namespace) -> dict[str, Any]:
     """Return the settings a table's numbers depend on (``summary.json["setup"]``).
 
-    :mod:`experiments.across_table` combines only tables whose setups differ in
-    one setting (``bits`` or ``clients``), and :mod:`experiments.rounds_sweep`
+    :mod:`experiments.tables.across_table` combines only tables whose setups differ in
+    one setting (``bits`` or ``clients``), and :mod:`experiments.tables.rounds_sweep`
     states the code length its learning rates were tuned at.
     """
     return {
@@ -922,8 +923,3 @@ def _at(row: dict[str, Any], key: str, k: int) -> float | None:
     ks = curves.get("ks", [])
     return curves[key][ks.index(k)] if k in ks else None
 
-
-if __name__ == "__main__":
-    from experiments.lib.progress import cli
-
-    cli(main)

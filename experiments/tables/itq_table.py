@@ -1,6 +1,6 @@
 """ITQ vs PITQ vs PHashing(ITQ) on digits (paper Table 2 shape), centrally.
 
-``python -m experiments.itq_table --seeds 0,1,2`` fits, for 12/24/32/48 bits, ITQ on
+``python -m experiments.phashing itq --seeds 0,1,2`` fits, for 12/24/32/48 bits, ITQ on
 the database part of the standard protocol (the same stratified 10% query split as
 the federated runs), PITQ (Algorithm 3, E = 50 iterations, eps in {0.25, 0.5, 1, 4}
 with the paper's beta = e^(-eps/E)), and PHashing(ITQ): ITQ codes of the database
@@ -28,7 +28,7 @@ from hashing.itq import fit_itq, fit_pitq
 from hashing.retrieval import evaluate_retrieval
 from privacy.flipping import flip_codes, flip_guarantee, pitq_guarantee
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ITERATIONS = 50
 
 
@@ -203,8 +203,3 @@ def main() -> None:
     (args.out / "table.md").write_text(text + "\n")
     print(text)
 
-
-if __name__ == "__main__":
-    from experiments.lib.progress import cli
-
-    cli(main)

@@ -1,6 +1,6 @@
 """Update density and mAP of the sparsifiers: elastic net vs top-k at equal density.
 
-``python -m experiments.update_density --clients 3 --rounds 5 --l1 0.01``
+``python -m experiments.project update-density --clients 3 --rounds 5 --l1 0.01``
 
 runs FedAvg in process (no Flower engine) through the real client path: each round
 every client trains with :func:`strategies.fedavg.trainer.dpsh_trainer` and its
@@ -178,6 +178,3 @@ def main() -> None:
     if args.out:
         args.out.write_text(json.dumps(rows, indent=1))
 
-
-if __name__ == "__main__":
-    main()

@@ -1,8 +1,9 @@
 """DP-SGD: mAP against epsilon for FedAvg (CSQ loss) and FedHAP (paper-less table).
 
-``python -m experiments.dp_table --seeds 0,1,2 --jobs 2`` trains, on digits with 10
-IID clients, 32 bits and the ``mlp`` model (fast per-sample gradients), FedAvg with
-the per-sample CSQ loss and FedHAP under DP-SGD (``fedhap-3``, hash-centre initial
+``python -m experiments.project dp-sgd --seeds 0,1,2 --jobs 2`` trains, on digits
+with 10 IID clients, 32 bits and the ``mlp`` model (fast per-sample gradients),
+FedAvg with the per-sample CSQ loss and FedHAP under DP-SGD (``fedhap-3``,
+hash-centre initial
 prototypes, prototypes uploaded with Random Flipping at ``--proto-eps`` per bit),
 for each noise multiplier in ``--noise`` and without DP. Each row reports the final
 mAP@ALL and, from the run's privacy ledger, the largest per-client composed epsilon
@@ -151,8 +152,3 @@ def _write(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
     (args.out / "table.md").write_text(text + "\n")
     return text
 
-
-if __name__ == "__main__":
-    from experiments.lib.progress import cli
-
-    cli(main)

@@ -1,8 +1,8 @@
 """DPHE against the number of users (the shape of the paper's Fig. 4): mAP and cost.
 
-``python -m experiments.dphe_users --users 5,10,25,50,100 --seeds 0,1,2 [--panel left]``
+``python -m experiments.dphe users --users 5,10,25,50,100 --seeds 0,1,2 [--panel left]``
 runs, for each number of users N, the plaintext / DPHE pair of
-:mod:`experiments.dphe_map` with N IID clients: FedAvg of DPSH on digits (the
+:mod:`experiments.tables.dphe_map` with N IID clients: FedAvg of DPSH on digits (the
 ``mlp``, 32 bits), 90% element-wise top-k sparsity, the same updates once in
 plaintext and once summed under DPHE with a fresh 2048-bit key per run (DJN
 obfuscators). Two panels, as the paper's Fig. 4:
@@ -23,7 +23,7 @@ here; nothing is downloaded); this is its experiment's shape on this project's
 task, not its numbers.
 
 Beside them, per seed, the untrained floor and the centralized ceiling
-(:func:`experiments.dphe_map.run_reference`; neither depends on N).
+(:func:`experiments.tables.dphe_map.run_reference`; neither depends on N).
 
 Writes ``<out>/rows.jsonl`` (resumable), ``<out>/reference.jsonl``, ``<out>/table.md``
 and ``<out>/users.png`` (mAP@ALL and the mean round wall time against N, plaintext
@@ -37,18 +37,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from experiments.dphe_map import (
+from experiments.lib.grids import csv, load_grids
+from experiments.lib.runner import exit_if_failed, load_rows, run_sweep
+from experiments.lib.tables import table_head, table_row
+from experiments.overrides import resolved_settings
+from experiments.sweep import ROOT
+from experiments.tables.dphe_map import (
     COMMON,
     mean_std,
     reference_table,
     run_pair,
     run_references,
 )
-from experiments.lib.grids import csv, load_grids
-from experiments.lib.runner import exit_if_failed, load_rows, run_sweep
-from experiments.lib.tables import table_head, table_row
-from experiments.overrides import resolved_settings
-from experiments.sweep import ROOT
 
 
 def job_name(users: int, seed: int) -> str:
@@ -272,8 +272,3 @@ def main() -> None:
     print(table(rows, args, refs))
     exit_if_failed(failed)
 
-
-if __name__ == "__main__":
-    from experiments.lib.progress import cli
-
-    cli(main)

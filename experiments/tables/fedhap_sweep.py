@@ -1,6 +1,6 @@
 """FedHAP experiments behind the README tables (paper Tables 2-6 shape).
 
-``python -m experiments.fedhap_sweep --seeds 0,1,2 --jobs 2`` runs, on the embedded
+``python -m experiments.fedhap tables --seeds 0,1,2 --jobs 2`` runs, on the embedded
 digits with 20 clients and 12/24/48 bits, DPSH (FedAvg), DPSH (FedProx), FedHAP-1/2/3
 and FedHAP under IID and pathological non-IID (3 classes per client) partitions, then
 the client-count sweep (20/40/60/100 clients, IID, 48 bits) for DPSH (FedAvg),
@@ -283,8 +283,3 @@ def main() -> None:
     print(write_outputs(rows, args))
     exit_if_failed(failed)  # the tables hold what finished
 
-
-if __name__ == "__main__":
-    from experiments.lib.progress import cli
-
-    cli(main)

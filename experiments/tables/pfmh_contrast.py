@@ -1,6 +1,6 @@
 """PFMH's two contrast forms (``pfmh.contrast``) compared with paired seeds.
 
-``python -m experiments.pfmh_contrast --seeds 0,1,2,3,4 --rounds 8 --out
+``python -m experiments.pfmh contrast --seeds 0,1,2,3,4 --rounds 8 --out
 docs/results/pfmh-contrast --set dataset=npz --set 'data-path="wiki.npz"'
 --set 'modalities="image,text"'`` runs, per seed and form, one in-process
 mini-federation of personalized PFMH built on the library (no Flower, no Ray:
@@ -237,8 +237,3 @@ def write(rows: list[dict[str, Any]], base: dict[str, Any], args: Any) -> None:
     }
     print(write_tables(args.out, summary, "\n".join(lines)))
 
-
-if __name__ == "__main__":
-    from experiments.lib.progress import cli
-
-    cli(main)

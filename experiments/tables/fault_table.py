@@ -1,6 +1,6 @@
 """mAP with failing clients: FedAvg (DPSH) and FedHAP, 0 / 10 / 30 % faults per round.
 
-``python -m experiments.fault_table --seeds 0,1,2 [--kind raise] [--out DIR]`` runs,
+``python -m experiments.project faults --seeds 0,1,2 [--kind raise] [--out DIR]`` runs,
 on the embedded digits with 10 clients (IID), every method at 0, 1 and 3 clients
 told to fail in every round (``faults.clients``; which ones is drawn per round from
 the seed), and writes ``<out>/rows.jsonl`` (resumable with ``--resume``),
@@ -174,8 +174,3 @@ def main() -> None:
     print(table(rows, args)[1])
     exit_if_failed(failed)
 
-
-if __name__ == "__main__":
-    from experiments.lib.progress import cli
-
-    cli(main)
