@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from experiments.lib.grids import csv, load_grids
+from experiments.lib.runs import ROOT, run_federated
 from experiments.lib.tables import mean_sd_cell, table_head, table_row
-from experiments.sweep import ROOT, run_federated
 
 COMMON = {"model": "mlp", "code-length": 32, "learning-rate": 0.005}
 METHODS = {

@@ -42,8 +42,8 @@ from typing import Any
 from crypto import generate_keys
 from experiments.lib.grids import csv, load_grids
 from experiments.lib.runner import exit_if_failed, run_sweep
+from experiments.lib.runs import ROOT, run_centralized, run_federated
 from experiments.lib.tables import mean_sd_cell, table_head, table_row
-from experiments.sweep import ROOT, run_centralized, run_federated
 
 # the mlp (24,864 values): the default cnn (289,632) costs ~90 s of 2048-bit
 # encryption per client per round on this machine (benchmarks/dphe.py)

@@ -6,7 +6,7 @@ told to fail in every round (``faults.clients``; which ones is drawn per round f
 the seed), and writes ``<out>/rows.jsonl`` (resumable with ``--resume``),
 ``<out>/summary.json`` and ``<out>/table.md`` (final mAP@ALL, mean +- sample std
 over seeds, and the change against no faults). Each run is one Flower simulation
-in its own process (``experiments/sweep.py``).
+in its own process (``experiments/lib/runs.py``).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from typing import Any
 
 from experiments.lib.grids import csv, load_grids
 from experiments.lib.runner import exit_if_failed, run_sweep, write_tables
+from experiments.lib.runs import ROOT, run_centralized, run_federated
 from experiments.lib.tables import MISSING, mean_sd_cell, pm, table_head, table_row
-from experiments.sweep import ROOT, run_centralized, run_federated
 
 METHODS: dict[str, dict[str, Any]] = {
     "DPSH (FedAvg)": {"strategy": "fedavg"},

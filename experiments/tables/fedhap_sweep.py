@@ -22,8 +22,8 @@ from typing import Any
 
 from experiments.lib.grids import csv, load_grids
 from experiments.lib.runner import exit_if_failed, run_sweep, write_tables
+from experiments.lib.runs import PARTITIONS, ROOT, run_federated
 from experiments.lib.tables import MISSING, mean_sd, n_note, pm, table_head, table_row
-from experiments.sweep import PARTITIONS, ROOT, run_federated
 
 METHODS: dict[str, dict[str, Any]] = {
     "DPSH (FedAvg)": {"strategy": "fedavg"},

@@ -52,8 +52,8 @@ from typing import Any
 
 from experiments.lib.grids import csv, load_grids
 from experiments.lib.runner import exit_if_failed, run_sweep, write_tables
+from experiments.lib.runs import ROOT, run_federated, set_flags
 from experiments.lib.tables import MISSING, mean_sd, n_note, pm, table_head, table_row
-from experiments.sweep import ROOT, _sets, run_federated
 from hashing.pfmh.evaluation import PRECISION_PREFIX
 from settings.check import parse_run_config
 
@@ -171,7 +171,7 @@ def run_job(job: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
         out = run_dir / "centralized.json"
         cmd = [sys.executable, "-m", "experiments.centralized", "--out", str(out)]
         cmd += ["--clients", str(args.clients), "--threads", str(args.cpus)]
-        _run(cmd + _sets(cfg))
+        _run(cmd + set_flags(cfg))
         result = json.loads(out.read_text())
         per_client, final, initial = result["final_per_client"], result["final"], {}
         costs: dict[str, Any] = {}

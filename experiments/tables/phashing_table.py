@@ -54,9 +54,9 @@ from clients.data import load_local_data
 from clients.publish import publish_codes
 from experiments.lib.grids import csv, load_grids
 from experiments.lib.runner import resume_refusal, setup_differences
+from experiments.lib.runs import ROOT, run_centralized, run_federated
 from experiments.lib.tables import MISSING, mean_sd_cell, table_head, table_row
 from experiments.overrides import parse_overrides, resolved_settings
-from experiments.sweep import ROOT, run_centralized, run_federated
 from experiments.tables.real_data_figures import report_curves
 from experiments.tables.real_data_table import best_tuned_lr, lr_grid_lines
 from experiments.tuning import grid_extension, write_validation_file

@@ -68,8 +68,8 @@ from experiments.lib.runner import (
     shown_in_table,
     write_tables,
 )
+from experiments.lib.runs import ROOT, check_partitions, run_centralized, run_federated
 from experiments.lib.tables import MISSING, mean_sd_cell, table_head, table_row
-from experiments.sweep import ROOT, check_partitions, run_centralized, run_federated
 from experiments.tables.real_data_figures import plot_curves, report_curves
 from experiments.tuning import (
     VALIDATION_FRACTION,

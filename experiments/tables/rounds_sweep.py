@@ -39,8 +39,8 @@ from experiments.lib.runner import (
     shown_in_table,
     write_tables,
 )
+from experiments.lib.runs import ROOT, check_partitions, run_centralized, run_federated
 from experiments.lib.tables import mean_sd_cell, table_head, table_row
-from experiments.sweep import ROOT, check_partitions, run_centralized, run_federated
 from experiments.tables.real_data_table import (
     BASELINES,
     CENTRALIZED,

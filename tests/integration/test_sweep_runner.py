@@ -223,7 +223,7 @@ def test_dphe_users_runs_each_n_in_its_own_folder_and_plots(
 def test_run_federated_clears_what_an_interrupted_attempt_left(tmp_path, monkeypatch):
     # a sweep killed mid-run leaves <run>.incomplete; the retried run must not then
     # fail on "expected one finished run directory" (found on 2026-11-27)
-    from experiments import sweep
+    from experiments.lib import runs
 
     run_dir = tmp_path / "runs" / "pfmh-32b-s0"
     stale = run_dir / "pfmh-digits-32b-s0-20261127-031140.incomplete"
@@ -239,8 +239,8 @@ def test_run_federated_clears_what_an_interrupted_attempt_left(tmp_path, monkeyp
         (final / "summary.json").write_text(json.dumps({"final": {"map_all": 0.5}}))
         return subprocess.CompletedProcess(cmd, 0, stdout=f"{final}\n", stderr="")
 
-    monkeypatch.setattr(sweep.subprocess, "run", fake_run)
-    summary = sweep.run_federated({"strategy": "pfmh"}, 10, run_dir)
+    monkeypatch.setattr(runs.subprocess, "run", fake_run)
+    summary = runs.run_federated({"strategy": "pfmh"}, 10, run_dir)
     assert summary.pop("run_dir").endswith("/pfmh-digits-32b-s0-20261127-033143")
     assert summary == {"final": {"map_all": 0.5}}
     assert not stale.exists()
@@ -463,7 +463,7 @@ def test_resume_into_a_folder_of_another_setup_is_refused_before_any_run(
 
 def test_check_partitions_refuses_shards_the_data_cannot_give(tmp_path) -> None:
     """3 label shards per client over 30 clients need 30 rows of each of 3 classes."""
-    from experiments.sweep import check_partitions
+    from experiments.lib.runs import check_partitions
 
     data = write_feature_npz(tmp_path / "f.npz", n=90, num_classes=3)
     base = {"dataset": "npz", "data-path": str(data), "query-fraction": 0.2}
