@@ -235,12 +235,7 @@ def table(
 
 def plot(rows: list[dict[str, Any]], path: Path, across: str) -> None:
     """mAP@ALL against the ``across`` setting per method, a panel per partitioning."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from server.plots import save_figure
+    from server.plots import plt, save_figure
 
     parts = [p for p in ("iid", "non-iid") if any(r["partitioning"] == p for r in rows)]
     if not parts:

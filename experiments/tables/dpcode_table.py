@@ -323,12 +323,7 @@ def tables(rows: list[dict[str, Any]], seeds: list[int]) -> str:
 
 def plots(agg: list[dict[str, Any]], out: Path) -> list[str]:
     """F-score / RE against eps, k and split; one PNG per sweep and metric."""
-    import matplotlib  # noqa: PLC0415
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
-
-    from server.plots import save_figure  # noqa: PLC0415
+    from server.plots import plt, save_figure  # noqa: PLC0415
 
     written = []
     datasets = sorted({a["dataset"] for a in agg})

@@ -148,13 +148,9 @@ def plot(
 
     The floor and the ceiling (``refs``), which do not depend on N, are lines.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import numpy as np
 
-    from server.plots import save_figure
+    from server.plots import plt, save_figure
 
     users = sorted({r["users"] for r in rows})
     fig, (acc, cost) = plt.subplots(1, 2, figsize=(10, 4))

@@ -46,10 +46,7 @@ def _run_dir(job_dir: Path) -> Path | None:
 
 
 def _pyplot() -> Any:
-    import matplotlib  # noqa: PLC0415
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
+    from server.plots import plt  # noqa: PLC0415
 
     return plt
 

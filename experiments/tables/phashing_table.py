@@ -849,12 +849,7 @@ def _plot_pr(rows: list[dict], bits: int, path: Path) -> None:
     methods = [m for m in (*METHODS, CEILING) if any(r["method"] == m for r in mine)]
     if not mine or not methods:
         return
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from server.plots import save_figure
+    from server.plots import plt, save_figure
 
     fig, axes = plt.subplots(
         1, len(methods), figsize=(5 * len(methods), 4), squeeze=False

@@ -46,12 +46,7 @@ def plot_curves(
     Rows with ``partitioning == "-"`` (the centralized ceiling) are drawn in every
     figure, dashed. Returns ``None`` when no row has curves.
     """
-    import matplotlib  # noqa: PLC0415
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
-
-    from server.plots import save_figure  # noqa: PLC0415
+    from server.plots import plt, save_figure  # noqa: PLC0415
 
     mine = [
         r for r in rows if r.get("curves") and r["partitioning"] in (partitioning, "-")

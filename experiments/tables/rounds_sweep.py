@@ -188,12 +188,7 @@ def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
 
 def plot(rows: list[dict[str, Any]], path: Path, partitions: list[str]) -> None:
     """mAP@ALL against rounds, one panel per partitioning, the ceiling dashed."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from server.plots import save_figure
+    from server.plots import plt, save_figure
 
     fig, axes = plt.subplots(1, len(partitions), figsize=(5 * len(partitions), 4))
     axes = [axes] if len(partitions) == 1 else list(axes)
