@@ -24,7 +24,7 @@ from typing import Any
 
 from experiments.lib.runner import write_tables
 from experiments.lib.tables import MISSING, mean_sd_cell, table_head, table_row
-from experiments.tables.real_data_table import BASELINES, CENTRALIZED
+from experiments.tables.real_data_setup import BASELINES, CENTRALIZED
 
 FEDHAP = "FedHAP"
 METHOD_ORDER = (FEDHAP, *BASELINES)

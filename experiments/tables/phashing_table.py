@@ -58,7 +58,7 @@ from experiments.lib.runs import ROOT, run_centralized, run_federated
 from experiments.lib.tables import MISSING, mean_sd_cell, table_head, table_row
 from experiments.overrides import parse_overrides, resolved_settings
 from experiments.tables.real_data_figures import report_curves
-from experiments.tables.real_data_table import best_tuned_lr, lr_grid_lines
+from experiments.tables.real_data_setup import best_tuned_lr, lr_grid_lines
 from experiments.tuning import grid_extension, write_validation_file
 from hashing.codes import sign_codes
 from hashing.retrieval import evaluate_retrieval

@@ -41,7 +41,7 @@ from experiments.lib.runner import (
 )
 from experiments.lib.runs import ROOT, check_partitions, run_centralized, run_federated
 from experiments.lib.tables import mean_sd_cell, table_head, table_row
-from experiments.tables.real_data_table import (
+from experiments.tables.real_data_setup import (
     BASELINES,
     CENTRALIZED,
     DEFAULT_LR,

@@ -249,7 +249,7 @@ def test_run_federated_clears_what_an_interrupted_attempt_left(tmp_path, monkeyp
 def test_rounds_sweep_reads_each_runs_curve_and_uses_the_tuned_rates(
     tmp_path, monkeypatch, capsys
 ):
-    from experiments.tables import real_data_table as rdt
+    from experiments.tables import real_data_setup as rds
     from experiments.tables import rounds_sweep
 
     tuned = tmp_path / "tuned"
@@ -320,7 +320,7 @@ def test_rounds_sweep_reads_each_runs_curve_and_uses_the_tuned_rates(
     assert (tmp_path / "out" / "rounds.png").stat().st_size > 0
     # the table's grid grew: DPSH's tuned rate and the ceiling's changed; a resumed
     # sweep runs those again (FedHAP's row is kept) and tables the new rows only
-    rates.update({"DPSH (FedAvg)": 0.02, rdt.CENTRALIZED: 0.002})
+    rates.update({"DPSH (FedAvg)": 0.02, rds.CENTRALIZED: 0.002})
     (tuned / "summary.json").write_text(json.dumps({"tuned_learning_rates": rates}))
     asked.clear()
     monkeypatch.setattr(sys, "argv", [*argv, "--resume"])
