@@ -284,7 +284,7 @@ def run_loopback(
 
 def main() -> None:
     """CLI entry point."""
-    from experiments.overrides import parse_overrides, resolved_settings
+    from experiments.lib.overrides import parse_overrides, resolved_settings
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", type=int, default=3)

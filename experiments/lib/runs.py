@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from experiments.overrides import resolved_settings
+from experiments.lib.overrides import resolved_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -38,10 +38,10 @@ from pathlib import Path
 from typing import Any
 
 from experiments.lib.grids import csv, load_grids
+from experiments.lib.overrides import resolved_settings
 from experiments.lib.runner import exit_if_failed, load_rows, run_sweep
 from experiments.lib.runs import ROOT
 from experiments.lib.tables import table_head, table_row
-from experiments.overrides import resolved_settings
 from experiments.tables.dphe_map import (
     COMMON,
     mean_std,

@@ -261,7 +261,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args()
-    from experiments.overrides import parse_overrides, resolved_settings
+    from experiments.lib.overrides import parse_overrides, resolved_settings
 
     args.seeds = [int(s) for s in args.seeds.split(",")]
     args.bits = [int(b) for b in args.bits.split(",")]

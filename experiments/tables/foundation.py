@@ -147,7 +147,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args()
-    from experiments.overrides import parse_overrides
+    from experiments.lib.overrides import parse_overrides
 
     args.grid = GRID
     args.seeds = [int(s) for s in args.seeds.split(",")]

@@ -17,7 +17,7 @@ scores every client's model on two query sets:
   fixed split) ranked against each client's whole partition, as PFMH's global
   protocol (``server_queries_client_db_map_all``).
 
-The paired verdict (:mod:`experiments.verdict`) of InfoNCE against decoupled on
+The paired verdict (:mod:`experiments.lib.verdict`) of InfoNCE against decoupled on
 each query set goes to ``<out>/summary.json`` and ``<out>/table.md``; rows to
 ``<out>/rows.jsonl`` (``--resume`` skips those there). One process, torch
 ``--threads`` threads.
@@ -35,10 +35,10 @@ import torch
 
 from clients.data import load_local_data
 from experiments.lib.grids import csv, load_grids
+from experiments.lib.overrides import parse_overrides, resolved_settings
 from experiments.lib.runner import load_rows, run_sweep, write_tables
 from experiments.lib.tables import MISSING, table_head, table_row
-from experiments.overrides import parse_overrides, resolved_settings
-from experiments.verdict import paired_verdict
+from experiments.lib.verdict import paired_verdict
 from hashdata import load_split
 from hashing.codes import sign_codes
 from hashing.pfmh.forms import CONTRASTS

@@ -136,7 +136,7 @@ def jobs(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 def loss_defaults(base: dict[str, Any]) -> tuple[float, float]:
     """Return the run's (alpha, beta) loss weights of Eq. 11 (preset or defaults)."""
-    from experiments.overrides import resolved_settings
+    from experiments.lib.overrides import resolved_settings
 
     pfmh = resolved_settings(base).pfmh
     return pfmh.alpha, pfmh.beta
@@ -267,7 +267,7 @@ def _cell(a: dict[str, Any] | None, key: str) -> str:
 
 def protocol(args: argparse.Namespace) -> str:
     """Return the protocol paragraph above the tables (data, federation, floor)."""
-    from experiments.overrides import resolved_settings
+    from experiments.lib.overrides import resolved_settings
     from server.experiment import prepare_data, protocol_text
 
     settings = resolved_settings({**args.base, "seed": args.seeds[0]})
@@ -474,7 +474,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args()
-    from experiments.overrides import parse_overrides, resolved_settings
+    from experiments.lib.overrides import parse_overrides, resolved_settings
 
     args.seeds = [int(s) for s in args.seeds.split(",")]
     args.bits = [int(b) for b in args.bits.split(",")]

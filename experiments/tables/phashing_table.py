@@ -53,13 +53,13 @@ import torch
 from clients.data import load_local_data
 from clients.publish import publish_codes
 from experiments.lib.grids import csv, load_grids
+from experiments.lib.overrides import parse_overrides, resolved_settings
 from experiments.lib.runner import resume_refusal, setup_differences
 from experiments.lib.runs import ROOT, run_centralized, run_federated
 from experiments.lib.tables import MISSING, mean_sd_cell, table_head, table_row
-from experiments.overrides import parse_overrides, resolved_settings
+from experiments.lib.tuning import grid_extension, write_validation_file
 from experiments.tables.real_data_figures import report_curves
 from experiments.tables.real_data_setup import best_tuned_lr, lr_grid_lines
-from experiments.tuning import grid_extension, write_validation_file
 from hashing.codes import sign_codes
 from hashing.retrieval import evaluate_retrieval
 from hashing.train import encode, select_device
@@ -204,7 +204,7 @@ def extension_jobs(
     """Grow each method's grid whose tuned rate sits on an edge; return the new jobs.
 
     ``args.lr_grids`` (method -> rates) is changed in place; the next rate beyond
-    the edge is :func:`experiments.tuning.grid_extension`'s (geometric).
+    the edge is :func:`experiments.lib.tuning.grid_extension`'s (geometric).
     """
     chosen = tuned_lrs(rows, args)
     jobs = []

@@ -12,7 +12,7 @@ docs/results/fedhap-mirflickr`` runs, in two stages:
    ``--ceiling-lr-grid``, by default the same) times each local-epoch count of
    ``--epochs-grid`` (the paper's 5 included by default), with seed
    ``--tune-seed`` (not one of the table's seeds), on a **validation split**
-   (:mod:`experiments.tuning`): ``--val-fraction`` of the file's database rows,
+   (:mod:`experiments.lib.tuning`): ``--val-fraction`` of the file's database rows,
    stratified and seeded (``--val-seed``, default the tune seed), are the
    validation queries, the other database rows the validation database, and the
    file's own queries are in no tuning run. The setting with the best validation
@@ -70,6 +70,12 @@ from experiments.lib.runner import (
 )
 from experiments.lib.runs import ROOT, check_partitions, run_centralized, run_federated
 from experiments.lib.tables import MISSING, mean_sd_cell, table_head, table_row
+from experiments.lib.tuning import (
+    VALIDATION_FRACTION,
+    ValidationSplit,
+    grid_extension,
+    write_validation_file,
+)
 from experiments.tables.real_data_figures import plot_curves, report_curves
 from experiments.tables.real_data_setup import (
     CENTRALIZED,
@@ -83,12 +89,6 @@ from experiments.tables.real_data_setup import (
     partition_configs,
     safe_name,
     setup_of,
-)
-from experiments.tuning import (
-    VALIDATION_FRACTION,
-    ValidationSplit,
-    grid_extension,
-    write_validation_file,
 )
 
 
@@ -503,7 +503,7 @@ def extend_grids(
     """Grow every grid whose choice sits on an edge; return the new tuning jobs.
 
     A learning rate on an edge adds the next rate beyond it
-    (:func:`experiments.tuning.grid_extension`, geometric) at every epoch count of
+    (:func:`experiments.lib.tuning.grid_extension`, geometric) at every epoch count of
     the grid; epochs on an edge add the next count (arithmetic, >= 1) at every
     rate. ``grids`` is changed in place (``Grid.extended`` records the additions).
     """

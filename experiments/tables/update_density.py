@@ -37,8 +37,8 @@ from clients.data import load_local_data
 from clients.train_reply import finish_train_reply
 from clients.trainers import TrainContext
 from experiments.centralized import split_retrieval, train_centralized
+from experiments.lib.overrides import parse_overrides, resolved_settings
 from experiments.lib.tables import MISSING, table_head, table_row
-from experiments.overrides import parse_overrides, resolved_settings
 from hashdata import load_split
 from hashing.train import select_device
 from hashing.update_sparsity import flatten_arrays, unflatten_arrays

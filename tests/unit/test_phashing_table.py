@@ -321,7 +321,7 @@ def test_tuning_scores_on_the_validation_file_and_an_edge_grows_the_grid(
 ) -> None:
     import numpy as np
 
-    from experiments.tuning import write_validation_file
+    from experiments.lib.tuning import write_validation_file
 
     data = tmp_path / "c.npz"
     split = np.zeros(40, dtype=np.int8)

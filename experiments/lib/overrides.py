@@ -10,7 +10,7 @@ from settings.check import app_config_defaults, file_problems
 from settings.run_settings import RENAMED, ConfigError, RunSettings
 from settings.schema import unknown_key
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def app_defaults() -> dict[str, Any]:
