@@ -8,12 +8,7 @@ Default grids: ``experiments/grids/dpcode.toml``.
 
 import sys
 
-from experiments.lib.driver import Table, run_driver
-
-TABLES: dict[str, Table] = {
-    "figures": ("experiments.tables.dpcode_table", ()),
-    "federated": ("experiments.tables.dpcode_federated", ()),
-}
+from experiments.lib.driver import run_paper
 
 if __name__ == "__main__":
-    run_driver("experiments.dpcode", __doc__, TABLES, sys.argv[1:])
+    run_paper(__spec__.name, __doc__, sys.argv[1:])

@@ -8,12 +8,7 @@ Fig. 4 (:mod:`experiments.tables.dphe_users`). Default grids:
 
 import sys
 
-from experiments.lib.driver import Table, run_driver
-
-TABLES: dict[str, Table] = {
-    "map": ("experiments.tables.dphe_map", ()),
-    "users": ("experiments.tables.dphe_users", ()),
-}
+from experiments.lib.driver import run_paper
 
 if __name__ == "__main__":
-    run_driver("experiments.dphe", __doc__, TABLES, sys.argv[1:])
+    run_paper(__spec__.name, __doc__, sys.argv[1:])

@@ -10,14 +10,7 @@ Default grids: ``experiments/grids/fedhap.toml``.
 
 import sys
 
-from experiments.lib.driver import Table, run_driver
-
-TABLES: dict[str, Table] = {
-    "tables": ("experiments.tables.fedhap_sweep", ()),
-    "real-data": ("experiments.tables.real_data_table", ()),
-    "rounds": ("experiments.tables.rounds_sweep", ()),
-    "across": ("experiments.tables.across_table", ()),
-}
+from experiments.lib.driver import run_paper
 
 if __name__ == "__main__":
-    run_driver("experiments.fedhap", __doc__, TABLES, sys.argv[1:])
+    run_paper(__spec__.name, __doc__, sys.argv[1:])

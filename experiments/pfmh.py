@@ -8,12 +8,7 @@ paired seeds (:mod:`experiments.tables.pfmh_contrast`). Default grids:
 
 import sys
 
-from experiments.lib.driver import Table, run_driver
-
-TABLES: dict[str, Table] = {
-    "tables": ("experiments.tables.pfmh_sweep", ()),
-    "contrast": ("experiments.tables.pfmh_contrast", ()),
-}
+from experiments.lib.driver import run_paper
 
 if __name__ == "__main__":
-    run_driver("experiments.pfmh", __doc__, TABLES, sys.argv[1:])
+    run_paper(__spec__.name, __doc__, sys.argv[1:])

@@ -9,12 +9,7 @@ and FedHAP with flipped codes per epsilon (:mod:`experiments.tables.phashing_tab
 
 import sys
 
-from experiments.lib.driver import Table, run_driver
-
-TABLES: dict[str, Table] = {
-    "table1": ("experiments.tables.phashing_table", ()),
-    "itq": ("experiments.tables.itq_table", ()),
-}
+from experiments.lib.driver import run_paper
 
 if __name__ == "__main__":
-    run_driver("experiments.phashing", __doc__, TABLES, sys.argv[1:])
+    run_paper(__spec__.name, __doc__, sys.argv[1:])

@@ -10,14 +10,7 @@ seed sweep (:mod:`experiments.tables.foundation`). ``faults``: mAP with failing 
 
 import sys
 
-from experiments.lib.driver import Table, run_driver
-
-TABLES: dict[str, Table] = {
-    "foundation": ("experiments.tables.foundation", ()),
-    "faults": ("experiments.tables.fault_table", ()),
-    "dp-sgd": ("experiments.tables.dp_table", ()),
-    "update-density": ("experiments.tables.update_density", ()),
-}
+from experiments.lib.driver import run_paper
 
 if __name__ == "__main__":
-    run_driver("experiments.project", __doc__, TABLES, sys.argv[1:])
+    run_paper(__spec__.name, __doc__, sys.argv[1:])

@@ -5,23 +5,21 @@ import sys
 
 import pytest
 
-from experiments.lib.driver import DRIVERS, driver_command, run_driver
+from experiments.lib.driver import PAPERS, driver_command, run_paper, run_tables
 from experiments.lib.progress import EXIT_BAD_CONFIG
 
 
 def test_every_table_of_every_driver_is_a_module_with_a_main() -> None:
-    for driver in DRIVERS:
-        tables = importlib.import_module(driver).TABLES
-        assert tables, driver
-        for name, (module, fixed) in tables.items():
+    for driver, tables in PAPERS.items():
+        assert tables and importlib.import_module(driver).__doc__, driver
+        for name, module in tables.items():
             assert callable(importlib.import_module(module).main), module
-            assert driver_command(module) == ["-m", driver, name, *fixed]
+            assert driver_command(module) == ["-m", driver, name]
 
 
 def test_an_unknown_table_is_one_line_naming_the_accepted(capsys) -> None:
-    tables = importlib.import_module("experiments.phashing").TABLES
     with pytest.raises(SystemExit) as end:
-        run_driver("experiments.phashing", "doc", tables, ["table2"])
+        run_paper("experiments.phashing", "doc", ["table2"])
     assert end.value.code == EXIT_BAD_CONFIG
     err = capsys.readouterr().err
     assert err == (
@@ -40,7 +38,7 @@ def test_a_table_gets_its_flags_and_its_name_in_the_usage(monkeypatch, capsys):
     module.main = main
     monkeypatch.setitem(sys.modules, "fake_table", module)
     monkeypatch.setattr(sys, "argv", ["x"])
-    run_driver("experiments.x", "doc", {"t": ("fake_table", ("g",))}, ["t", "--a", "1"])
-    assert seen == [["python -m experiments.x t", "g", "--a", "1"]]
-    run_driver("experiments.x", "Doc line.", {"t": ("fake_table", ())}, [])
+    run_tables("experiments.x", "doc", {"t": "fake_table"}, ["t", "--a", "1"])
+    assert seen == [["python -m experiments.x t", "--a", "1"]]
+    run_tables("experiments.x", "Doc line.", {"t": "fake_table"}, [])
     assert capsys.readouterr().out.startswith("usage: python -m experiments.x {t}")
