@@ -145,7 +145,7 @@ bench-fedhap-cost: install
 # Hours on CPU (see there). BENCH_ARGS="--resume", "--dataset fedhap=mirflickr" etc.
 .PHONY: bench
 bench: install
-	$(PY) -m benchmarks.suite --paper all $(BENCH_ARGS)
+	$(PY) -m experiments.suite --paper all $(BENCH_ARGS)
 
 # Deployment (docs/deploy.md): CA, TLS certificates, SuperNode keys, SuperExec
 # secrets and DPHE bundles under deploy/credentials/ (DEPLOY_ARGS="--overwrite" etc.)

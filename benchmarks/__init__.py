@@ -1,7 +1,8 @@
-"""Benchmarks and the paper-shaped benchmark suite (``python -m benchmarks.suite``).
+"""Cost benchmarks: each script measures a cost and writes JSON beside a baseline.
 
+The paper-shaped suite over the experiment drivers is ``experiments/suite.py``.
 A regular package on purpose: Opacus installs a top-level ``benchmarks`` package
 into site-packages, which would shadow a namespace package here and break
-``python -m benchmarks.suite``. The scripts beside this file still run as
+``from benchmarks import ...`` in the tests. The scripts run as
 ``python benchmarks/<name>.py``.
 """

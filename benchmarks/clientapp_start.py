@@ -61,7 +61,7 @@ if sys.argv[2] != "torch":
     out["heavy"] = [m for m in json.loads(sys.argv[3]) if m in sys.modules]
     if sys.argv[2] == "data":
         from clients.data import load_local_data
-        from experiments.overrides import parse_overrides, resolved_settings
+        from experiments.lib.overrides import parse_overrides, resolved_settings
         settings = resolved_settings(parse_overrides(json.loads(sys.argv[4])))
         load_local_data(settings, partition_id=0, num_partitions=int(sys.argv[5]))
         out["data"] = time.perf_counter() - t2

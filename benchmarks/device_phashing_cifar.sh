@@ -72,7 +72,7 @@ mkdir -p "$work/gpu"
 done) > "$work/gpu/samples.txt" 2>&1 &
 sampler=$!
 
-timeout "$budget" python3 -m experiments.phashing_table --backend loopback \
+timeout "$budget" python3 -m experiments.phashing table1 --backend loopback \
   --out "$work" "${table_args[@]}" \
   --set dataset=npz --set "data-path=\"$data\"" --set image-shape=32,32,3 2>&1 | tee "$out/phashing.log"
 echo "phashing_table exit: ${PIPESTATUS[0]} (124 = stopped at ${budget} s)" | tee -a "$out/phashing.log"

@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from experiments.overrides import resolved_settings  # noqa: E402
+from experiments.lib.overrides import resolved_settings  # noqa: E402
 from experiments.simulate import simulate  # noqa: E402
 from server.run_files import read_rounds  # noqa: E402
 from settings.run_model import build_run_discriminator  # noqa: E402

@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from clients.data import load_local_data  # noqa: E402
-from experiments.overrides import resolved_settings  # noqa: E402
+from experiments.lib.overrides import resolved_settings  # noqa: E402
 from experiments.simulate import simulate  # noqa: E402
 from hashing.train import LocalTrainConfig, train_dpsh  # noqa: E402
 from server.run_files import read_rounds  # noqa: E402

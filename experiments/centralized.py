@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from clients.data import LocalData, load_local_data
-from experiments.overrides import parse_overrides, resolved_settings
+from experiments.lib.overrides import parse_overrides, resolved_settings
 from hashdata import load_split
 from hashing.codes import sign_codes
 from hashing.pfmh.evaluation import (
@@ -246,6 +246,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    from experiments.progress import cli
+    from experiments.lib.progress import cli
 
     cli(main)

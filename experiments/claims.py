@@ -3,7 +3,7 @@
 ``python -m experiments.claims docs/results/fedhap-mirflickr-paper/rows.jsonl
 --a method=FedHAP --b "method=DCH (FedAvg)" --where kind=table --where
 partitioning=iid --direction greater`` pairs the rows matching ``--a`` and ``--b``
-(and every ``--where``) by seed, and prints :func:`experiments.verdict.
+(and every ``--where``) by seed, and prints :func:`experiments.lib.verdict.
 paired_verdict` on ``--metric`` (default ``map_all``, a fraction, shown in points:
 ``--scale 100``; a dotted name reads a nested entry, e.g. ``map_per_round.15``).
 The claims sections of the method pages quote these lines.
@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from experiments.sweep_runner import load_rows
-from experiments.verdict import DIRECTIONS, Verdict, paired_verdict
+from experiments.lib.runner import load_rows
+from experiments.lib.verdict import DIRECTIONS, Verdict, paired_verdict
 
 
 def parse_filter(text: str) -> tuple[str, str]:

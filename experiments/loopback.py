@@ -5,7 +5,7 @@
 ``partition-id=i num-partitions=clients`` as node config), submits this repository
 with ``flwr run . loopback --stream`` and the run config ``cfg``, waits for it, and
 stops every process it started by its process group id. It returns the run's
-``summary.json``, like :func:`experiments.sweep.run_federated` (the Ray backend).
+``summary.json``, like :func:`experiments.lib.runs.run_federated` (the Ray backend).
 
 Why: the GPU machine this project is sometimes lent has no network and no Ray
 (too large to carry), but Flower's own SuperLink and SuperNodes run there; each
@@ -284,7 +284,7 @@ def run_loopback(
 
 def main() -> None:
     """CLI entry point."""
-    from experiments.overrides import parse_overrides, resolved_settings
+    from experiments.lib.overrides import parse_overrides, resolved_settings
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", type=int, default=3)

@@ -66,7 +66,7 @@ def simulate(
     ``node_log``: record which Ray node ran each message
     (:func:`clients.node_log.record_nodes`).
     """
-    from experiments.overrides import resolved_settings
+    from experiments.lib.overrides import resolved_settings
 
     resolved_settings(overrides)  # a bad value fails here, before Ray starts
     results_dir = Path(overrides["results-dir"])
@@ -110,7 +110,7 @@ def main() -> None:
     """
     import argparse
 
-    from experiments.overrides import parse_overrides, resolved_settings
+    from experiments.lib.overrides import parse_overrides, resolved_settings
 
     parser = argparse.ArgumentParser(description="one in-process simulation")
     parser.add_argument("--clients", type=int, default=10)
@@ -159,6 +159,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    from experiments.progress import cli
+    from experiments.lib.progress import cli
 
     cli(main)

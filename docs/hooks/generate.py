@@ -33,13 +33,15 @@ from typing import Any
 from mkdocs.exceptions import PluginError
 
 ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+from experiments.lib.tables import MISSING, pm, table_head, table_row  # noqa: E402
+
 RESULTS = ROOT / "docs" / "results"
 _MARKER = re.compile(r"^<!-- (config-reference|config|results):?\s*(.*?)\s*-->$", re.M)
 
 
 def _config_reference() -> str:
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
     from settings.reference import config_reference_markdown  # noqa: PLC0415
 
     return config_reference_markdown().strip("\n")
@@ -91,10 +93,6 @@ def config_rows(patterns: list[str], reference: str) -> str:
     return "\n\n".join(out)
 
 
-def _percent(mean: float, std: float) -> str:
-    return f"{100 * mean:.2f} ± {100 * std:.2f}"
-
-
 def sweep_column(path: Path, column: str) -> str:
     """One metric of a seed sweep's ``aggregate`` rows: methods x bits."""
     data = json.loads(path.read_text())
@@ -102,20 +100,13 @@ def sweep_column(path: Path, column: str) -> str:
     bits = sorted({r["bits"] for r in rows})
     cells: dict[tuple[str, str], dict[int, str]] = {}
     for r in rows:
-        cell = _percent(r[f"{column}_mean"], r[f"{column}_std"])
+        cell = pm(r[f"{column}_mean"], r[f"{column}_std"], scale=100)
         cells.setdefault((r["method"], r["partitioning"]), {})[r["bits"]] = cell
     order = sorted(cells, key=lambda k: (k[0] == "centralized", k))
-    lines = [
-        "| method | partitioning | " + " | ".join(f"{b} bits" for b in bits) + " |",
-        "|---|---|" + "---|" * len(bits),
-    ]
+    lines = table_head("method", "partitioning", *(f"{b} bits" for b in bits))
     for method, part in order:
         row = cells[(method, part)]
-        lines.append(
-            f"| {method} | {part} | "
-            + " | ".join(row.get(b, "-") for b in bits)
-            + " |"
-        )
+        lines.append(table_row(method, part, *(row.get(b, MISSING) for b in bits)))
     return "\n".join(lines)
 
 
@@ -123,29 +114,41 @@ def _retrieval(data: dict[str, Any]) -> str:
     topk, mapall = data["topk"], data["map_all"]
     return "\n".join(
         [
-            "| task | ours (packed popcount, numba) | faiss `IndexBinaryFlat` "
-            f"{topk['faiss_version']} | float dot product + full `np.argsort`* |",
-            "|---|---|---|---|",
-            f"| exhaustive top-{data['parameters']['top_k']}, all queries "
-            f"| **{topk['ours_seconds']:.2f} s** | {topk['faiss_seconds']:.2f} s "
-            f"(ours {topk['ratio_faiss']:.1f}x faster) "
-            f"| ~{topk['float_baseline_seconds_extrapolated']:.1f} s |",
-            f"| mAP@ALL, all queries | **{mapall['ours_seconds']:.2f} s** | - "
-            f"| ~{mapall['float_baseline_seconds_extrapolated']:.1f} s |",
+            *table_head(
+                "task",
+                "ours (packed popcount, numba)",
+                f"faiss `IndexBinaryFlat` {topk['faiss_version']}",
+                "float dot product + full `np.argsort`*",
+            ),
+            table_row(
+                f"exhaustive top-{data['parameters']['top_k']}, all queries",
+                f"**{topk['ours_seconds']:.2f} s**",
+                f"{topk['faiss_seconds']:.2f} s "
+                f"(ours {topk['ratio_faiss']:.1f}x faster)",
+                f"~{topk['float_baseline_seconds_extrapolated']:.1f} s",
+            ),
+            table_row(
+                "mAP@ALL, all queries",
+                f"**{mapall['ours_seconds']:.2f} s**",
+                MISSING,
+                f"~{mapall['float_baseline_seconds_extrapolated']:.1f} s",
+            ),
         ]
     )
 
 
 def _round_time(data: dict[str, Any]) -> str:
-    lines = [
-        "| clients | seconds / round | sequential local training (baseline) | ratio |",
-        "|---|---|---|---|",
-    ]
+    lines = table_head(
+        "clients", "seconds / round", "sequential local training (baseline)", "ratio"
+    )
     for r in data["results"]:
         lines.append(
-            f"| {r['clients']} | {r['seconds_per_round']:.2f} "
-            f"| {r['sequential_local_training_seconds']:.2f} "
-            f"| {r['ratio_round_over_sequential']:.2f} |"
+            table_row(
+                r["clients"],
+                f"{r['seconds_per_round']:.2f}",
+                f"{r['sequential_local_training_seconds']:.2f}",
+                f"{r['ratio_round_over_sequential']:.2f}",
+            )
         )
     return "\n".join(lines)
 
@@ -155,20 +158,26 @@ def _fedhap_cost(data: dict[str, Any]) -> str:
     down, up = data["extra_down_bytes_per_client"], data["extra_up_bytes_per_client"]
     return "\n".join(
         [
-            "| | FedAvg (DPSH) | FedHAP | FedHAP / FedAvg |",
+            "| | FedAvg (DPSH) | FedHAP | FedHAP / FedAvg |",  # an empty first name
             "|---|---|---|---|",
-            f"| training wall time per round (all clients) "
-            f"| {base['train_seconds_per_round']:.2f} s "
-            f"| {fedhap['train_seconds_per_round']:.2f} s "
-            f"| {data['ratio_train_seconds']:.2f}x |",
-            "| bytes per client, server → client "
-            f"| {base['down_bytes_per_client']:,.0f}"
-            f" | {fedhap['down_bytes_per_client']:,.0f} | +{down:,.0f} B "
-            f"(+{100 * down / base['down_bytes_per_client']:.1f}%) |",
-            "| bytes per client, client → server "
-            f"| {base['up_bytes_per_client']:,.0f}"
-            f" | {fedhap['up_bytes_per_client']:,.0f} | +{up:,.0f} B "
-            f"(+{100 * up / base['up_bytes_per_client']:.1f}%) |",
+            table_row(
+                "training wall time per round (all clients)",
+                f"{base['train_seconds_per_round']:.2f} s",
+                f"{fedhap['train_seconds_per_round']:.2f} s",
+                f"{data['ratio_train_seconds']:.2f}x",
+            ),
+            table_row(
+                "bytes per client, server → client",
+                f"{base['down_bytes_per_client']:,.0f}",
+                f"{fedhap['down_bytes_per_client']:,.0f}",
+                f"+{down:,.0f} B (+{100 * down / base['down_bytes_per_client']:.1f}%)",
+            ),
+            table_row(
+                "bytes per client, client → server",
+                f"{base['up_bytes_per_client']:,.0f}",
+                f"{fedhap['up_bytes_per_client']:,.0f}",
+                f"+{up:,.0f} B (+{100 * up / base['up_bytes_per_client']:.1f}%)",
+            ),
         ]
     )
 
@@ -177,16 +186,23 @@ def _dphe_grid(data: dict[str, Any]) -> str:
     lines = [
         "| update | sparsity | method | ciphertexts / client | encrypt s "
         "| aggregate s | decrypt s | total s / client / round "
-        "| upload MB / client | |",
+        "| upload MB / client | |",  # an empty last name
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in data["rows"]:
         lines.append(
-            f"| {r['model']} | {100 * r['sparsity']:.0f}% | {r['method']} "
-            f"| {r['ciphertexts_per_client']:,.0f} | {r['encrypt_s']:.2f} "
-            f"| {r['aggregate_s']:.3f} | {r['decrypt_s']:.2f} | {r['total_s']:.2f} "
-            f"| {r['upload_bytes_per_client'] / 1e6:.2f} "
-            f"| {'measured' if r['measured'] else 'extrapolated'} |"
+            table_row(
+                r["model"],
+                f"{100 * r['sparsity']:.0f}%",
+                r["method"],
+                f"{r['ciphertexts_per_client']:,.0f}",
+                f"{r['encrypt_s']:.2f}",
+                f"{r['aggregate_s']:.3f}",
+                f"{r['decrypt_s']:.2f}",
+                f"{r['total_s']:.2f}",
+                f"{r['upload_bytes_per_client'] / 1e6:.2f}",
+                "measured" if r["measured"] else "extrapolated",
+            )
         )
     return "\n".join(lines)
 
@@ -209,33 +225,59 @@ def _dphe_cnn(data: dict[str, Any]) -> str:
     cnn = data["cnn"]
     ckks, naive = cnn["ckks"], cnn["naive"]
     lines = [
-        "| row | ciphertexts / client | setup s | precompute s | client s "
-        "| keyholder s | upload MB / client | max error |",
-        "|---|---|---|---|---|---|---|---|",
-        f"| CKKS, TenSEAL {ckks['tenseal']} (N {ckks['poly_modulus_degree']}, "
-        f"2^{ckks['scale_bits']}, dense) | {ckks['ciphertexts_per_client']:,} | - | - "
-        f"| {ckks['client_s']:.2f} | {ckks['decrypt_s']:.2f} "
-        f"| {ckks['upload_bytes_per_client'] / 1e6:.2f} "
-        f"| {ckks['max_abs_error']:.0e} |",
+        *table_head(
+            "row",
+            "ciphertexts / client",
+            "setup s",
+            "precompute s",
+            "client s",
+            "keyholder s",
+            "upload MB / client",
+            "max error",
+        ),
+        table_row(
+            f"CKKS, TenSEAL {ckks['tenseal']} (N {ckks['poly_modulus_degree']}, "
+            f"2^{ckks['scale_bits']}, dense)",
+            f"{ckks['ciphertexts_per_client']:,}",
+            MISSING,
+            MISSING,
+            f"{ckks['client_s']:.2f}",
+            f"{ckks['decrypt_s']:.2f}",
+            f"{ckks['upload_bytes_per_client'] / 1e6:.2f}",
+            f"{ckks['max_abs_error']:.0e}",
+        ),
     ]
     for key, label in _CNN_ROWS.items():
         if key not in cnn["dphe"]:  # a --quick run leaves out the element-wise row
             continue
         r = cnn["dphe"][key]
         lines.append(
-            f"| {label} | {r['ciphertexts_per_client']:,.0f} | {r['setup_s']:.2f} "
-            f"| {r['precompute_s']:.2f} | {r['client_s']:.2f} "
-            f"| {r['keyholder_s']:.2f} | {r['upload_bytes_per_client'] / 1e6:.2f} "
-            f"| {r['max_abs_error']:.0e} |"
+            table_row(
+                label,
+                f"{r['ciphertexts_per_client']:,.0f}",
+                f"{r['setup_s']:.2f}",
+                f"{r['precompute_s']:.2f}",
+                f"{r['client_s']:.2f}",
+                f"{r['keyholder_s']:.2f}",
+                f"{r['upload_bytes_per_client'] / 1e6:.2f}",
+                f"{r['max_abs_error']:.0e}",
+            )
         )
     # naive: one ciphertext (mod n^2, 2 x key bits) per value and the weight
     ciphertexts = cnn["dimension"] + 1
     upload = ciphertexts * 2 * data["settings"]["key_bits"] / 8
     lines.append(
-        "| naive per-value Paillier (*extrapolated* from "
-        f"{naive['sample_values']:,} values run for real) | {ciphertexts:,} | - | - "
-        f"| {naive['client_s']:,.0f} | {naive['keyholder_s']:,.0f} "
-        f"| {upload / 1e6:.1f} | {naive['sample']['max_abs_error']:.0e} |"
+        table_row(
+            "naive per-value Paillier (*extrapolated* from "
+            f"{naive['sample_values']:,} values run for real)",
+            f"{ciphertexts:,}",
+            MISSING,
+            MISSING,
+            f"{naive['client_s']:,.0f}",
+            f"{naive['keyholder_s']:,.0f}",
+            f"{upload / 1e6:.1f}",
+            f"{naive['sample']['max_abs_error']:.0e}",
+        )
     )
     return "\n".join(lines)
 

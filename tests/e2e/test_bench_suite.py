@@ -1,4 +1,4 @@
-"""``python -m benchmarks.suite --quick``: files and their shapes, not the numbers.
+"""``python -m experiments.suite --quick``: files and their shapes, not the numbers.
 
 The cheapest paper that exercises the whole orchestration: DPcode on digits (its
 driver's own ``--quick``, no Flower, about 50 s on 2 busy cores). Every Flower
@@ -35,7 +35,7 @@ SUITE_KEYS = {
 
 def _suite(*argv: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "benchmarks.suite", *argv],
+        [sys.executable, "-m", "experiments.suite", *argv],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -71,7 +71,7 @@ def test_quick_dpcode_writes_the_driver_outputs_and_suite_json(tmp_path) -> None
     assert record["complete"] is True and record["returncode"] == 0
     assert record["paper"] == "dpcode" and record["seeds"] == [0]
     assert record["dataset"]["name"] == "digits" and record["quick"] is True
-    assert record["command"].startswith("python -m experiments.dpcode_table ")
+    assert record["command"].startswith("python -m experiments.dpcode figures ")
     assert "--quick" in record["driver_args"]
     assert "DPcode" in record["protocol"]["driver"]
     assert record["wall_seconds"] > 0

@@ -131,7 +131,7 @@ def test_fedavg_with_dphe_end_to_end(tmp_path, simulation):
     # sparse updates summed under DPHE (small test keys), sharded: the server gets
     # only the weighted average; equality with plaintext FedAvg within the
     # fixed-point bound is tested in test_dphe_strategy.py, and at 2048 bits over 3
-    # seeds by experiments/dphe_map.py
+    # seeds by experiments/tables/dphe_map.py
     run_dir = simulation(
         {
             **BASE,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from experiments.progress import SweepProgress, format_seconds
+from experiments.lib.progress import SweepProgress, format_seconds
 from server.experiment import eta_text
 from server.local_superlink import status_main
 from server.log_filters import ConfigErrorOneLine

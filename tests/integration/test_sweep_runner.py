@@ -1,4 +1,4 @@
-"""The one sweep runner (experiments/sweep_runner.py) and the drivers that use it."""
+"""The one sweep runner (experiments/lib/runner.py) and the drivers that use it."""
 
 import json
 import subprocess
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from experiments import dphe_map, dphe_users, fedhap_sweep
-from experiments.sweep_runner import exit_if_failed, load_rows, run_sweep
+from experiments.lib.runner import exit_if_failed, load_rows, run_sweep
+from experiments.tables import dphe_map, dphe_users, fedhap_sweep
 from tests.fixtures import write_feature_npz
 
 
@@ -223,7 +223,7 @@ def test_dphe_users_runs_each_n_in_its_own_folder_and_plots(
 def test_run_federated_clears_what_an_interrupted_attempt_left(tmp_path, monkeypatch):
     # a sweep killed mid-run leaves <run>.incomplete; the retried run must not then
     # fail on "expected one finished run directory" (found on 2026-11-27)
-    from experiments import sweep
+    from experiments.lib import runs
 
     run_dir = tmp_path / "runs" / "pfmh-32b-s0"
     stale = run_dir / "pfmh-digits-32b-s0-20261127-031140.incomplete"
@@ -239,8 +239,8 @@ def test_run_federated_clears_what_an_interrupted_attempt_left(tmp_path, monkeyp
         (final / "summary.json").write_text(json.dumps({"final": {"map_all": 0.5}}))
         return subprocess.CompletedProcess(cmd, 0, stdout=f"{final}\n", stderr="")
 
-    monkeypatch.setattr(sweep.subprocess, "run", fake_run)
-    summary = sweep.run_federated({"strategy": "pfmh"}, 10, run_dir)
+    monkeypatch.setattr(runs.subprocess, "run", fake_run)
+    summary = runs.run_federated({"strategy": "pfmh"}, 10, run_dir)
     assert summary.pop("run_dir").endswith("/pfmh-digits-32b-s0-20261127-033143")
     assert summary == {"final": {"map_all": 0.5}}
     assert not stale.exists()
@@ -249,8 +249,8 @@ def test_run_federated_clears_what_an_interrupted_attempt_left(tmp_path, monkeyp
 def test_rounds_sweep_reads_each_runs_curve_and_uses_the_tuned_rates(
     tmp_path, monkeypatch, capsys
 ):
-    from experiments import real_data_table as rdt
-    from experiments import rounds_sweep
+    from experiments.tables import real_data_setup as rds
+    from experiments.tables import rounds_sweep
 
     tuned = tmp_path / "tuned"
     tuned.mkdir()
@@ -320,7 +320,7 @@ def test_rounds_sweep_reads_each_runs_curve_and_uses_the_tuned_rates(
     assert (tmp_path / "out" / "rounds.png").stat().st_size > 0
     # the table's grid grew: DPSH's tuned rate and the ceiling's changed; a resumed
     # sweep runs those again (FedHAP's row is kept) and tables the new rows only
-    rates.update({"DPSH (FedAvg)": 0.02, rdt.CENTRALIZED: 0.002})
+    rates.update({"DPSH (FedAvg)": 0.02, rds.CENTRALIZED: 0.002})
     (tuned / "summary.json").write_text(json.dumps({"tuned_learning_rates": rates}))
     asked.clear()
     monkeypatch.setattr(sys, "argv", [*argv, "--resume"])
@@ -356,7 +356,7 @@ def _fake_rounds_sweep(
     Each federated run's curve is 0.3 at round 0 and 0.4 at ``rounds``; the
     ceiling scores 0.5; the data file is empty, so partitions go unchecked.
     """
-    from experiments import rounds_sweep
+    from experiments.tables import rounds_sweep
 
     data = tmp_path / "x.npz"
     data.write_bytes(b"")
@@ -383,7 +383,7 @@ def _fake_rounds_sweep(
 def test_rounds_sweep_records_its_setup_and_says_when_rates_come_from_another_length(
     tmp_path, monkeypatch
 ):
-    from experiments import rounds_sweep
+    from experiments.tables import rounds_sweep
 
     tuned = tmp_path / "tuned"
     tuned.mkdir()
@@ -428,7 +428,7 @@ def test_rounds_sweep_records_its_setup_and_says_when_rates_come_from_another_le
 def test_resume_into_a_folder_of_another_setup_is_refused_before_any_run(
     tmp_path, monkeypatch, capsys
 ):
-    from experiments import rounds_sweep
+    from experiments.tables import rounds_sweep
 
     tuned = tmp_path / "tuned"
     tuned.mkdir()
@@ -463,7 +463,7 @@ def test_resume_into_a_folder_of_another_setup_is_refused_before_any_run(
 
 def test_check_partitions_refuses_shards_the_data_cannot_give(tmp_path) -> None:
     """3 label shards per client over 30 clients need 30 rows of each of 3 classes."""
-    from experiments.sweep import check_partitions
+    from experiments.lib.runs import check_partitions
 
     data = write_feature_npz(tmp_path / "f.npz", n=90, num_classes=3)
     base = {"dataset": "npz", "data-path": str(data), "query-fraction": 0.2}
@@ -481,7 +481,7 @@ def test_check_partitions_refuses_shards_the_data_cannot_give(tmp_path) -> None:
 def test_rounds_sweep_stops_before_any_run_on_an_impossible_partitioning(
     tmp_path, monkeypatch, capsys
 ) -> None:
-    from experiments import rounds_sweep
+    from experiments.tables import rounds_sweep
 
     tuned = tmp_path / "tuned"
     tuned.mkdir()
@@ -510,7 +510,7 @@ def test_rounds_sweep_stops_before_any_run_on_an_impossible_partitioning(
 def test_rounds_sweep_resumed_with_another_partitioning_keeps_both_in_the_table(
     tmp_path, monkeypatch
 ) -> None:
-    from experiments import rounds_sweep
+    from experiments.tables import rounds_sweep
 
     tuned = tmp_path / "tuned"
     tuned.mkdir()

@@ -1,4 +1,4 @@
-"""experiments.across_table: one table across code lengths or clients from one each."""
+"""experiments.tables.across_table: one table across code lengths or client counts."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from experiments import across_table
+from experiments.tables import across_table
 
 SETUP = {
     "data": "m.npz",
@@ -26,7 +26,7 @@ def _table_folder(tmp_path, name, bits, rows, **setup):
 
 
 def _rdt_row(method, part, seed, value, floor=0.5, kind="table", lr=0.01):
-    """A row as experiments.real_data_table writes it."""
+    """A row as experiments.tables.real_data_table writes it."""
     return {
         "kind": kind,
         "method": method,
@@ -39,7 +39,7 @@ def _rdt_row(method, part, seed, value, floor=0.5, kind="table", lr=0.01):
 
 
 def _sweep_row(method, part, seed, value, floor=0.4, lr=0.01):
-    """A row as experiments.rounds_sweep writes it (no kind; floor at round 0)."""
+    """A row as the rounds sweep writes it (no kind; floor at round 0)."""
     curve = {} if part == "-" else {"0": floor, "10": value}
     return {
         "method": method,

@@ -1,10 +1,10 @@
-"""Argument checks of ``python -m benchmarks.suite``: refused before any run."""
+"""Argument checks of ``python -m experiments.suite``: refused before any run."""
 
 import subprocess
 
 import pytest
 
-from benchmarks import suite
+from experiments import suite
 
 
 def _plan(*argv: str) -> suite.Plan:
@@ -143,7 +143,7 @@ def test_mirflickr_paper_is_the_paper_split_table_and_its_quick_run_is_small(
     argv = list(run.argv)
     # the folder and the arguments of docs/results/fedhap-mirflickr-paper
     assert run.out == tmp_path / "res" / "fedhap-mirflickr-paper"
-    assert run.module == "experiments.real_data_table"
+    assert run.module == "experiments.tables.real_data_table"
     assert argv[argv.index("--train-size") + 1] == "10000"
     assert argv[argv.index("--lr-grid") + 1] == "0.002,0.005,0.01,0.02,0.05"
     assert argv[argv.index("--ceiling-lr-grid") + 1] == "0.0002,0.0005,0.002,0.005,0.01"
@@ -158,7 +158,7 @@ def test_mirflickr_paper_is_the_paper_split_table_and_its_quick_run_is_small(
 
 
 def test_cifar10_features_runs_the_feature_file_from_the_data_dir(tmp_path) -> None:
-    from benchmarks.suite import CIFAR10_FEATURES
+    from experiments.suite import CIFAR10_FEATURES
 
     (tmp_path / CIFAR10_FEATURES).write_bytes(b"")
     for paper, module_arg in (("phashing", "dataset=npz"), ("fedhap", "--untuned")):

@@ -2,7 +2,12 @@
 
 import json
 
-from experiments.pfmh_figures import GLOBAL, LOCAL, map_per_round, plot_map_per_round
+from experiments.tables.pfmh_figures import (
+    GLOBAL,
+    LOCAL,
+    map_per_round,
+    plot_map_per_round,
+)
 
 
 def _run(root, name: str, values: list[float | None], finished: bool = True) -> None:
@@ -42,7 +47,7 @@ def test_figure_skips_unfinished_runs_and_other_tables(tmp_path) -> None:
 def test_pfmh_tables_open_with_their_protocol() -> None:
     import argparse
 
-    from experiments.pfmh_sweep import preset, tables
+    from experiments.tables.pfmh_sweep import preset, tables
 
     args = argparse.Namespace(seeds=[0], clients=10, bits=[32], base=preset())
     text = tables([], args)
@@ -90,7 +95,7 @@ def test_precision_over_clients_is_the_unweighted_mean_per_k() -> None:
 def _sens_args(**kw):
     import argparse
 
-    from experiments.pfmh_sweep import preset
+    from experiments.tables.pfmh_sweep import preset
 
     base = dict(
         seeds=[0, 1],
@@ -108,7 +113,7 @@ def _sens_args(**kw):
 
 
 def test_sensitivity_jobs_vary_one_weight_and_skip_the_main_tables_point() -> None:
-    from experiments.pfmh_sweep import job_name, jobs, loss_defaults
+    from experiments.tables.pfmh_sweep import job_name, jobs, loss_defaults
 
     args = _sens_args()
     assert loss_defaults(args.base) == (0.01, 0.001)  # conf/pfmh.toml / defaults
@@ -124,7 +129,7 @@ def test_sensitivity_jobs_vary_one_weight_and_skip_the_main_tables_point() -> No
 
 
 def test_sensitivity_run_sets_the_loss_weights(monkeypatch, tmp_path) -> None:
-    import experiments.pfmh_sweep as sweep
+    import experiments.tables.pfmh_sweep as sweep
 
     seen = {}
 
@@ -148,7 +153,7 @@ def test_sensitivity_run_sets_the_loss_weights(monkeypatch, tmp_path) -> None:
 
 
 def _agg_rows():
-    from experiments.pfmh_sweep import aggregate
+    from experiments.tables.pfmh_sweep import aggregate
 
     rows = []
     for seed, shift in ((0, 0.0), (1, 0.02)):
@@ -192,8 +197,8 @@ def test_aggregate_keeps_sensitivity_points_apart_and_averages_precision() -> No
 
 
 def test_sensitivity_and_precision_tables_and_plots(tmp_path) -> None:
-    from experiments.pfmh_figures import plot_precision_at_k, plot_sensitivity
-    from experiments.pfmh_sweep import precision_table, sensitivity_table
+    from experiments.tables.pfmh_figures import plot_precision_at_k, plot_sensitivity
+    from experiments.tables.pfmh_sweep import precision_table, sensitivity_table
 
     agg = _agg_rows()
     args = _sens_args()
@@ -219,7 +224,7 @@ def test_sensitivity_and_precision_tables_and_plots(tmp_path) -> None:
 def test_loss_weight_lists_are_checked() -> None:
     import pytest
 
-    from experiments.pfmh_sweep import _weights
+    from experiments.tables.pfmh_sweep import _weights
 
     assert _weights("--loss-alphas", "0.1,1") == [0.1, 1.0]
     for bad in ("0", "-1", "a", "", "nan"):

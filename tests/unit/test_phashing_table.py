@@ -8,8 +8,8 @@ import time
 import pytest
 from flwr.common.config import parse_config_args
 
-from experiments import phashing_table as pt
 from experiments.loopback import run_config_arg
+from experiments.tables import phashing_table as pt
 
 
 def test_loopback_run_config_is_what_flwr_parses() -> None:
@@ -321,7 +321,7 @@ def test_tuning_scores_on_the_validation_file_and_an_edge_grows_the_grid(
 ) -> None:
     import numpy as np
 
-    from experiments.tuning import write_validation_file
+    from experiments.lib.tuning import write_validation_file
 
     data = tmp_path / "c.npz"
     split = np.zeros(40, dtype=np.int8)

@@ -6,8 +6,9 @@ import json
 import numpy as np
 import pytest
 
-from experiments import real_data_table as rdt
-from experiments.real_data_figures import mean_curves, plot_curves
+from experiments.tables import real_data_setup as rds
+from experiments.tables import real_data_table as rdt
+from experiments.tables.real_data_figures import mean_curves, plot_curves
 
 
 def _row(method: str, part: str, seed: int, m: float, lr: float = 5e-4) -> dict:
@@ -45,7 +46,7 @@ def test_tables_state_protocol_tuning_ceiling_and_floor(tmp_path) -> None:
             ("FedHAP", "iid", 0.7, 5e-4),
             ("DPSH (FedAvg)", "non-iid", 0.55, 2e-3),
         )
-    ] + [_row(rdt.CENTRALIZED, "-", s, 0.8 + s / 100) for s in (0, 1)]
+    ] + [_row(rds.CENTRALIZED, "-", s, 0.8 + s / 100) for s in (0, 1)]
     tuning = [
         {"method": "DPSH (FedAvg)", "learning_rate": lr, "map_all": v, "seconds": 5.0}
         for lr, v in ((5e-4, 0.5), (2e-3, 0.6))
@@ -64,7 +65,7 @@ def test_tables_state_protocol_tuning_ceiling_and_floor(tmp_path) -> None:
         grids={"DPSH (FedAvg)": rdt.Grid([5e-4, 2e-3], [3])},
         tuned_epochs={"DPSH (FedAvg)": 3},
     )
-    methods = ["DPSH (FedAvg)", "FedHAP", rdt.CENTRALIZED]
+    methods = ["DPSH (FedAvg)", "FedHAP", rds.CENTRALIZED]
     rdt._write(
         rows, tuning, {"DPSH (FedAvg)": 2e-3}, args, methods, ["iid", "non-iid"], 0.0
     )
@@ -74,7 +75,7 @@ def test_tables_state_protocol_tuning_ceiling_and_floor(tmp_path) -> None:
     assert "| DPSH (FedAvg) | 0.002 | 3 | 60.50 ± 0.71 |" in text
     assert "| FedHAP | 0.0005 | 3 | 70.50 ± 0.71 |" in text
     # the ceiling appears under both partitionings; FedHAP has no non-iid rows
-    assert text.count(f"| {rdt.CENTRALIZED} | 0.0005 | 3 | 80.50 ± 0.71 |") == 2
+    assert text.count(f"| {rds.CENTRALIZED} | 0.0005 | 3 | 80.50 ± 0.71 |") == 2
     assert text.split("**non-iid**")[1].count("| FedHAP |") == 0
     # the tuning table: validation scores, the chosen setting bold, on an edge
     assert "validation mAP@ALL %, never the reported queries" in text
@@ -86,7 +87,7 @@ def test_tables_state_protocol_tuning_ceiling_and_floor(tmp_path) -> None:
     assert grid["chosen"] == {"learning_rate": 2e-3, "local_epochs": 3}
     assert grid["learning_rates"] == [5e-4, 2e-3] and grid["seed"] == 99
     assert grid["chosen_on_edge"] is True
-    # what experiments.across_table compares (only one setting may differ)
+    # what experiments.tables.across_table compares (only one setting may differ)
     assert summary["setup"] == {
         "data": "m.npz",
         "clients": 20,
@@ -137,7 +138,7 @@ def test_tables_state_protocol_tuning_ceiling_and_floor(tmp_path) -> None:
 
 def test_curve_figure_is_written_with_means_over_seeds(tmp_path) -> None:
     rows = [_row("FedHAP", "iid", s, 0.7) for s in (0, 2)]
-    rows.append(_row(rdt.CENTRALIZED, "-", 0, 0.8))
+    rows.append(_row(rds.CENTRALIZED, "-", 0, 0.8))
     c = mean_curves(rows[:2])
     np.testing.assert_allclose(c["recall"], [0.0, 0.3, 1.0])
     np.testing.assert_allclose(c["recall_at_k"], [0.01, 0.1, 0.6])
@@ -149,7 +150,7 @@ def test_curve_figure_is_written_with_means_over_seeds(tmp_path) -> None:
 
 
 def test_best_tuned_lr_is_the_best_final_map_smallest_lr_on_ties() -> None:
-    from experiments.real_data_table import best_tuned_lr
+    from experiments.tables.real_data_setup import best_tuned_lr
 
     rows = [
         {"method": "CSQ (FedAvg)", "learning_rate": 2e-3, "map_all": 0.6},
@@ -187,13 +188,13 @@ def test_a_grown_grid_supersedes_table_rows_at_the_old_rate(tmp_path) -> None:
         tune(2e-3, 0.6),
         {**_row("CSQ (FedAvg)", "iid", 0, 0.6, 2e-3), "kind": "table"},
         {**_row("FedHAP", "iid", 0, 0.7, 5e-4), "kind": "table"},
-        _row(rdt.CENTRALIZED, "-", 0, 0.8),
+        _row(rds.CENTRALIZED, "-", 0, 0.8),
     ]
     path = tmp_path / "rows.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
 
     def grids(lrs: list[float]) -> dict:
-        return {m: lrs for m in rdt.TUNED}
+        return {m: lrs for m in rds.TUNED}
 
     # the old grid: nothing is stale
     assert rdt.supersede_stale_rows(path, grids([2e-3])) == []
@@ -216,9 +217,9 @@ def test_a_grown_grid_supersedes_table_rows_at_the_old_rate(tmp_path) -> None:
     # the ceiling is tuned like the baselines: its row at the old default goes
     with path.open("a") as f:
         for lr, m in ((2e-3, 0.82), (1e-2, 0.81)):
-            f.write(json.dumps({**tune(lr, m), "method": rdt.CENTRALIZED}) + "\n")
+            f.write(json.dumps({**tune(lr, m), "method": rds.CENTRALIZED}) + "\n")
     assert rdt.supersede_stale_rows(path, grids([2e-3, 1e-2])) == [
-        f"{rdt.CENTRALIZED} - s0"
+        f"{rds.CENTRALIZED} - s0"
     ]
     after = [json.loads(line) for line in path.read_text().splitlines()]
     assert [r["method"] for r in after if r.get("kind", "table") == "table"] == [
@@ -243,17 +244,17 @@ def test_a_bad_learning_rate_grid_is_refused_naming_the_value(bad) -> None:
 
 
 def test_fedprox_baselines_are_tuned_but_run_only_when_named() -> None:
-    assert rdt.METHODS["CSQ (FedProx)"] == {"strategy": "fedprox", "loss": "csq"}
-    assert "CSQ (FedProx)" in rdt.BASELINES and "CSQ (FedProx)" in rdt.TUNED
-    assert not any("(FedProx)" in m for m in rdt.DEFAULT_METHODS)
-    assert {"FedHAP", rdt.CENTRALIZED, "DCH (FedAvg)"} <= set(rdt.DEFAULT_METHODS)
-    assert "FedHAP" not in rdt.BASELINES and rdt.CENTRALIZED not in rdt.BASELINES
+    assert rds.METHODS["CSQ (FedProx)"] == {"strategy": "fedprox", "loss": "csq"}
+    assert "CSQ (FedProx)" in rds.BASELINES and "CSQ (FedProx)" in rds.TUNED
+    assert not any("(FedProx)" in m for m in rds.DEFAULT_METHODS)
+    assert {"FedHAP", rds.CENTRALIZED, "DCH (FedAvg)"} <= set(rds.DEFAULT_METHODS)
+    assert "FedHAP" not in rds.BASELINES and rds.CENTRALIZED not in rds.BASELINES
 
 
 def test_a_resume_that_adds_methods_keeps_the_folders_others_in_the_table() -> None:
-    rows = [_row("DCH (FedAvg)", "iid", 0, 0.7), _row(rdt.CENTRALIZED, "-", 0, 0.8)]
-    assert rdt.shown_in_table(rdt.METHODS, ["CSQ (FedProx)"], rows, "method") == [
-        rdt.CENTRALIZED,
+    rows = [_row("DCH (FedAvg)", "iid", 0, 0.7), _row(rds.CENTRALIZED, "-", 0, 0.8)]
+    assert rdt.shown_in_table(rds.METHODS, ["CSQ (FedProx)"], rows, "method") == [
+        rds.CENTRALIZED,
         "DCH (FedAvg)",
         "CSQ (FedProx)",
     ]
@@ -314,7 +315,7 @@ def test_tuned_setting_covers_learning_rates_times_epochs() -> None:
     assert rdt.tuned_setting(rows, "FedHAP", grid) == (2e-3, 3)
     # rows without local_epochs are at the default epochs (older folders)
     old = [{"kind": "tune", "method": "X", "learning_rate": 1e-3, "map_all": 0.5}]
-    assert rdt.tuned_setting(old, "X", [1e-3]) == (1e-3, rdt.DEFAULT_EPOCHS)
+    assert rdt.tuned_setting(old, "X", [1e-3]) == (1e-3, rds.DEFAULT_EPOCHS)
 
 
 def test_a_choice_on_a_grid_edge_extends_that_axis() -> None:
@@ -362,7 +363,7 @@ def test_a_resume_into_a_folder_tuned_on_the_queries_is_refused(tmp_path) -> Non
         val_seed=None,
         tune_seed=99,
     )
-    setup = rdt.setup_of(args)
+    setup = rds.setup_of(args)
     assert setup["tuning"] == "validation split 0.1, seed 99"
     old = {k: v for k, v in setup.items() if k != "tuning"}
     (tmp_path / "summary.json").write_text(json.dumps({"setup": old}))

@@ -1,11 +1,15 @@
-"""Validation splits for tuning (experiments/tuning.py): drawn from the database."""
+"""Validation splits for tuning (experiments/lib/tuning.py): drawn from the database."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from experiments.tuning import grid_extension, validation_rows, write_validation_file
+from experiments.lib.tuning import (
+    grid_extension,
+    validation_rows,
+    write_validation_file,
+)
 
 
 def _file(tmp_path, n: int = 200):

@@ -1,4 +1,4 @@
-"""The verdict rule (experiments/verdict.py): paired t-interval and its labels."""
+"""The verdict rule (experiments/lib/verdict.py): paired t-interval and its labels."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from experiments.verdict import (
+from experiments.lib.verdict import (
     NOT_REPRODUCED,
     NOT_RESOLVED,
     REPRODUCED,

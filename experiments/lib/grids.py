@@ -1,0 +1,81 @@
+"""The drivers' default grids, read from ``experiments/grids/<paper>.toml``.
+
+Each file holds one TOML table per driver (``[table1]``, ``[users]`` ...); each
+key of a table is one grid of that driver -- seeds, code lengths, epsilons,
+learning rates -- as a non-empty list of numbers. A driver names the keys it
+reads, so a missing, unknown or malformed grid is refused with one line naming
+the file, the table, the key and what is accepted, before any run starts.
+
+Command-line flags still override every grid (:func:`csv` writes a grid as the
+flag's default).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Sequence
+from pathlib import Path
+
+#: where the grid files live
+GRIDS_DIR = Path(__file__).resolve().parents[1] / "grids"
+
+Grid = list[int | float]
+
+
+class GridError(ValueError):
+    """A grid file that is missing, not TOML, or not the grids a driver reads."""
+
+
+def _is_grid(value: object) -> bool:
+    return (
+        isinstance(value, list)
+        and len(value) > 0
+        and all(isinstance(v, int | float) and not isinstance(v, bool) for v in value)
+    )
+
+
+def load_grids(
+    paper: str, table: str, keys: Sequence[str], *, folder: Path = GRIDS_DIR
+) -> dict[str, Grid]:
+    """Return ``[table]`` of ``<folder>/<paper>.toml``: exactly ``keys``, each a grid.
+
+    Raises
+    ------
+    GridError
+        The file is missing or not TOML, it has no ``[table]``, the table lacks
+        one of ``keys`` or has another, or a value is not a non-empty list of
+        numbers. The message is one line and names what is accepted.
+    """
+    path = folder / f"{paper}.toml"
+    try:
+        data = tomllib.loads(path.read_text())
+    except OSError as exc:
+        raise GridError(f"grid file {path}: cannot be read ({exc.strerror})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise GridError(f"grid file {path}: not TOML ({exc})") from None
+    section = data.get(table)
+    if not isinstance(section, dict):
+        have = ", ".join(f"[{name}]" for name in data) or "none"
+        raise GridError(f"grid file {path}: no table [{table}] (tables: {have})")
+    missing = [k for k in keys if k not in section]
+    unknown = [k for k in section if k not in keys]
+    if missing or unknown:
+        what = f"lacks {', '.join(missing)}" if missing else ""
+        what += ("; " if missing and unknown else "") + (
+            f"has unknown {', '.join(unknown)}" if unknown else ""
+        )
+        raise GridError(
+            f"grid file {path}: [{table}] {what}; accepted keys: {', '.join(keys)}"
+        )
+    for key, value in section.items():
+        if not _is_grid(value):
+            raise GridError(
+                f"grid file {path}: [{table}] {key} = {value!r}; accepted: a "
+                "non-empty list of numbers, e.g. [0, 1, 2]"
+            )
+    return section
+
+
+def csv(grid: Sequence[int | float]) -> str:
+    """Write a grid as a comma-separated flag value: ``[0, 1, 2]`` -> ``"0,1,2"``."""
+    return ",".join(str(v) for v in grid)

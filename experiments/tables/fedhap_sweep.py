@@ -1,0 +1,285 @@
+"""FedHAP experiments behind the README tables (paper Tables 2-6 shape).
+
+``python -m experiments.fedhap tables --seeds 0,1,2 --jobs 2`` runs, on the embedded
+digits with 20 clients and 12/24/48 bits, DPSH (FedAvg), DPSH (FedProx), FedHAP-1/2/3
+and FedHAP under IID and pathological non-IID (3 classes per client) partitions, then
+the client-count sweep (20/40/60/100 clients, IID, 48 bits) for DPSH (FedAvg),
+DPSH (FedProx) and FedHAP, and FedHAP with the Euclidean triplet distance
+(non-IID, 48 bits; the paper's Table 7). Each run is one Flower simulation in its
+own process; ``--jobs`` runs that many at once. Every finished run is appended to
+``<out>/rows.jsonl`` at once (``--resume`` skips those already there), so an
+interrupted sweep loses nothing; ``<out>/summary.json`` and ``<out>/table.md`` hold
+the aggregate (mean +- sample std over seeds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from experiments.lib.grids import csv, load_grids
+from experiments.lib.runner import exit_if_failed, run_sweep, write_tables
+from experiments.lib.runs import PARTITIONS, ROOT, run_federated
+from experiments.lib.tables import MISSING, mean_sd, n_note, pm, table_head, table_row
+
+METHODS: dict[str, dict[str, Any]] = {
+    "DPSH (FedAvg)": {"strategy": "fedavg"},
+    "DPSH (FedProx)": {"strategy": "fedprox"},
+    "FedHAP-1": {"strategy": "fedhap", "fedhap.variant": "fedhap-1"},
+    "FedHAP-2": {"strategy": "fedhap", "fedhap.variant": "fedhap-2"},
+    "FedHAP-3": {"strategy": "fedhap", "fedhap.variant": "fedhap-3"},
+    "FedHAP": {"strategy": "fedhap", "fedhap.variant": "full"},
+    "FedHAP (Euclidean)": {
+        "strategy": "fedhap",
+        "fedhap.variant": "full",
+        "fedhap.triplet-distance": "euclidean",
+    },
+}
+MAIN_METHODS = tuple(m for m in METHODS if "Euclidean" not in m)
+CLIENT_SWEEP_METHODS = ("DPSH (FedAvg)", "DPSH (FedProx)", "FedHAP")
+
+
+def jobs(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """All runs, seed-major so that a partial sweep covers every cell."""
+    out = []
+    for seed in args.seeds:
+        for bits in args.bits:
+            for part_name, part in PARTITIONS.items():
+                for method in MAIN_METHODS:
+                    out.append(
+                        {
+                            "table": "main",
+                            "method": method,
+                            "partitioning": part_name,
+                            "bits": bits,
+                            "clients": args.clients,
+                            "seed": seed,
+                            "cfg": {**part, "code-length": bits},
+                        }
+                    )
+    for seed in args.seeds:
+        for clients in args.client_counts:
+            if clients == args.clients:
+                continue  # the main table's IID 48-bit runs
+            for method in CLIENT_SWEEP_METHODS:
+                out.append(
+                    {
+                        "table": "clients",
+                        "method": method,
+                        "partitioning": "iid",
+                        "bits": args.sweep_bits,
+                        "clients": clients,
+                        "seed": seed,
+                        "cfg": {"partitioning": "iid", "code-length": args.sweep_bits},
+                    }
+                )
+    for seed in args.seeds:  # Table 7: distance metric, non-IID, 48 bits
+        out.append(
+            {
+                "table": "distance",
+                "method": "FedHAP (Euclidean)",
+                "partitioning": "non-iid (3 cls/client)",
+                "bits": args.sweep_bits,
+                "clients": args.clients,
+                "seed": seed,
+                "cfg": {
+                    **PARTITIONS["non-iid (3 cls/client)"],
+                    "code-length": args.sweep_bits,
+                },
+            }
+        )
+    return out
+
+
+def job_name(job: dict[str, Any]) -> str:
+    """Directory name of one run."""
+    method = job["method"].lower().replace(" ", "").replace("(", "-").replace(")", "")
+    part = job["cfg"]["partitioning"]
+    return f"{method}-{part}-{job['bits']}b-{job['clients']}c-s{job['seed']}"
+
+
+def run_job(job: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    """Run one simulation; return its row."""
+    cfg = {
+        **args.base,
+        **job["cfg"],
+        **METHODS[job["method"]],
+        "seed": job["seed"],
+        "min-train-nodes": min(job["clients"], 2),
+    }
+    t0 = time.perf_counter()
+    summary = run_federated(cfg, job["clients"], args.out / "runs" / job_name(job))
+    final = summary["final"]
+    return {
+        "name": job_name(job),
+        **{k: v for k, v in job.items() if k != "cfg"},
+        "map_all": final["map_all"],
+        "map_at_k": final["map_at_k"],
+        "top_k": final["top_k"],
+        "train_round_s_mean": summary.get("train_round_s_mean"),
+        "down_bytes_per_client_mean": summary.get("down_bytes_per_client_mean"),
+        "up_bytes_per_client_mean": summary.get("up_bytes_per_client_mean"),
+        "seconds": time.perf_counter() - t0,
+    }
+
+
+def aggregate(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Mean and sample std over seeds per (method, partitioning, bits, clients)."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        key = (r["method"], r["partitioning"], r["bits"], r["clients"])
+        groups.setdefault(key, []).append(r)
+    out = []
+    for (method, part, bits, clients), rs in groups.items():
+
+        def stat(key: str, rs: list[dict] = rs) -> tuple[float, float]:
+            vals = [r[key] for r in rs if r.get(key) is not None]
+            if not vals:
+                return float("nan"), float("nan")
+            return mean_sd(vals)
+
+        m, s = stat("map_all")
+        mk, sk = stat("map_at_k")
+        out.append(
+            {
+                "method": method,
+                "partitioning": part,
+                "bits": bits,
+                "clients": clients,
+                "seeds": sorted(r["seed"] for r in rs),
+                "map_all_mean": m,
+                "map_all_std": s,
+                "map_at_k_mean": mk,
+                "map_at_k_std": sk,
+                "train_round_s_mean": stat("train_round_s_mean")[0],
+                "down_bytes_per_client": stat("down_bytes_per_client_mean")[0],
+                "up_bytes_per_client": stat("up_bytes_per_client_mean")[0],
+            }
+        )
+    return out
+
+
+def _cell(a: dict[str, Any] | None) -> str:
+    if a is None:
+        return MISSING
+    cell = pm(a["map_all_mean"], a["map_all_std"], scale=100)
+    return cell + n_note(len(a["seeds"]), 3)
+
+
+def tables(agg: list[dict[str, Any]], args: argparse.Namespace) -> str:
+    """Markdown: main table (methods x bits per partitioning) and client sweep."""
+    find = {(a["method"], a["partitioning"], a["bits"], a["clients"]): a for a in agg}
+    lines = []
+    for part_name in PARTITIONS:
+        lines += [
+            f"**{part_name}, {args.clients} clients** (mAP@ALL %, mean ± std)",
+            "",
+            *table_head("method", *(f"{b} bits" for b in args.bits)),
+        ]
+        for method in MAIN_METHODS:
+            cells = [
+                _cell(find.get((method, part_name, b, args.clients))) for b in args.bits
+            ]
+            lines.append(table_row(method, *cells))
+        lines.append("")
+    counts = args.client_counts
+    lines += [
+        f"**Clients (IID, {args.sweep_bits} bits)** (mAP@ALL %, mean ± std)",
+        "",
+        *table_head("method", *(f"{c} clients" for c in counts)),
+    ]
+    for method in CLIENT_SWEEP_METHODS:
+        cells = [_cell(find.get((method, "iid", args.sweep_bits, c))) for c in counts]
+        lines.append(table_row(method, *cells))
+    non_iid = "non-iid (3 cls/client)"
+    lines += [
+        "",
+        f"**Distance metric (non-IID, {args.sweep_bits} bits, "
+        f"{args.clients} clients)**",
+        "",
+        *table_head("triplet distance", "mAP@ALL %"),
+    ]
+    for label, method in (("cosine", "FedHAP"), ("Euclidean", "FedHAP (Euclidean)")):
+        key = (method, non_iid, args.sweep_bits, args.clients)
+        lines.append(table_row(label, _cell(find.get(key))))
+    lines += [
+        "",
+        f"**Cost per round ({args.clients} clients, means over runs)**",
+        "",
+        *table_head(
+            "method", "bits", "train s/round", "down KiB/client", "up KiB/client"
+        ),
+    ]
+    for method in MAIN_METHODS:
+        for b in args.bits:
+            rs = [
+                a
+                for a in agg
+                if a["method"] == method
+                and a["bits"] == b
+                and a["clients"] == args.clients
+            ]
+            if not rs:
+                continue
+            secs = statistics.fmean(a["train_round_s_mean"] for a in rs)
+            down = statistics.fmean(a["down_bytes_per_client"] for a in rs) / 1024
+            up = statistics.fmean(a["up_bytes_per_client"] for a in rs) / 1024
+            lines.append(
+                table_row(method, b, f"{secs:.2f}", f"{down:.1f}", f"{up:.1f}")
+            )
+    return "\n".join(lines)
+
+
+def write_outputs(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
+    """Write summary.json and table.md from the rows so far; return the tables."""
+    agg = aggregate(rows)
+    summary = {
+        "grid": "fedhap",
+        "base_overrides": args.base,
+        "metric": "mAP@ALL (mean ± sample std over seeds, in %)",
+        "rows": rows,
+        "aggregate": agg,
+    }
+    return write_tables(args.out, summary, tables(agg, args))
+
+
+def main() -> None:
+    """CLI entry point."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    grids = load_grids("fedhap", "tables", ("seeds", "bits", "client-counts"))
+    parser.add_argument("--seeds", default=csv(grids["seeds"]))
+    parser.add_argument("--bits", default=csv(grids["bits"]))
+    parser.add_argument("--clients", type=int, default=20)
+    parser.add_argument("--client-counts", default=csv(grids["client-counts"]))
+    parser.add_argument("--sweep-bits", type=int, default=48)
+    parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--only", choices=["main", "clients", "distance"], default=None)
+    parser.add_argument("--resume", action="store_true")
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    args = parser.parse_args()
+    from experiments.lib.overrides import parse_overrides, resolved_settings
+
+    args.seeds = [int(s) for s in args.seeds.split(",")]
+    args.bits = [int(b) for b in args.bits.split(",")]
+    args.client_counts = [int(c) for c in args.client_counts.split(",")]
+    args.base = parse_overrides(args.set)
+    resolved_settings(args.base)  # fail before any run
+    args.out = args.out or ROOT / "docs" / "results" / "fedhap"
+    args.out.mkdir(parents=True, exist_ok=True)
+    rows, failed = run_sweep(
+        [j for j in jobs(args) if args.only is None or j["table"] == args.only],
+        lambda job: run_job(job, args),
+        rows_path=args.out / "rows.jsonl",
+        resume=args.resume,
+        name=job_name,
+        describe=lambda row: f"mAP@ALL {row['map_all']:.4f} ({row['seconds']:.0f} s)",
+        after_row=lambda rows: write_outputs(rows, args),
+        workers=args.jobs,
+    )
+    print(write_outputs(rows, args))
+    exit_if_failed(failed)  # the tables hold what finished
+

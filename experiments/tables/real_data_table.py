@@ -1,0 +1,800 @@
+"""FedHAP against tuned FedAvg baselines on a real dataset: floor, federated, ceiling.
+
+``python -m experiments.fedhap real-data --data-path
+../shared/data/mirflickr25k_tags.npz --seeds 0,1,2 --out
+docs/results/fedhap-mirflickr`` runs, in two stages:
+
+1. **Tuning, on a validation split.** Every method -- FedHAP, each FedAvg
+   baseline (DPSH, CSQ, HashNet, DCH, GreedyHash: the per-batch or per-sample
+   losses of FedHAP's Table 2 and HashNet; the FedProx baselines of its Table 2
+   when ``--methods`` names them), IID, and the centralized ceiling -- is run at
+   each learning rate of ``--lr-grid`` (FedHAP: ``--fedhap-lr-grid``, the ceiling:
+   ``--ceiling-lr-grid``, by default the same) times each local-epoch count of
+   ``--epochs-grid`` (the paper's 5 included by default), with seed
+   ``--tune-seed`` (not one of the table's seeds), on a **validation split**
+   (:mod:`experiments.lib.tuning`): ``--val-fraction`` of the file's database rows,
+   stratified and seeded (``--val-seed``, default the tune seed), are the
+   validation queries, the other database rows the validation database, and the
+   file's own queries are in no tuning run. The setting with the best validation
+   mAP@ALL is kept for the table; one on the edge of its grid extends that grid
+   (a learning rate by the edge's ratio, epochs by the edge's step, at most
+   ``--max-extensions`` times per axis) before the choice. The split's record,
+   the grids, their extensions and the chosen values go to ``summary.json``.
+2. **The table**, after all tuning runs, partitioning by partitioning, seed by seed
+   (a table cut short holds whole partitionings). For every seed and partitioning
+   (``iid``; ``non-iid``: FedHAP's label shards, ``--classes-per-client`` classes per
+   client, a multi-label sample counted under its lowest label), each baseline with
+   its tuned learning rate and FedHAP through Flower's simulation (``--clients``
+   clients, ``--bits``, ``--rounds``, the pyproject defaults otherwise), and the
+   centralized training of the same network with DPSH's loss and the same epoch
+   budget (``experiments/centralized.py``; partitioning does not apply to it).
+   ``--train-size N`` trains everything on a seeded random N of the database rows
+   (``train-size``; FedHAP's MIRFlickr protocol is 10,000), tuning included.
+
+``--untuned`` skips stage 1: every method, the ceiling included, runs at the
+default learning rate (5e-4) and local epochs, and the protocol says "untuned
+(defaults)". It is the choice for a file without a fixed split, where no
+validation split keeps clear of every seed's queries.
+
+The untrained floor is each federated run's round-0 mAP. The query set is the
+file's fixed ``split`` when it has one (docs/data.md). Rows go to
+``<out>/rows.jsonl`` (``kind`` "tune" or "table"; ``--resume`` skips the rows there;
+a table row whose learning rate or local epochs are no longer its method's tuned
+ones, after a grid grew, becomes ``kind`` "superseded" and is run again);
+``<out>/table.md`` and ``<out>/summary.json`` hold mean +- sample std over seeds
+with the protocol above the tables, and ``<out>/curves-<partitioning>.png`` the
+precision-recall (Hamming radius), P@K and recall@K curves of all methods (means
+over seeds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from experiments.lib.grids import csv, load_grids
+from experiments.lib.runner import (
+    check_resume_setup,
+    exit_if_failed,
+    load_rows,
+    run_sweep,
+    shown_in_table,
+    write_tables,
+)
+from experiments.lib.runs import ROOT, check_partitions, run_centralized, run_federated
+from experiments.lib.tables import MISSING, mean_sd_cell, table_head, table_row
+from experiments.lib.tuning import (
+    VALIDATION_FRACTION,
+    ValidationSplit,
+    grid_extension,
+    write_validation_file,
+)
+from experiments.tables.real_data_figures import plot_curves, report_curves
+from experiments.tables.real_data_setup import (
+    CENTRALIZED,
+    DEFAULT_EPOCHS,
+    DEFAULT_LR,
+    DEFAULT_METHODS,
+    METHODS,
+    PARTITIONS,
+    TUNED,
+    base_config,
+    partition_configs,
+    safe_name,
+    setup_of,
+)
+
+
+@dataclass
+class Grid:
+    """One method's tuning grid: learning rates times local epochs.
+
+    ``extended`` lists the values added because the choice sat on an edge,
+    as ``(axis, value)`` with axis ``"lr"`` or ``"epochs"``.
+    """
+
+    lrs: list[float]
+    epochs: list[int] = field(default_factory=lambda: [DEFAULT_EPOCHS])
+    extended: list[tuple[str, float]] = field(default_factory=list)
+
+    def settings(self) -> list[tuple[float, int]]:
+        """Every ``(lr, epochs)`` of the grid."""
+        return [(lr, e) for e in self.epochs for lr in self.lrs]
+
+
+def as_grid(grid: Grid | Sequence[float]) -> Grid:
+    """Return a :class:`Grid`; a plain sequence is rates at the default epochs."""
+    return grid if isinstance(grid, Grid) else Grid(list(grid))
+
+
+def main() -> None:
+    """CLI (see the module docstring)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    grids = load_grids("fedhap", "real-data", ("seeds", "lr-grid", "epochs-grid"))
+    parser.add_argument("--data-path", type=Path, required=True)
+    parser.add_argument("--seeds", default=csv(grids["seeds"]))
+    parser.add_argument("--clients", type=int, default=20)
+    parser.add_argument("--bits", type=int, default=48)
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--classes-per-client", type=int, default=3)
+    parser.add_argument("--partitions", default=",".join(PARTITIONS))
+    parser.add_argument(
+        "--methods",
+        default=",".join(DEFAULT_METHODS),
+        help=f"default: {', '.join(DEFAULT_METHODS)}; accepted too: "
+        + ", ".join(m for m in METHODS if m not in DEFAULT_METHODS),
+    )
+    parser.add_argument("--lr-grid", default=csv(grids["lr-grid"]))
+    parser.add_argument(
+        "--ceiling-lr-grid",
+        default=None,
+        help="learning rates tried for the centralized ceiling (default: --lr-grid)",
+    )
+    parser.add_argument(
+        "--fedhap-lr-grid",
+        default=None,
+        help="learning rates tried for FedHAP (default: --lr-grid; the paper's "
+        "Adam rate is 5e-3)",
+    )
+    parser.add_argument(
+        "--epochs-grid",
+        default=csv(grids["epochs-grid"]),
+        help="local epochs tried for every tuned method, the ceiling's epoch budget "
+        f"included (default {csv(grids['epochs-grid'])}: ours and the paper's)",
+    )
+    parser.add_argument("--tune-seed", type=int, default=99)
+    parser.add_argument(
+        "--val-fraction",
+        type=float,
+        default=VALIDATION_FRACTION,
+        help="share of the file's database rows drawn as validation queries for "
+        "tuning (the file's own queries are in no tuning run)",
+    )
+    parser.add_argument(
+        "--val-seed",
+        type=int,
+        default=None,
+        help="seed of the validation draw (default: --tune-seed)",
+    )
+    parser.add_argument(
+        "--max-extensions",
+        type=int,
+        default=2,
+        help="a chosen value on a grid edge extends that axis, at most this often",
+    )
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--runs", type=Path, default=ROOT / "results/real-data")
+    parser.add_argument(
+        "--train-size",
+        type=int,
+        default=0,
+        help="train on a seeded random N of the database rows (0: all of them); "
+        "FedHAP's MIRFlickr protocol is 10000",
+    )
+    parser.add_argument(
+        "--untuned",
+        action="store_true",
+        help=f"no tuning: every method and the ceiling at the default {DEFAULT_LR}",
+    )
+    parser.add_argument("--resume", action="store_true")
+    args = parser.parse_args()
+    if args.untuned and (
+        args.fedhap_lr_grid is not None or args.ceiling_lr_grid is not None
+    ):
+        parser.error("--untuned takes no --fedhap-lr-grid / --ceiling-lr-grid")
+    if not 0 < args.val_fraction < 1:
+        parser.error(
+            f"--val-fraction {args.val_fraction}: accepted is a share in (0, 1)"
+        )
+    if args.max_extensions < 0:
+        parser.error(f"--max-extensions {args.max_extensions}: accepted is >= 0")
+    if args.val_seed is None:
+        args.val_seed = args.tune_seed
+    if not args.data_path.is_file():
+        parser.error(f"--data-path {args.data_path}: no such file")
+    seeds = [int(s) for s in args.seeds.split(",")]
+    try:
+        lr_grid = parse_lr_grid(args.lr_grid, "--lr-grid")
+        ceiling_grid = parse_lr_grid(
+            args.ceiling_lr_grid or args.lr_grid, "--ceiling-lr-grid"
+        )
+        fedhap_grid = parse_lr_grid(
+            args.fedhap_lr_grid or args.lr_grid, "--fedhap-lr-grid"
+        )
+        epochs_grid = parse_epochs_grid(args.epochs_grid)
+    except ValueError as exc:
+        parser.error(str(exc))
+    # the tuned methods and their grids, FedHAP's included
+    grids = {
+        m: Grid(list(ceiling_grid if m == CENTRALIZED else lr_grid), list(epochs_grid))
+        for m in TUNED
+    }
+    grids["FedHAP"] = Grid(list(fedhap_grid), list(epochs_grid))
+    if args.untuned:
+        grids = {}  # best setting: DEFAULT_LR, DEFAULT_EPOCHS for every method
+        fedhap_grid = None
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    partitions = [p.strip() for p in args.partitions.split(",") if p.strip()]
+    for m in methods:
+        if m not in METHODS:
+            parser.error(f"--methods: unknown {m!r}; accepted: {', '.join(METHODS)}")
+    for p in partitions:
+        if p not in PARTITIONS:
+            parser.error(f"--partitions: unknown {p!r}; accepted: iid, non-iid")
+    if args.tune_seed in seeds:
+        parser.error(f"--tune-seed {args.tune_seed} is one of --seeds {args.seeds}")
+    if args.resume:
+        try:
+            check_resume_setup(args.out, setup_of(args))
+            check_fedhap_tuning(load_rows(args.out / "rows.jsonl"), fedhap_grid)
+        except ValueError as exc:
+            parser.error(str(exc))
+    part_cfg = partition_configs(args.classes_per_client)
+    base = base_config(args.data_path, args.bits, args.rounds, args.train_size)
+    runs = [(p, s) for p in partitions for s in seeds] + [("iid", args.tune_seed)]
+    try:  # an impossible partitioning fails here, not in every run
+        check_partitions(
+            ({**base, "seed": s, **part_cfg[p]} for p, s in runs), args.clients
+        )
+    except ValueError as exc:
+        parser.error(str(exc))
+    args.out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    validation: ValidationSplit | None = None
+    if grids:
+        try:  # the tuning runs' data file: the validation split of --data-path
+            validation = write_validation_file(
+                args.data_path,
+                args.runs / "validation",
+                fraction=args.val_fraction,
+                seed=args.val_seed,
+            )
+        except ValueError as exc:
+            parser.error(f"{exc}; or pass --untuned")
+    args.validation = validation
+
+    def federated(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], float]:
+        t0 = time.perf_counter()
+        # run_federated clears what an interrupted attempt left in run_dir
+        out = run_federated(cfg, args.clients, args.runs / safe_name(name))
+        return out, time.perf_counter() - t0
+
+    def centralized(cfg: dict[str, Any], name: str) -> tuple[dict[str, Any], float]:
+        """Train the ceiling: the same network, DPSH's loss, on the union."""
+        t0 = time.perf_counter()
+        out = run_centralized(
+            {**cfg, "loss": "dpsh"}, args.runs / f"{safe_name(name)}.json"
+        )
+        return out, time.perf_counter() - t0
+
+    # Two stages, one rows file: the tuning runs of the baselines (IID) and of the
+    # ceiling (``kind`` "tune", seed --tune-seed), then the table, partition-major,
+    # then seed-major, so a table cut short has whole partitionings.
+    rows_path = args.out / "rows.jsonl"
+    if args.resume:
+        _merge_legacy_tuning(args.out)
+    known: list[dict[str, Any]] = load_rows(rows_path) if args.resume else []
+    tune_jobs: list[tuple[Any, ...]] = [
+        ("tune", m, lr, e)
+        for m in methods
+        if m in grids
+        for lr, e in grids[m].settings()
+    ]
+    table_jobs: list[tuple[Any, ...]] = []
+    for i, part in enumerate(partitions):
+        for seed in seeds:
+            for m in methods:
+                if METHODS[m] is None:
+                    if i == 0:
+                        table_jobs.append(("table", seed, "-", m))
+                    continue
+                table_jobs.append(("table", seed, part, m))
+
+    def best_setting(method: str) -> tuple[float, int]:
+        if method not in grids:
+            return DEFAULT_LR, DEFAULT_EPOCHS
+        setting = tuned_setting(known, method, grids[method])
+        if setting is None:
+            raise RuntimeError(f"{method}: tuning runs missing for its grid")
+        return setting
+
+    def job_name(job: tuple[Any, ...]) -> str:
+        if job[0] == "tune":
+            return f"tune {job[1]} lr={job[2]} E={job[3]}"
+        return f"{job[3]} {job[2]} s{job[1]}"
+
+    def run(job: tuple[Any, ...]) -> dict[str, Any]:
+        row = tune(job) if job[0] == "tune" else table_run(job)
+        known.append(row)
+        return row
+
+    def tune(job: tuple[Any, ...]) -> dict[str, Any]:
+        _, method, lr, epochs = job
+        assert validation is not None  # tuning runs only with a validation split
+        cfg = {
+            **base,
+            "data-path": validation.path,
+            "seed": args.tune_seed,
+            "learning-rate": lr,
+            "local-epochs": epochs,
+        }
+        name = f"tune {method} lr{lr} E{epochs} s{args.tune_seed}"
+        if METHODS[method] is None:
+            out, secs = centralized(cfg, name)
+        else:
+            cfg.update({**part_cfg["iid"], **METHODS[method]})  # type: ignore[dict-item]
+            out, secs = federated(cfg, name)
+        return {
+            "kind": "tune",
+            "name": job_name(job),
+            "method": method,
+            "learning_rate": lr,
+            "local_epochs": epochs,
+            "seed": args.tune_seed,
+            "scored_on": "validation",
+            "map_all": out["final"]["map_all"],
+            "seconds": secs,
+        }
+
+    def table_run(job: tuple[Any, ...]) -> dict[str, Any]:
+        _, seed, part, method = job
+        lr, epochs = best_setting(method)
+        cfg: dict[str, Any] = {
+            **base,
+            "seed": seed,
+            "learning-rate": lr,
+            "local-epochs": epochs,
+        }
+        name = job_name(job)
+        if METHODS[method] is None:
+            out, secs = centralized(cfg, name)
+            floor = None
+        else:
+            cfg.update(part_cfg[part])
+            cfg.update(METHODS[method])  # type: ignore[arg-type]
+            out, secs = federated(cfg, name)
+            floor = out["initial_map_all"]
+        return {
+            "kind": "table",
+            "name": name,
+            "method": method,
+            "partitioning": part,
+            "seed": seed,
+            "learning_rate": lr,
+            "local_epochs": epochs,
+            "map_all": out["final"]["map_all"],
+            "map_at_k": out["final"]["map_at_k"],
+            "floor_map_all": floor,
+            "curves": report_curves(out["final"]),
+            "protocol": out.get("protocol", ""),
+            "seconds": secs,
+        }
+
+    def tables(rows: list[dict[str, Any]]) -> None:
+        chosen = {m: tuned_setting(rows, m, grids[m]) for m in grids}
+        chosen = {m: s for m, s in chosen.items() if s is not None}
+        tuned = {m: s[0] for m, s in chosen.items()}
+        table_rows = [r for r in rows if r.get("kind", "table") == "table"]
+        shown = shown_in_table(METHODS, methods, table_rows, "method")
+        args.grids = grids
+        args.tuned_epochs = {m: s[1] for m, s in chosen.items()}
+        _write(table_rows, _tuning(rows), tuned, args, shown, partitions, started)
+
+    sweep = {
+        "run": run,
+        "rows_path": rows_path,
+        "name": job_name,
+        "describe": lambda r: f"mAP@ALL {r['map_all']:.4f} ({r['seconds']:.0f} s)",
+        "after_row": tables,
+    }
+    rows, failed = run_sweep(tune_jobs, resume=args.resume, **sweep)
+    # a choice on a grid's edge extends that axis (every value of the other axis)
+    for _ in range(args.max_extensions):
+        more = extend_grids(known, grids)
+        if not more:
+            break
+        print(f"grid edge: {len(more)} more tuning runs {[job_name(j) for j in more]}")
+        rows, more_failed = run_sweep(more, resume=True, **sweep)
+        failed += more_failed
+    # a table run whose learning rate is no longer its method's tuned one (the grid
+    # grew on --resume) is superseded: kept in rows.jsonl, and run again
+    stale = supersede_stale_rows(rows_path, grids)
+    if stale:
+        print(f"{len(stale)} table runs superseded (new tuned lr): {stale}")
+    known[:] = load_rows(rows_path)
+    rows, more_failed = run_sweep(table_jobs, resume=True, **sweep)
+    failed += more_failed
+    tables(rows)
+
+    table_rows = [r for r in rows if r.get("kind", "table") == "table"]
+    for part in partitions:
+        plot_curves(table_rows, part, args.out / f"curves-{part}.png", bits=args.bits)
+    print((args.out / "table.md").read_text())
+    exit_if_failed(failed)
+
+
+def check_fedhap_tuning(
+    rows: list[dict[str, Any]], fedhap_grid: Sequence[float] | None
+) -> None:
+    """Refuse to resume a folder that tuned FedHAP without ``--fedhap-lr-grid``.
+
+    Its FedHAP rows are at the tuned rate, and a resume without the grid would run
+    new ones at the default and state the default in the protocol.
+
+    Raises
+    ------
+    ValueError
+        Naming the folder's FedHAP rates and the flag to pass.
+    """
+    tuned = sorted(
+        {r["learning_rate"] for r in _tuning(rows) if r.get("method") == "FedHAP"}
+    )
+    if tuned and fedhap_grid is None:
+        raise ValueError(
+            "--resume: this folder tuned FedHAP (rates "
+            + ",".join(f"{lr:g}" for lr in tuned)
+            + "); pass --fedhap-lr-grid again (e.g. --fedhap-lr-grid "
+            + ",".join(f"{lr:g}" for lr in tuned)
+            + ")"
+        )
+
+
+def _tuning(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in rows if r.get("kind") == "tune"]
+
+
+def parse_epochs_grid(text: str) -> list[int]:
+    """Local-epoch counts of a comma-separated ``text``: integers >= 1.
+
+    Raises
+    ------
+    ValueError
+        Naming ``--epochs-grid``, the bad value and what is accepted.
+    """
+    out = []
+    for item in text.split(","):
+        try:
+            epochs = int(item)
+        except ValueError:
+            epochs = 0
+        if epochs < 1:
+            raise ValueError(
+                f"--epochs-grid: {item.strip()!r} in {text!r} is not a number of "
+                "local epochs; accepted: comma-separated integers >= 1, e.g. 3,5"
+            )
+        out.append(epochs)
+    return out
+
+
+def _epochs(row: Mapping[str, Any]) -> int:
+    return int(row.get("local_epochs", DEFAULT_EPOCHS))
+
+
+def tuned_setting(
+    rows: list[dict[str, Any]], method: str, grid: Grid | Sequence[float]
+) -> tuple[float, int] | None:
+    """``method``'s tuned ``(lr, local epochs)`` over ``grid`` (``None`` until all run).
+
+    Only tuning rows at a setting of the grid count; the best validation mAP@ALL
+    wins, ties to the smallest learning rate, then the fewest epochs.
+    """
+    grid = as_grid(grid)
+    want = set(grid.settings())
+    mine = {
+        (r["learning_rate"], _epochs(r)): r["map_all"]
+        for r in _tuning(rows)
+        if r["method"] == method and (r["learning_rate"], _epochs(r)) in want
+    }
+    if set(mine) != want:
+        return None
+    return max(sorted(mine), key=lambda s: mine[s])
+
+
+def extend_grids(
+    rows: list[dict[str, Any]], grids: Mapping[str, Grid]
+) -> list[tuple[str, str, float, int]]:
+    """Grow every grid whose choice sits on an edge; return the new tuning jobs.
+
+    A learning rate on an edge adds the next rate beyond it
+    (:func:`experiments.lib.tuning.grid_extension`, geometric) at every epoch count of
+    the grid; epochs on an edge add the next count (arithmetic, >= 1) at every
+    rate. ``grids`` is changed in place (``Grid.extended`` records the additions).
+    """
+    jobs: list[tuple[str, str, float, int]] = []
+    for method, grid in grids.items():
+        chosen = tuned_setting(rows, method, grid)
+        if chosen is None:
+            continue
+        lr, epochs = chosen
+        new_lr = grid_extension(grid.lrs, lr, geometric=True)
+        new_epochs = grid_extension(grid.epochs, epochs, geometric=False, lowest=0)
+        if new_lr is not None and new_lr not in grid.lrs:
+            grid.lrs.append(new_lr)
+            grid.extended.append(("lr", new_lr))
+            jobs += [("tune", method, new_lr, e) for e in grid.epochs]
+        if new_epochs is not None and int(new_epochs) not in grid.epochs:
+            grid.epochs.append(int(new_epochs))
+            grid.extended.append(("epochs", int(new_epochs)))
+            jobs += [("tune", method, r, int(new_epochs)) for r in grid.lrs]
+    return jobs
+
+
+def parse_lr_grid(text: str, flag: str) -> list[float]:
+    """Learning rates of a comma-separated ``text``: positive finite numbers.
+
+    Raises
+    ------
+    ValueError
+        Naming ``flag``, the bad value and what is accepted.
+    """
+    rates = []
+    for item in text.split(","):
+        try:
+            lr = float(item)
+        except ValueError:
+            lr = math.nan
+        if not (math.isfinite(lr) and lr > 0):
+            raise ValueError(
+                f"{flag}: {item.strip()!r} in {text!r} is not a learning rate; "
+                "accepted: comma-separated positive numbers, e.g. 0.002,0.005"
+            )
+        rates.append(lr)
+    return rates
+
+
+def tuned_lr(
+    rows: list[dict[str, Any]], method: str, lr_grid: Grid | Sequence[float]
+) -> float | None:
+    """``method``'s tuned learning rate over the grid (``None`` until all are run).
+
+    :func:`tuned_setting`'s rate; a plain list of rates is tried at the default
+    local epochs.
+    """
+    setting = tuned_setting(rows, method, lr_grid)
+    return None if setting is None else setting[0]
+
+
+def supersede_stale_rows(
+    rows_path: Path, grids: Mapping[str, Grid | Sequence[float]]
+) -> list[str]:
+    """Mark the table rows run at a setting that is no longer tuned.
+
+    A table row of a tuned method (a key of ``grids``) whose ``learning_rate`` or
+    ``local_epochs`` differs from :func:`tuned_setting` (its tuning covers
+    ``grids[method]``) gets ``kind`` "superseded" and its name prefixed
+    ``superseded:``, so a resumed sweep runs it again at the tuned setting; nothing
+    is deleted. The file is rewritten atomically.
+
+    Returns
+    -------
+    list of str
+        The superseded rows' former names.
+    """
+    rows = load_rows(rows_path)
+    stale = []
+    for row in rows:
+        if row.get("kind", "table") != "table" or row.get("method") not in grids:
+            continue
+        setting = tuned_setting(rows, row["method"], grids[row["method"]])
+        if setting is not None and (row["learning_rate"], _epochs(row)) != setting:
+            stale.append(row["name"])
+            row["kind"] = "superseded"
+            row["name"] = f"superseded: {row['name']} (lr {row['learning_rate']:g})"
+    if stale:
+        tmp = rows_path.with_suffix(".jsonl.tmp")
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        tmp.replace(rows_path)
+    return stale
+
+
+def _merge_legacy_tuning(out: Path) -> None:
+    """Move rows of an older ``tuning.jsonl`` into ``rows.jsonl`` (kind "tune")."""
+    legacy = out / "tuning.jsonl"
+    if not legacy.exists():
+        return
+    rows_path = out / "rows.jsonl"
+    have = {r["name"] for r in load_rows(rows_path)}
+    with rows_path.open("a") as f:
+        for r in load_rows(legacy):
+            if r["name"] not in have:
+                f.write(json.dumps({"kind": "tune", **r}) + "\n")
+    legacy.unlink()
+
+
+def _write(
+    rows: list[dict[str, Any]],
+    tuned_rows: list[dict[str, Any]],
+    tuned: dict[str, float],
+    args: argparse.Namespace,
+    methods: list[str],
+    partitions: list[str],
+    started: float,
+) -> None:
+    if args.train_size:
+        split = (
+            f"the file's queries; a seeded random {args.train_size} of the database "
+            "rows are the training set (each client trains on its rows of it and "
+            "encodes its whole partition; the centralized ceiling trains on the same "
+            "rows); every database row is retrieved"
+        )
+        if args.train_size == 10000 and "mirflickr" in args.data_path.name:
+            split = "FedHAP Table 1's split: " + split
+    else:
+        split = (
+            "ours; the paper's queries but not its 10,000-sample training subset: "
+            "every client trains on its whole partition, see docs/data.md"
+        )
+    validation = getattr(args, "validation", None)
+    tuning = (
+        f"untuned (defaults): every method and the ceiling at learning rate "
+        f"{DEFAULT_LR}, {DEFAULT_EPOCHS} local epochs; "
+        if getattr(args, "untuned", False)
+        else "every method's learning rate and local epochs, FedHAP's and the "
+        f"ceiling's included, tuned on seed {args.tune_seed} (federated methods "
+        "IID) by validation mAP@ALL on a "
+        + (validation.text() if validation is not None else "validation split")
+        + "; "
+    )
+    head = (
+        f"Protocol ({split}): "
+        f"{args.clients} clients, {args.bits} bits, {args.rounds} rounds, "
+        f"non-iid = {args.classes_per_client} label shards per client (a "
+        f"multi-label sample under its lowest label); {tuning}"
+        "centralized = the same network trained with DPSH's loss on the union of "
+        "the database, same epoch budget; untrained floor = the federated runs' "
+        f"round-0 mAP; mean ± sample std over seeds {args.seeds}."
+    )
+    lines = [head, ""]
+    grids: Mapping[str, Grid] = getattr(args, "grids", {})
+    tuned_epochs: Mapping[str, int] = getattr(args, "tuned_epochs", {})
+    summary: dict[str, Any] = {
+        "setup": setup_of(args),
+        "tuned_learning_rates": tuned,
+        "tuned_local_epochs": dict(tuned_epochs),
+        "tuning_split": validation.to_dict() if validation is not None else None,
+        "tuning_grids": {
+            m: {
+                "learning_rates": sorted(g.lrs),
+                "local_epochs": sorted(g.epochs),
+                "extended": [list(x) for x in g.extended],
+                "seed": args.tune_seed,
+                "chosen": (
+                    {"learning_rate": tuned[m], "local_epochs": tuned_epochs[m]}
+                    if m in tuned and m in tuned_epochs
+                    else None
+                ),
+                "chosen_on_edge": (
+                    m in tuned
+                    and m in tuned_epochs
+                    and (
+                        tuned[m] in (min(g.lrs), max(g.lrs))
+                        and len(g.lrs) > 1
+                        or tuned_epochs[m] in (min(g.epochs), max(g.epochs))
+                        and len(g.epochs) > 1
+                    )
+                ),
+            }
+            for m, g in grids.items()
+        },
+        "cells": {},
+    }
+    central = [r for r in rows if r["method"] == CENTRALIZED]
+    for part in partitions:
+        protocol = next(
+            (r["protocol"] for r in rows if r["partitioning"] == part),
+            "",
+        )
+        lines += [
+            f"**{part}**" + (f" (run protocol: {protocol})" if protocol else ""),
+            "",
+            *table_head(
+                "method",
+                "lr",
+                "local epochs",
+                "mAP@ALL %",
+                "mAP@100 %",
+                "recall@1000 %",
+                "untrained floor mAP@ALL %",
+                "seeds",
+                "wall s (mean)",
+            ),
+        ]
+        for method in methods:
+            mine = (
+                central
+                if METHODS[method] is None
+                else [
+                    r
+                    for r in rows
+                    if r["method"] == method and r["partitioning"] == part
+                ]
+            )
+            if not mine:
+                continue
+            floors = [
+                r["floor_map_all"] for r in mine if r["floor_map_all"] is not None
+            ]
+            rec = [_at(r, "recall_at_k", 1000) for r in mine]
+            lines.append(
+                table_row(
+                    method,
+                    f"{mine[0]['learning_rate']:g}",
+                    _epochs(mine[0]),
+                    mean_sd_cell([r["map_all"] for r in mine], scale=100),
+                    mean_sd_cell([r["map_at_k"] for r in mine], scale=100),
+                    mean_sd_cell([v for v in rec if v is not None], scale=100),
+                    mean_sd_cell(floors, scale=100),
+                    len(mine),
+                    f"{statistics.mean(r['seconds'] for r in mine):.0f}",
+                )
+            )
+            summary["cells"][f"{method} | {part}"] = {
+                "seeds": [r["seed"] for r in mine],
+                "map_all": [r["map_all"] for r in mine],
+                "map_at_k": [r["map_at_k"] for r in mine],
+            }
+        lines.append("")
+    if tuned_rows:
+        lines += [
+            f"**Tuning** (seed {args.tune_seed}, federated methods IID, validation "
+            "mAP@ALL %, never the reported queries; the chosen setting in bold; "
+            "a method whose choice sits on an edge of its grid after "
+            f"{getattr(args, 'max_extensions', 0)} extensions is marked *edge*)",
+            "",
+            *setting_grid_lines(
+                tuned_rows, ("FedHAP", *TUNED), tuned, tuned_epochs, summary
+            ),
+        ]
+        lines.append("")
+    total = sum(r["seconds"] for r in rows) + sum(r["seconds"] for r in tuned_rows)
+    lines.append(f"Wall time of all runs: {total / 60:.0f} min (sum over runs).")
+    summary["rows"] = rows
+    summary["tuning"] = tuned_rows
+    write_tables(args.out, summary, "\n".join(lines))
+
+
+def _lrs(tuned_rows: list[dict[str, Any]]) -> list[float]:
+    return sorted({r["learning_rate"] for r in tuned_rows})
+
+
+def setting_grid_lines(
+    tuning: list[dict[str, Any]],
+    methods: Sequence[str],
+    tuned: Mapping[str, float],
+    tuned_epochs: Mapping[str, int],
+    summary: Mapping[str, Any],
+) -> list[str]:
+    """Markdown table: validation mAP@ALL % per method and epochs (rows) and lr."""
+    lrs = _lrs(tuning)
+    lines = table_head("method", "local epochs", *(f"lr {lr:g}" for lr in lrs))
+    grids = summary.get("tuning_grids", {})
+    for method in methods:
+        mine = [r for r in tuning if r["method"] == method]
+        edge = " *edge*" if grids.get(method, {}).get("chosen_on_edge") else ""
+        for epochs in sorted({_epochs(r) for r in mine}):
+            cells = []
+            for lr in lrs:
+                got = [
+                    r["map_all"]
+                    for r in mine
+                    if r["learning_rate"] == lr and _epochs(r) == epochs
+                ]
+                txt = f"{100 * got[0]:.2f}" if got else MISSING
+                best = tuned.get(method) == lr and tuned_epochs.get(method) == epochs
+                cells.append(f"**{txt}**" if best else txt)
+            lines.append(table_row(f"{method}{edge}", epochs, *cells))
+    return lines
+
+
+def _at(row: dict[str, Any], key: str, k: int) -> float | None:
+    curves = row.get("curves") or {}
+    ks = curves.get("ks", [])
+    return curves[key][ks.index(k)] if k in ks else None
+
