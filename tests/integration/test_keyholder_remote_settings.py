@@ -34,7 +34,7 @@ def test_remote_keyholder_uses_the_ca_file(tmp_path):
             "dphe.keyholder-ca": str(creds.serverapp / "ca.crt"),
         }
     )
-    keyholder = _remote_keyholder(settings, TOKEN)
+    keyholder = _remote_keyholder(settings.dphe, TOKEN)
     assert isinstance(keyholder, RemoteKeyholder)
     assert keyholder.url == "https://keyholder:8765"
 
@@ -47,12 +47,12 @@ def test_remote_keyholder_errors_name_the_keys(tmp_path):
         }
     )
     with pytest.raises(ConfigError, match="dphe.keyholder-ca=.*does not exist"):
-        _remote_keyholder(missing, TOKEN)
+        _remote_keyholder(missing.dphe, TOKEN)
     plain = RunSettings.from_config({"dphe.keyholder-url": "http://keyholder:8765"})
     with pytest.raises(ConfigError, match="dphe.keyholder-url: refusing plain http"):
-        _remote_keyholder(plain, TOKEN)
+        _remote_keyholder(plain.dphe, TOKEN)
     # no CA: the system's trust store verifies the certificate
     system = RunSettings.from_config(
         {"dphe.keyholder-url": "https://keyholder.example.org"}
     )
-    assert isinstance(_remote_keyholder(system, TOKEN), RemoteKeyholder)
+    assert isinstance(_remote_keyholder(system.dphe, TOKEN), RemoteKeyholder)
