@@ -161,7 +161,7 @@ def test_cifar10_features_runs_the_feature_file_from_the_data_dir(tmp_path) -> N
     from experiments.suite import CIFAR10_FEATURES
 
     (tmp_path / CIFAR10_FEATURES).write_bytes(b"")
-    for paper, module_arg in (("phashing", "dataset=npz"), ("fedhap", "--untuned")):
+    for paper, module_arg in (("phashing", "dataset=npz"), ("fedhap", "--data-path")):
         plan = _plan(
             "--paper", paper, "--dataset", "cifar10-features",
             "--data-dir", str(tmp_path), "--out", str(tmp_path / "res"),
@@ -171,3 +171,5 @@ def test_cifar10_features_runs_the_feature_file_from_the_data_dir(tmp_path) -> N
         assert module_arg in run.argv
         assert any(CIFAR10_FEATURES in a for a in run.argv)
         assert "image-shape=32,32,3" not in run.argv  # features, not images
+        # tuned on a validation split of the database, not run untuned
+        assert "--lr-grid" in run.argv and "--untuned" not in run.argv
