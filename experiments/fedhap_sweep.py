@@ -6,9 +6,10 @@ and FedHAP under IID and pathological non-IID (3 classes per client) partitions,
 the client-count sweep (20/40/60/100 clients, IID, 48 bits) for DPSH (FedAvg),
 DPSH (FedProx) and FedHAP, and FedHAP with the Euclidean triplet distance
 (non-IID, 48 bits; the paper's Table 7). ``--only discriminator`` runs FedHAP
-against FedHAP with the projection discriminator on sign codes
-(``fedhap.discriminator``, ``fedhap.discriminator-input``; non-IID, 48 bits), an
-option of ours, not the paper's. Each run is one Flower simulation in its
+against FedHAP with our discriminator options, not the paper's: the projection
+discriminator (``fedhap.discriminator``), sign codes through a straight-through
+estimator (``fedhap.discriminator-input``), and both (non-IID, 48 bits; only when
+asked). Each run is one Flower simulation in its
 own process; ``--jobs`` runs that many at once. Every finished run is appended to
 ``<out>/rows.jsonl`` at once (``--resume`` skips those already there), so an
 interrupted sweep loses nothing; ``<out>/summary.json`` and ``<out>/table.md`` hold
@@ -44,10 +45,25 @@ METHODS: dict[str, dict[str, Any]] = {
         "fedhap.discriminator": "projection",
         "fedhap.discriminator-input": "sign",
     },
+    "FedHAP (projection D)": {
+        "strategy": "fedhap",
+        "fedhap.variant": "full",
+        "fedhap.discriminator": "projection",
+    },
+    "FedHAP (sign input)": {
+        "strategy": "fedhap",
+        "fedhap.variant": "full",
+        "fedhap.discriminator-input": "sign",
+    },
 }
-DISCRIMINATOR_METHODS = ("FedHAP", "FedHAP (projection D, sign input)")
+DISCRIMINATOR_METHODS = (
+    "FedHAP",
+    "FedHAP (projection D, sign input)",
+    "FedHAP (projection D)",
+    "FedHAP (sign input)",
+)
 MAIN_METHODS = tuple(
-    m for m in METHODS if "Euclidean" not in m and "projection" not in m
+    m for m in METHODS if "Euclidean" not in m and m not in DISCRIMINATOR_METHODS[1:]
 )
 CLIENT_SWEEP_METHODS = ("DPSH (FedAvg)", "DPSH (FedProx)", "FedHAP")
 
@@ -242,23 +258,10 @@ def tables(agg: list[dict[str, Any]], args: argparse.Namespace) -> str:
     for label, method in (("cosine", "FedHAP"), ("Euclidean", "FedHAP (Euclidean)")):
         key = (method, non_iid, args.sweep_bits, args.clients)
         lines.append(f"| {label} | {_cell(find.get(key))} |")
-    disc_rows = [r for r in agg_rows(args) if r["table"] == "discriminator"]
-    if disc_rows:
-        lines += [
-            "",
-            f"**Discriminator (non-IID, {args.sweep_bits} bits, {args.clients} "
-            "clients; mAP@ALL %, per seed)**",
-            "",
-            "| method | " + " | ".join(f"seed {s}" for s in args.seeds) + " |",
-            "|---|" + "---|" * len(args.seeds),
-        ]
-        for method in DISCRIMINATOR_METHODS:
-            by_seed = {r["seed"]: r for r in disc_rows if r["method"] == method}
-            cells = [
-                f"{100 * by_seed[s]['map_all']:.2f}" if s in by_seed else "-"
-                for s in args.seeds
-            ]
-            lines.append(f"| {method} | " + " | ".join(cells) + " |")
+    disc = discriminator_table(args)
+    if getattr(args, "only", None) == "discriminator":
+        return "\n".join(disc)
+    lines += ["", *disc] if disc else []
     lines += [
         "",
         f"**Cost per round ({args.clients} clients, means over runs)**",
@@ -282,6 +285,31 @@ def tables(agg: list[dict[str, Any]], args: argparse.Namespace) -> str:
             up = statistics.fmean(a["up_bytes_per_client"] for a in rs) / 1024
             lines.append(f"| {method} | {b} | {secs:.2f} | {down:.1f} | {up:.1f} |")
     return "\n".join(lines)
+
+
+def discriminator_table(args: argparse.Namespace) -> list[str]:
+    """Markdown lines: the discriminator options' mAP per seed (none: ``[]``)."""
+    disc_rows = [r for r in agg_rows(args) if r["table"] == "discriminator"]
+    if not disc_rows:
+        return []
+    lines = [
+        f"**Discriminator (non-IID, {args.sweep_bits} bits, {args.clients} "
+        "clients; mAP@ALL %)**",
+        "",
+        "| method | " + " | ".join(f"seed {s}" for s in args.seeds) + " | mean ± std |",
+        "|---|" + "---|" * (len(args.seeds) + 1),
+    ]
+    for method in DISCRIMINATOR_METHODS:
+        by_seed = {r["seed"]: r for r in disc_rows if r["method"] == method}
+        cells = [
+            f"{100 * by_seed[s]['map_all']:.2f}" if s in by_seed else "-"
+            for s in args.seeds
+        ]
+        vals = [r["map_all"] for r in by_seed.values()]
+        mean = f"{100 * statistics.fmean(vals):.2f}" if vals else "-"
+        std = f" ± {100 * statistics.stdev(vals):.2f}" if len(vals) > 1 else ""
+        lines.append(f"| {method} | " + " | ".join(cells) + f" | {mean}{std} |")
+    return lines
 
 
 def agg_rows(args: argparse.Namespace) -> list[dict[str, Any]]:

@@ -547,10 +547,13 @@ def test_fedhap_sweep_discriminator_table_only_when_asked(tmp_path, monkeypatch)
     monkeypatch.setattr(sys, "argv", [*argv, "--only", "discriminator"])
     fedhap_sweep.main()
     assert {j["method"] for j in done} == set(fedhap_sweep.DISCRIMINATOR_METHODS)
-    assert len(done) == 4 and all(j["table"] == "discriminator" for j in done)
+    assert len(done) == 8 and all(j["table"] == "discriminator" for j in done)
     table = (tmp_path / "table.md").read_text()
-    assert "| FedHAP (projection D, sign input) | 60.00 | 60.00 |" in table
-    assert "| FedHAP | 50.00 | 50.00 |" in table
+    assert (
+        "| FedHAP (projection D, sign input) | 60.00 | 60.00 | 60.00 ± 0.00 |" in table
+    )
+    assert "| FedHAP | 50.00 | 50.00 | 50.00 ± 0.00 |" in table
+    assert "iid, 20 clients" not in table  # only the table asked for
     done.clear()  # the default run (no --only) leaves it out
     monkeypatch.setattr(sys, "argv", ["fedhap_sweep", "--out", str(tmp_path / "all")])
     fedhap_sweep.main()
