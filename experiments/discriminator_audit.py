@@ -11,8 +11,8 @@ for each class prototype with its own class (``real``) and with another class
 signs (``sign``) with their own labels. The prototypes are Eq. 5's class
 prototypes over the whole database (sign of the class mean of the relaxed codes),
 what the server's aggregate approximates; the final round's aggregate itself is
-not stored. Writes ``<folder>/class_scores.jsonl`` (one line per run) and prints
-the per-method means.
+not stored. Writes ``<folder>/class_scores.jsonl`` (one line per run) and
+``<folder>/class_scores.md`` (the means per option, mean probabilities over seeds).
 """
 
 from __future__ import annotations
@@ -86,13 +86,17 @@ def main() -> None:
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in rows:
         groups.setdefault((r["discriminator"], r["discriminator_input"]), []).append(r)
-    print("| discriminator | input | seeds | " + " | ".join(SCORES) + " |")
-    print("|---|---|---|" + "---|" * len(SCORES))
-    for (kind, given), rs in groups.items():
+    lines = [
+        "| discriminator | input | seeds | " + " | ".join(SCORES) + " |",
+        "|---|---|---|" + "---|" * len(SCORES),
+    ]
+    for (kind, given), rs in sorted(groups.items()):
         cells = [f"{statistics.fmean(r[s] for r in rs):.3f}" for s in SCORES]
-        seeds = ",".join(str(r["seed"]) for r in rs)
-        print(f"| {kind} | {given} | {seeds} | " + " | ".join(cells) + " |")
-    print(f"wrote {out}")
+        seeds = ", ".join(str(r["seed"]) for r in sorted(rs, key=lambda r: r["seed"]))
+        lines.append(f"| {kind} | {given} | {seeds} | " + " | ".join(cells) + " |")
+    (args.folder / "class_scores.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    print(f"wrote {out} and class_scores.md")
 
 
 if __name__ == "__main__":
