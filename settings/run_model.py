@@ -18,7 +18,7 @@ from torch import nn
 
 from hashing.csq import csq_loss, hash_centers
 from hashing.dch import dch_loss
-from hashing.fedhap.discriminator import Discriminator
+from hashing.fedhap.discriminator import AnyDiscriminator, build_discriminator
 from hashing.greedyhash import GreedyHashNet, greedyhash_loss
 from hashing.hashnet import continuation_beta, default_alpha, hashnet_loss
 from hashing.losses import dpsh_loss
@@ -114,9 +114,12 @@ def build_hash_loss(
     return lambda u, y: dpsh_loss(u, y, quantization_weight=eta)
 
 
-def build_run_discriminator(settings: RunSettings, num_classes: int) -> Discriminator:
-    """FedHAP's discriminator over [code, label vector] for this run."""
-    return Discriminator(
+def build_run_discriminator(
+    settings: RunSettings, num_classes: int
+) -> AnyDiscriminator:
+    """FedHAP's discriminator of this run (``fedhap.discriminator``)."""
+    return build_discriminator(
+        settings.fedhap.discriminator,
         settings.code_length,
         num_classes,
         hidden_dim=settings.fedhap.discriminator_hidden_dim,

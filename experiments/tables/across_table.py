@@ -355,4 +355,3 @@ def main() -> None:
     text = write_tables(args.out, summary, table(rows, shared, sources, args.across))
     plot(rows, args.out / f"{args.across}.png", args.across)
     print(text)
-

@@ -151,4 +151,3 @@ def _write(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
     )
     (args.out / "table.md").write_text(text + "\n")
     return text
-

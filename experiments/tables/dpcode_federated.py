@@ -144,4 +144,3 @@ def main() -> None:
     text, summary = _table(load_rows(rows_path))
     print(write_tables(args.out, summary, text))
     exit_if_failed(failed)
-

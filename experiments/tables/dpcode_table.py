@@ -430,4 +430,3 @@ def main() -> None:
     }
     print(write_tables(out, summary, text))
     exit_if_failed(failed)
-

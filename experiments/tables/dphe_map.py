@@ -315,4 +315,3 @@ def main() -> None:
     (args.out / "table.md").write_text(text + "\n")
     print(text)
     exit_if_failed(failed)
-

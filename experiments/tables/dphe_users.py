@@ -267,4 +267,3 @@ def main() -> None:
     write(rows)
     print(table(rows, args, refs))
     exit_if_failed(failed)
-

@@ -148,8 +148,12 @@ def main() -> None:
     parser.add_argument("--kind", default="raise")
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--out", type=Path, default=ROOT / "docs/results/faults")
-    parser.add_argument("--runs", type=Path, default=ROOT / "results/faults",
-                        help="where the run directories go (not committed)")
+    parser.add_argument(
+        "--runs",
+        type=Path,
+        default=ROOT / "results/faults",
+        help="where the run directories go (not committed)",
+    )
     parser.add_argument("--resume", action="store_true")
     args = parser.parse_args()
     args.seeds = [int(s) for s in args.seeds.split(",")]
@@ -173,4 +177,3 @@ def main() -> None:
     after(rows)
     print(table(rows, args)[1])
     exit_if_failed(failed)
-

@@ -5,7 +5,11 @@ digits with 20 clients and 12/24/48 bits, DPSH (FedAvg), DPSH (FedProx), FedHAP-
 and FedHAP under IID and pathological non-IID (3 classes per client) partitions, then
 the client-count sweep (20/40/60/100 clients, IID, 48 bits) for DPSH (FedAvg),
 DPSH (FedProx) and FedHAP, and FedHAP with the Euclidean triplet distance
-(non-IID, 48 bits; the paper's Table 7). Each run is one Flower simulation in its
+(non-IID, 48 bits; the paper's Table 7). ``--only discriminator`` runs FedHAP
+against FedHAP with our discriminator options, not the paper's: the projection
+discriminator (``fedhap.discriminator``), sign codes through a straight-through
+estimator (``fedhap.discriminator-input``), and both (non-IID, 48 bits; only when
+asked). Each run is one Flower simulation in its
 own process; ``--jobs`` runs that many at once. Every finished run is appended to
 ``<out>/rows.jsonl`` at once (``--resume`` skips those already there), so an
 interrupted sweep loses nothing; ``<out>/summary.json`` and ``<out>/table.md`` hold
@@ -23,7 +27,15 @@ from typing import Any
 from experiments.lib.grids import csv, load_grids
 from experiments.lib.runner import exit_if_failed, run_sweep, write_tables
 from experiments.lib.runs import PARTITIONS, ROOT, run_federated
-from experiments.lib.tables import MISSING, mean_sd, n_note, pm, table_head, table_row
+from experiments.lib.tables import (
+    MISSING,
+    mean_sd,
+    mean_sd_cell,
+    n_note,
+    pm,
+    table_head,
+    table_row,
+)
 
 METHODS: dict[str, dict[str, Any]] = {
     "DPSH (FedAvg)": {"strategy": "fedavg"},
@@ -37,8 +49,32 @@ METHODS: dict[str, dict[str, Any]] = {
         "fedhap.variant": "full",
         "fedhap.triplet-distance": "euclidean",
     },
+    "FedHAP (projection D, sign input)": {
+        "strategy": "fedhap",
+        "fedhap.variant": "full",
+        "fedhap.discriminator": "projection",
+        "fedhap.discriminator-input": "sign",
+    },
+    "FedHAP (projection D)": {
+        "strategy": "fedhap",
+        "fedhap.variant": "full",
+        "fedhap.discriminator": "projection",
+    },
+    "FedHAP (sign input)": {
+        "strategy": "fedhap",
+        "fedhap.variant": "full",
+        "fedhap.discriminator-input": "sign",
+    },
 }
-MAIN_METHODS = tuple(m for m in METHODS if "Euclidean" not in m)
+DISCRIMINATOR_METHODS = (
+    "FedHAP",
+    "FedHAP (projection D, sign input)",
+    "FedHAP (projection D)",
+    "FedHAP (sign input)",
+)
+MAIN_METHODS = tuple(
+    m for m in METHODS if "Euclidean" not in m and m not in DISCRIMINATOR_METHODS[1:]
+)
 CLIENT_SWEEP_METHODS = ("DPSH (FedAvg)", "DPSH (FedProx)", "FedHAP")
 
 
@@ -91,6 +127,22 @@ def jobs(args: argparse.Namespace) -> list[dict[str, Any]]:
                 },
             }
         )
+    for seed in args.seeds:  # our discriminator option against the paper's
+        for method in DISCRIMINATOR_METHODS:
+            out.append(
+                {
+                    "table": "discriminator",
+                    "method": method,
+                    "partitioning": "non-iid (3 cls/client)",
+                    "bits": args.sweep_bits,
+                    "clients": args.clients,
+                    "seed": seed,
+                    "cfg": {
+                        **PARTITIONS["non-iid (3 cls/client)"],
+                        "code-length": args.sweep_bits,
+                    },
+                }
+            )
     return out
 
 
@@ -98,7 +150,9 @@ def job_name(job: dict[str, Any]) -> str:
     """Directory name of one run."""
     method = job["method"].lower().replace(" ", "").replace("(", "-").replace(")", "")
     part = job["cfg"]["partitioning"]
-    return f"{method}-{part}-{job['bits']}b-{job['clients']}c-s{job['seed']}"
+    method = method.replace(",", "")
+    name = f"{method}-{part}-{job['bits']}b-{job['clients']}c-s{job['seed']}"
+    return name if job["table"] != "discriminator" else f"discriminator-{name}"
 
 
 def run_job(job: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
@@ -130,6 +184,8 @@ def aggregate(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Mean and sample std over seeds per (method, partitioning, bits, clients)."""
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
+        if r["table"] == "discriminator":  # its own FedHAP runs, paired by seed
+            continue
         key = (r["method"], r["partitioning"], r["bits"], r["clients"])
         groups.setdefault(key, []).append(r)
     out = []
@@ -205,6 +261,10 @@ def tables(agg: list[dict[str, Any]], args: argparse.Namespace) -> str:
     for label, method in (("cosine", "FedHAP"), ("Euclidean", "FedHAP (Euclidean)")):
         key = (method, non_iid, args.sweep_bits, args.clients)
         lines.append(table_row(label, _cell(find.get(key))))
+    disc = discriminator_table(args)
+    if getattr(args, "only", None) == "discriminator":
+        return "\n".join(disc)
+    lines += ["", *disc] if disc else []
     lines += [
         "",
         f"**Cost per round ({args.clients} clients, means over runs)**",
@@ -233,8 +293,36 @@ def tables(agg: list[dict[str, Any]], args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
+def discriminator_table(args: argparse.Namespace) -> list[str]:
+    """Markdown lines: the discriminator options' mAP per seed (none: ``[]``)."""
+    disc_rows = [r for r in agg_rows(args) if r["table"] == "discriminator"]
+    if not disc_rows:
+        return []
+    lines = [
+        f"**Discriminator (non-IID, {args.sweep_bits} bits, {args.clients} "
+        "clients; mAP@ALL %)**",
+        "",
+        *table_head("method", *(f"seed {s}" for s in args.seeds), "mean ± std"),
+    ]
+    for method in DISCRIMINATOR_METHODS:
+        by_seed = {r["seed"]: r for r in disc_rows if r["method"] == method}
+        cells = [
+            f"{100 * by_seed[s]['map_all']:.2f}" if s in by_seed else MISSING
+            for s in args.seeds
+        ]
+        vals = [r["map_all"] for r in by_seed.values()]
+        lines.append(table_row(method, *cells, mean_sd_cell(vals, scale=100)))
+    return lines
+
+
+def agg_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Return the rows behind the tables (set by :func:`write_outputs`)."""
+    return getattr(args, "rows", [])
+
+
 def write_outputs(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
     """Write summary.json and table.md from the rows so far; return the tables."""
+    args.rows = rows
     agg = aggregate(rows)
     summary = {
         "grid": "fedhap",
@@ -256,7 +344,12 @@ def main() -> None:
     parser.add_argument("--client-counts", default=csv(grids["client-counts"]))
     parser.add_argument("--sweep-bits", type=int, default=48)
     parser.add_argument("--jobs", type=int, default=1)
-    parser.add_argument("--only", choices=["main", "clients", "distance"], default=None)
+    parser.add_argument(
+        "--only",
+        choices=["main", "clients", "distance", "discriminator"],
+        default=None,
+        help="one table (default: main, clients and distance)",
+    )
     parser.add_argument("--resume", action="store_true")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
@@ -271,7 +364,12 @@ def main() -> None:
     args.out = args.out or ROOT / "docs" / "results" / "fedhap"
     args.out.mkdir(parents=True, exist_ok=True)
     rows, failed = run_sweep(
-        [j for j in jobs(args) if args.only is None or j["table"] == args.only],
+        [
+            j
+            for j in jobs(args)
+            if j["table"] == (args.only or j["table"])
+            and (args.only or j["table"] != "discriminator")
+        ],
         lambda job: run_job(job, args),
         rows_path=args.out / "rows.jsonl",
         resume=args.resume,
@@ -282,4 +380,3 @@ def main() -> None:
     )
     print(write_outputs(rows, args))
     exit_if_failed(failed)  # the tables hold what finished
-

@@ -176,4 +176,3 @@ def main() -> None:
     )
     (args.out / "table.md").write_text(table + "\n")
     print(table)
-

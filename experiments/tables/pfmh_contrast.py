@@ -236,4 +236,3 @@ def write(rows: list[dict[str, Any]], base: dict[str, Any], args: Any) -> None:
         "verdicts": verdicts,
     }
     print(write_tables(args.out, summary, "\n".join(lines)))
-

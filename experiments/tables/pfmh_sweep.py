@@ -517,4 +517,3 @@ def main() -> None:
         )
         print(f"sensitivity to alpha and beta, {bits} bits: {path}")
     exit_if_failed(failed)  # the tables hold what finished
-

@@ -876,4 +876,3 @@ def _plot_pr(rows: list[dict], bits: int, path: Path) -> None:
         ax.legend(fontsize=8)
     fig.suptitle(f"PR over Hamming radius, {bits} bits")
     save_figure(fig, path, dpi=110)
-

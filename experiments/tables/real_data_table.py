@@ -797,4 +797,3 @@ def _at(row: dict[str, Any], key: str, k: int) -> float | None:
     curves = row.get("curves") or {}
     ks = curves.get("ks", [])
     return curves[key][ks.index(k)] if k in ks else None
-

@@ -360,4 +360,3 @@ def main() -> None:
     write(rows)
     print((args.out / "table.md").read_text())
     exit_if_failed(failed)
-

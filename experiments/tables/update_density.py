@@ -177,4 +177,3 @@ def main() -> None:
         print(table_row(r["run"], density, *maps))
     if args.out:
         args.out.write_text(json.dumps(rows, indent=1))
-

@@ -30,7 +30,8 @@ from torch import nn
 
 from hashing.batches import iterate_minibatches
 from hashing.fedhap.discriminator import (
-    Discriminator,
+    AnyDiscriminator,
+    discriminator_input,
     discriminator_loss,
     generator_loss,
 )
@@ -67,6 +68,9 @@ class FedHAPTrainConfig:
         Use L_tl^global (full FedHAP and FedHAP-3).
     weight_decay : float
         Adam L2 weight decay of the hashing network.
+    discriminator_input : str
+        ``relaxed`` (the paper: D sees b) or ``sign`` (D sees sign(b), gradient
+        straight through; ``hashing.fedhap.discriminator.straight_through_sign``).
     """
 
     epochs: int
@@ -79,6 +83,7 @@ class FedHAPTrainConfig:
     lam: float = 0.1
     global_triplet: bool = True
     weight_decay: float = 0.0
+    discriminator_input: str = "relaxed"
 
 
 def quantization_loss(b: torch.Tensor) -> torch.Tensor:
@@ -122,7 +127,7 @@ def fedhap_dp_loss(
 
 def train_fedhap(
     model: nn.Module,
-    discriminator: Discriminator | None,
+    discriminator: AnyDiscriminator | None,
     inputs: torch.Tensor,
     labels: torch.Tensor,
     *,
@@ -137,7 +142,7 @@ def train_fedhap(
     ----------
     model : nn.Module
         Hashing network holding the global weights.
-    discriminator : Discriminator or None
+    discriminator : Discriminator, ProjectionDiscriminator or None
         Holding the global discriminator weights; ``None`` without one (FedHAP-1/3).
     inputs : torch.Tensor
         (n, ...) float32 local samples (CPU).
@@ -202,14 +207,17 @@ def train_fedhap(
             if use_disc:
                 assert opt_d is not None and discriminator is not None
                 assert p_codes is not None and p_classes is not None
+                b_d = discriminator_input(b, config.discriminator_input)
                 d_loss = discriminator_loss(
-                    discriminator, b.detach(), y, p_codes, p_classes
+                    discriminator, b_d.detach(), y, p_codes, p_classes
                 )
                 opt_d.zero_grad(set_to_none=True)
                 d_loss.backward()
                 opt_d.step()
                 sums["discriminator"] += float(d_loss.detach())
-                parts["adversarial"] = config.lam * generator_loss(discriminator, b, y)
+                parts["adversarial"] = config.lam * generator_loss(
+                    discriminator, b_d, y
+                )
             if use_global:
                 assert p_codes is not None and p_classes is not None
                 parts["triplet_global"] = global_triplet_loss(

@@ -13,6 +13,10 @@ from settings.schema import ConfigError, Section, option
 VARIANTS = ("full", "fedhap-1", "fedhap-2", "fedhap-3")
 TRIPLET_DISTANCES = ("cosine", "euclidean")
 INITIAL_PROTOTYPES = ("none", "centers")
+# hashing.fedhap.discriminator.DISCRIMINATORS, repeated so that the config check
+# need not import torch; a test keeps the two equal
+DISCRIMINATORS = ("concat", "projection")
+DISCRIMINATOR_INPUTS = ("relaxed", "sign")
 
 
 @dataclass(frozen=True)
@@ -39,6 +43,19 @@ class FedHAPConfig(Section):
     )
     mu: float = option(0.05, "weight of the quantization loss (paper)", low=0)
     lambda_: float = option(0.1, "weight of the adversarial loss (paper)", low=0)
+    discriminator: str = option(
+        "concat",
+        "`concat`: the paper's D over [code, one-hot class]; `projection`: "
+        "psi(phi(h)) + <embed(y), phi(h)> (Miyato & Koyama 2018), the class enters "
+        "the score by construction",
+        choices=DISCRIMINATORS,
+    )
+    discriminator_input: str = option(
+        "relaxed",
+        "what D sees of a local code b: `relaxed` (the paper: b itself) or `sign` "
+        "(sign(b), gradient straight through, so reals and fakes are both binary)",
+        choices=DISCRIMINATOR_INPUTS,
+    )
     discriminator_hidden_dim: int = option(
         128, "hidden width of the two-layer discriminator", low=1
     )

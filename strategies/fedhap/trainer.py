@@ -18,7 +18,7 @@ from flwr.app import ArrayRecord, MetricRecord, RecordDict
 
 from clients.publish import labels_per_record, publish_prototypes
 from clients.trainers import TrainContext, dp_train
-from hashing.fedhap.discriminator import Discriminator
+from hashing.fedhap.discriminator import AnyDiscriminator
 from hashing.fedhap.train import FedHAPTrainConfig, fedhap_dp_loss, train_fedhap
 from hashing.prototypes import class_prototypes
 from hashing.train import encode
@@ -102,7 +102,7 @@ def fedhap_trainer(content: RecordDict, ctx: TrainContext) -> RecordDict:
 def _train(
     s: RunSettings,
     model: torch.nn.Module,
-    disc: Discriminator | None,
+    disc: AnyDiscriminator | None,
     prototypes: Prototypes | None,
     ctx: TrainContext,
 ) -> dict[str, float]:
@@ -123,6 +123,7 @@ def _train(
             lam=s.fedhap.lambda_,
             global_triplet=s.fedhap.uses_global_triplet,
             weight_decay=s.weight_decay,
+            discriminator_input=s.fedhap.discriminator_input,
         ),
         device=ctx.device,
         generator=ctx.generator,

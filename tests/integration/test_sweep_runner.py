@@ -526,3 +526,35 @@ def test_rounds_sweep_resumed_with_another_partitioning_keeps_both_in_the_table(
     assert text.index("**iid**") < text.index("**non-iid**")
     summary = json.loads((out / "summary.json").read_text())
     assert {r["partitioning"] for r in summary["rows"]} == {"iid", "non-iid", "-"}
+
+
+def test_fedhap_sweep_discriminator_table_only_when_asked(tmp_path, monkeypatch):
+    done = []
+
+    def fake_run_job(job, args):
+        done.append(job)
+        return {
+            "name": fedhap_sweep.job_name(job),
+            **{k: v for k, v in job.items() if k != "cfg"},
+            "map_all": 0.5 + 0.1 * ("projection" in job["method"]),
+            "map_at_k": 0.5,
+            "top_k": 10,
+            "seconds": 0.0,
+        }
+
+    monkeypatch.setattr(fedhap_sweep, "run_job", fake_run_job)
+    argv = ["fedhap_sweep", "--seeds", "0,1", "--out", str(tmp_path)]
+    monkeypatch.setattr(sys, "argv", [*argv, "--only", "discriminator"])
+    fedhap_sweep.main()
+    assert {j["method"] for j in done} == set(fedhap_sweep.DISCRIMINATOR_METHODS)
+    assert len(done) == 8 and all(j["table"] == "discriminator" for j in done)
+    table = (tmp_path / "table.md").read_text()
+    assert (
+        "| FedHAP (projection D, sign input) | 60.00 | 60.00 | 60.00 ± 0.00 |" in table
+    )
+    assert "| FedHAP | 50.00 | 50.00 | 50.00 ± 0.00 |" in table
+    assert "iid, 20 clients" not in table  # only the table asked for
+    done.clear()  # the default run (no --only) leaves it out
+    monkeypatch.setattr(sys, "argv", ["fedhap_sweep", "--out", str(tmp_path / "all")])
+    fedhap_sweep.main()
+    assert done and not [j for j in done if j["table"] == "discriminator"]
