@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -51,7 +52,8 @@ def digits_arrays(
 def write_digits_npz(out: Path, *, query_fraction: float = 0.1, seed: int = 0) -> Path:
     """Write :func:`digits_arrays` to ``out`` (uncompressed) and return it."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    np.savez(out, **digits_arrays(query_fraction=query_fraction, seed=seed))
+    arrays: dict[str, Any] = digits_arrays(query_fraction=query_fraction, seed=seed)
+    np.savez(out, **arrays)
     return out
 
 

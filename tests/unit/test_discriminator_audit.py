@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from experiments.discriminator_audit import SCORES, run_scores
-from experiments.overrides import app_defaults
+from experiments.lib.overrides import app_defaults
 from settings.run_model import build_run_model
 from settings.run_settings import RunSettings
 from strategies.fedhap.model import fedhap_initial_state
