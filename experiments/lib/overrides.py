@@ -50,3 +50,18 @@ def resolved_settings(overrides: dict[str, Any]) -> RunSettings:
     if problems:
         raise ConfigError(problems[0])
     return settings
+
+
+def checked_overrides(
+    pairs: list[str], preset: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """``preset`` updated by the ``--set`` ``pairs``, validated before any run.
+
+    Raises
+    ------
+    ConfigError
+        As :func:`parse_overrides` and :func:`resolved_settings`.
+    """
+    overrides = {**(preset or {}), **parse_overrides(pairs)}
+    resolved_settings(overrides)
+    return overrides

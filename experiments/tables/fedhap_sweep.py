@@ -354,13 +354,12 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args()
-    from experiments.lib.overrides import parse_overrides, resolved_settings
+    from experiments.lib.overrides import checked_overrides
 
     args.seeds = [int(s) for s in args.seeds.split(",")]
     args.bits = [int(b) for b in args.bits.split(",")]
     args.client_counts = [int(c) for c in args.client_counts.split(",")]
-    args.base = parse_overrides(args.set)
-    resolved_settings(args.base)  # fail before any run
+    args.base = checked_overrides(args.set)  # fails before any run
     args.out = args.out or ROOT / "docs" / "results" / "fedhap"
     args.out.mkdir(parents=True, exist_ok=True)
     rows, failed = run_sweep(

@@ -53,7 +53,7 @@ import torch
 from clients.data import load_local_data
 from clients.publish import publish_codes
 from experiments.lib.grids import csv, load_grids
-from experiments.lib.overrides import parse_overrides, resolved_settings
+from experiments.lib.overrides import checked_overrides, resolved_settings
 from experiments.lib.runner import resume_refusal, setup_differences
 from experiments.lib.runs import ROOT, run_centralized, run_federated
 from experiments.lib.tables import MISSING, mean_sd_cell, table_head, table_row
@@ -499,8 +499,7 @@ def main() -> None:
     )
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args()
-    args.base = parse_overrides(args.set)
-    resolved_settings(args.base)  # fail before any run
+    args.base = checked_overrides(args.set)  # fails before any run
     args.seeds_list = [int(s) for s in args.seeds.split(",")]
     args.bits_list = [int(b) for b in args.bits.split(",")]
     args.eps_list = [float(e) for e in args.epsilons.split(",")]
