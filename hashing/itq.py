@@ -122,6 +122,91 @@ def _check_features(x: ArrayLike) -> NDArray[np.float64]:
     return arr
 
 
+@dataclass(frozen=True, eq=False)
+class PCABasis:
+    """Mean and every principal direction of one training set.
+
+    Computed once (one SVD) and truncated for each code length, so fitting ITQ and
+    PITQ at several code lengths and epsilons on the same data pays for one
+    decomposition: :func:`pca_projection` is ``pca_basis(x).take(bits)``.
+
+    Attributes
+    ----------
+    mean : numpy.ndarray
+        (d,) float64 mean of the data.
+    directions : numpy.ndarray
+        (d, min(n, d)) float64 orthonormal columns by decreasing variance, each
+        column's sign fixed so that its largest-magnitude entry is positive.
+    samples : int
+        n, the number of rows the basis was computed from.
+
+    """
+
+    mean: NDArray[np.float64]
+    directions: NDArray[np.float64]
+    samples: int
+
+    def __post_init__(self) -> None:
+        for name in ("mean", "directions"):
+            object.__setattr__(self, name, _readonly(getattr(self, name)))
+
+    def take(self, bits: int) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """Return ``(mean, W)`` with W the top ``bits`` directions, (d, bits).
+
+        Raises
+        ------
+        ValueError
+            If ``bits`` is not an integer in ``[1, min(n, d)]``.
+
+        """
+        d = self.mean.shape[0]
+        if isinstance(bits, bool) or not isinstance(bits, int | np.integer) or bits < 1:
+            raise ValueError(f"bits must be an integer >= 1, got {bits!r}")
+        if bits > d:
+            raise ValueError(f"bits={bits} exceeds the feature dimension d={d}")
+        if bits > self.samples:
+            raise ValueError(f"bits={bits} exceeds the number of samples n={self.samples}")
+        return self.mean, self.directions[:, : int(bits)].copy()
+
+    def check_fits(self, arr: NDArray[np.float64]) -> None:
+        """Raise ValueError unless ``arr`` (already checked) is the data of this basis.
+
+        Compares the shape and the column means (exactly: the same rows give the
+        same float64 mean), an O(n d) check against handing one data set's basis
+        to a fit on another.
+        """
+        if arr.shape != (self.samples, self.mean.shape[0]) or not np.array_equal(
+            arr.mean(axis=0), self.mean
+        ):
+            raise ValueError(
+                f"basis is of another data set: it holds {self.samples} x "
+                f"{self.mean.shape[0]} rows with other means, the fit got {arr.shape}"
+            )
+
+
+def pca_basis(x: ArrayLike) -> PCABasis:
+    """Mean and every principal direction of ``x`` (one thin SVD).
+
+    Parameters
+    ----------
+    x : array_like
+        (n, d) real features.
+
+    Raises
+    ------
+    ValueError
+        If ``x`` is not a finite 2-D array.
+
+    """
+    arr = _check_features(x)
+    mean = arr.mean(axis=0)
+    _, _, vt = np.linalg.svd(arr - mean, full_matrices=False)
+    w = vt.T.copy()
+    idx = np.argmax(np.abs(w), axis=0)
+    w *= np.where(w[idx, np.arange(w.shape[1])] < 0, -1.0, 1.0)
+    return PCABasis(mean, w, int(arr.shape[0]))
+
+
 def pca_projection(
     x: ArrayLike, bits: int
 ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
@@ -156,12 +241,7 @@ def pca_projection(
         raise ValueError(f"bits={bits} exceeds the feature dimension d={d}")
     if bits > n:
         raise ValueError(f"bits={bits} exceeds the number of samples n={n}")
-    mean = arr.mean(axis=0)
-    _, _, vt = np.linalg.svd(arr - mean, full_matrices=False)
-    w = vt[: int(bits)].T.copy()
-    idx = np.argmax(np.abs(w), axis=0)
-    w *= np.where(w[idx, np.arange(w.shape[1])] < 0, -1.0, 1.0)
-    return mean, w
+    return pca_basis(arr).take(bits)
 
 
 def procrustes_rotation(
@@ -234,9 +314,15 @@ def _fit(
     rng: np.random.Generator,
     beta: float | None,
     noise: UniformSource | None = None,
+    basis: PCABasis | None = None,
 ) -> ITQModel:
-    mean, w = pca_projection(x, bits)
-    v = (_check_features(x) - mean) @ w
+    arr = _check_features(x)
+    if basis is None:
+        mean, w = pca_projection(arr, bits)
+    else:
+        basis.check_fits(arr)
+        mean, w = basis.take(bits)
+    v = (arr - mean) @ w
     rotation = random_rotation(w.shape[1], rng)
     losses = [quantization_loss(v, rotation)]
     for _ in range(iterations):
@@ -249,7 +335,12 @@ def _fit(
 
 
 def fit_itq(
-    x: ArrayLike, bits: int, *, iterations: int = 50, rng: np.random.Generator
+    x: ArrayLike,
+    bits: int,
+    *,
+    iterations: int = 50,
+    rng: np.random.Generator,
+    basis: PCABasis | None = None,
 ) -> ITQModel:
     """Fit ITQ (Gong and Lazebnik): PCA to ``bits`` dimensions, then a rotation.
 
@@ -263,6 +354,9 @@ def fit_itq(
         Number of alternating (codes, rotation) updates, >= 0.
     rng : numpy.random.Generator
         Draws the initial random rotation; the same seed gives the same model.
+    basis : PCABasis, optional
+        ``pca_basis(x)``, computed once and shared by fits at several code lengths;
+        the model is the same as without it. Default: computed here.
 
     Returns
     -------
@@ -276,7 +370,7 @@ def fit_itq(
 
     """
     n_iter = _check_args(iterations, rng, least=0)
-    return _fit(x, bits, n_iter, rng, beta=None)
+    return _fit(x, bits, n_iter, rng, beta=None, basis=basis)
 
 
 def fit_pitq(
@@ -287,6 +381,7 @@ def fit_pitq(
     iterations: int = 50,
     rng: np.random.Generator,
     noise: UniformSource | None = None,
+    basis: PCABasis | None = None,
 ) -> ITQModel:
     """Fit PITQ as in Algorithm 3 of the paper (not differentially private).
 
@@ -314,6 +409,8 @@ def fit_pitq(
         :meth:`privacy.noise.NoiseSource.secure` (OS CSPRNG), so the flips are
         unpredictable even to whoever knows ``rng``'s seed. Pass a seeded source
         (or ``rng`` itself) only to reproduce a paper table, and say so.
+    basis : PCABasis, optional
+        ``pca_basis(x)``, shared across fits as in :func:`fit_itq`.
 
     Returns
     -------
@@ -325,4 +422,6 @@ def fit_pitq(
     e = check_epsilon(eps)
     n_iter = _check_args(iterations, rng, least=1)
     flips = NoiseSource.secure() if noise is None else noise
-    return _fit(x, bits, n_iter, rng, beta=math.exp(-e / n_iter), noise=flips)
+    return _fit(
+        x, bits, n_iter, rng, beta=math.exp(-e / n_iter), noise=flips, basis=basis
+    )

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +30,7 @@ from experiments.lib.grids import csv, load_grids
 from experiments.lib.tables import MISSING, mean_sd_cell, table_head, table_row
 from hashdata import load_split, partition_indices
 from hashing.codes import sign_codes
-from hashing.itq import fit_itq, fit_pitq
+from hashing.itq import PCABasis, fit_itq, fit_pitq, pca_basis
 from hashing.retrieval import evaluate_retrieval
 from privacy.flipping import flip_codes, flip_guarantee, pitq_guarantee
 
@@ -59,14 +61,17 @@ def run(
         ) -> float:
             return evaluate_retrieval(qc, dc, yq, yd, top_k=100, ks=(100,)).map_all
 
+        basis = pca_basis(xd)  # one SVD per data set, shared by every fit below
+        client_bases: dict[int, PCABasis] = {}
         for bits in bits_list:
+            started = time.perf_counter()
             projection = np.random.default_rng([seed, bits, 11]).standard_normal(
                 (x.shape[1], bits)
             )
             lsh_q, lsh_d = sign_codes(xq @ projection), sign_codes(xd @ projection)
             rows.append(_row(LSH, 0.0, bits, seed, score(lsh_q, lsh_d)))
             rng = np.random.default_rng([seed, bits])
-            itq = fit_itq(xd, bits, iterations=ITERATIONS, rng=rng)
+            itq = fit_itq(xd, bits, iterations=ITERATIONS, rng=rng, basis=basis)
             qc, dc = itq.encode(xq), itq.encode(xd)
             rows.append(_row("ITQ", 0.0, bits, seed, score(qc, dc)))
             for eps in (0.25, 0.5, 1.0, 4.0):
@@ -78,6 +83,7 @@ def run(
                     rng=np.random.default_rng([seed, bits, int(eps * 100)]),
                     # seeded flips: a paper-table reproduction, not a private release
                     noise=np.random.default_rng([seed, bits, int(eps * 100), 3]),
+                    basis=basis,
                 )
                 rows.append(
                     _row(
@@ -88,13 +94,20 @@ def run(
                         score(model.encode(xq), model.encode(xd)),
                     )
                 )
-            rows += per_client_rows(xq, yq, xd, yd, bits, seed, clients)
+            rows += per_client_rows(
+                xq, yq, xd, yd, bits, seed, clients, bases=client_bases
+            )
             for eps in (1.0, 2.0, 4.0):
                 g = flip_guarantee(eps, bits, "paper")
                 flipped = flip_codes(
                     dc, g.beta, np.random.default_rng([seed, bits, int(eps * 100), 7])
                 )
                 rows.append(_row("PHashing(ITQ)", eps, bits, seed, score(qc, flipped)))
+            print(
+                f"seed {seed}, {bits} bits: {time.perf_counter() - started:.1f} s",
+                file=sys.stderr,
+                flush=True,
+            )
     return rows
 
 
@@ -106,13 +119,17 @@ def per_client_rows(
     bits: int,
     seed: int,
     clients: int,
+    bases: dict[int, PCABasis] | None = None,
 ) -> list[dict]:
     """ITQ / PITQ(eps=1) fitted by each client on its own IID partition.
 
     Each client's model encodes the server's queries and that client's database;
     mAP@ALL is computed per client and averaged (per-client retrieval: codes of
-    different clients' models are not comparable).
+    different clients' models are not comparable). ``bases`` (partition id ->
+    :class:`~hashing.itq.PCABasis`) caches each client's decomposition across
+    code lengths of one seed; it is filled here.
     """
+    bases = {} if bases is None else bases
     out = []
     for method, eps in (("ITQ (per client)", 0.0), ("PITQ (per client)", 1.0)):
         maps = []
@@ -121,11 +138,21 @@ def per_client_rows(
                 yd, scheme="iid", num_partitions=clients, partition_id=pid, seed=seed
             )
             rng = np.random.default_rng([seed, bits, pid, int(eps * 100)])
+            if pid not in bases:
+                bases[pid] = pca_basis(xd[idx])
             if eps == 0:
-                model = fit_itq(xd[idx], bits, iterations=ITERATIONS, rng=rng)
+                model = fit_itq(
+                    xd[idx], bits, iterations=ITERATIONS, rng=rng, basis=bases[pid]
+                )
             else:
                 model = fit_pitq(
-                    xd[idx], bits, eps=eps, iterations=ITERATIONS, rng=rng, noise=rng
+                    xd[idx],
+                    bits,
+                    eps=eps,
+                    iterations=ITERATIONS,
+                    rng=rng,
+                    noise=rng,
+                    basis=bases[pid],
                 )
             report = evaluate_retrieval(
                 model.encode(xq),

@@ -11,6 +11,7 @@ from hashing.itq import (
     ITQModel,
     fit_itq,
     fit_pitq,
+    pca_basis,
     pca_projection,
     procrustes_rotation,
     quantization_loss,
@@ -236,3 +237,41 @@ def test_pitq_release_is_not_differentially_private() -> None:
         assert dist.min() < 1e-9
         hits += bool(regular[np.argmin(dist)])
     assert hits > 0
+
+
+def test_shared_basis_gives_the_same_models() -> None:
+    # One SVD serves every code length and epsilon: the models equal those of a fit
+    # that decomposes the data itself, bit for bit.
+    x = anisotropic(np.random.default_rng(21), 120, 16)
+    basis = pca_basis(x)
+    for bits in (4, 8, 16):
+        alone = fit_itq(x, bits, iterations=10, rng=np.random.default_rng(bits))
+        shared = fit_itq(
+            x, bits, iterations=10, rng=np.random.default_rng(bits), basis=basis
+        )
+        np.testing.assert_array_equal(alone.projection, shared.projection)
+        np.testing.assert_array_equal(alone.rotation, shared.rotation)
+        p_alone, p_shared = (
+            fit_pitq(
+                x,
+                bits,
+                eps=1.0,
+                iterations=5,
+                rng=np.random.default_rng(3),
+                noise=np.random.default_rng(4),  # seeded: the two fits must agree
+                basis=b,
+            )
+            for b in (None, basis)
+        )
+        np.testing.assert_array_equal(p_alone.rotation, p_shared.rotation)
+
+
+def test_basis_of_other_data_is_refused() -> None:
+    x = anisotropic(np.random.default_rng(22), 60, 8)
+    basis = pca_basis(x)
+    with pytest.raises(ValueError, match="another data set"):
+        fit_itq(x + 1.0, 4, rng=np.random.default_rng(0), basis=basis)
+    with pytest.raises(ValueError, match="another data set"):
+        fit_itq(x[:50], 4, rng=np.random.default_rng(0), basis=basis)
+    with pytest.raises(ValueError, match="exceeds"):
+        basis.take(9)
