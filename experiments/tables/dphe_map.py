@@ -71,6 +71,7 @@ def run_pair(
         "rounds": args.rounds,
         "eval-every": args.rounds,
         "updates.sparsity": sparsity,
+        **data_config(args),
         **(config or {}),
     }
     tag = pair_name(seed, sparsity)
@@ -121,7 +122,15 @@ def run_pair(
     return row
 
 
-def run_reference(seed: int, rounds: int, out: Path) -> dict[str, Any]:
+def data_config(args: argparse.Namespace) -> dict[str, Any]:
+    """Run-config keys of the data: none for digits, ``dataset``/``data-path`` else."""
+    path = getattr(args, "data_path", "")
+    return {"dataset": "npz", "data-path": str(path)} if path else {}
+
+
+def run_reference(
+    seed: int, rounds: int, out: Path, config: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """Return the untrained floor and the centralized ceiling of one seed's runs.
 
     One centralized run of :data:`COMMON`'s network at ``seed`` (the federated runs
@@ -130,7 +139,7 @@ def run_reference(seed: int, rounds: int, out: Path) -> dict[str, Any]:
     bits), after ``rounds * local-epochs`` epochs over the whole database (the
     federated runs' budget) the ceiling. Neither depends on the number of clients.
     """
-    cfg = {**COMMON, "seed": seed, "rounds": rounds}
+    cfg = {**COMMON, "seed": seed, "rounds": rounds, **(config or {})}
     result = run_centralized(cfg, out / "runs" / f"centralized-s{seed}.json")
     return {
         "seed": seed,
@@ -140,11 +149,13 @@ def run_reference(seed: int, rounds: int, out: Path) -> dict[str, Any]:
     }
 
 
-def run_references(seeds: list[int], rounds: int, out: Path) -> list[dict[str, Any]]:
+def run_references(
+    seeds: list[int], rounds: int, out: Path, config: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
     """:func:`run_reference` for each seed, resumable in ``<out>/reference.jsonl``."""
     rows, failed = run_sweep(
         seeds,
-        lambda seed: run_reference(seed, rounds, out),
+        lambda seed: run_reference(seed, rounds, out, config),
         rows_path=out / "reference.jsonl",
         resume=True,
         name=lambda seed: f"reference-s{seed}",
@@ -202,10 +213,16 @@ def protocol(args: argparse.Namespace) -> str:
     )
     if args.dense:
         block += "; beside them, per seed, the dense plaintext run (no sparsity)"
+    data = (
+        f"`{Path(args.data_path).name}` with its own split: its queries are the "
+        "server's, ranked against the union of the clients' databases: its database "
+        "rows,"
+        if getattr(args, "data_path", "")
+        else "digits (scikit-learn), a stratified 10% of it the server's queries, "
+        "ranked against the union of the clients' databases: the rest,"
+    )
     return (
-        "Protocol: digits (scikit-learn), a stratified 10% of it the server's "
-        "queries, ranked against the union of the clients' databases: the rest, "
-        f"split IID into {args.clients} disjoint client partitions; FedAvg of DPSH, "
+        f"Protocol: {data} split IID into {args.clients} disjoint client partitions; FedAvg of DPSH, "
         f"`mlp`, 32 bits, {args.rounds} rounds, every client trains each round. Per "
         "(seed, sparsity) two runs from the same model: plaintext FedAvg of "
         "element-wise top-k sparsified updates, and the same updates summed under "
@@ -288,11 +305,21 @@ def main() -> None:
         help="also the dense plaintext run per seed (no sparsity)",
     )
     parser.add_argument("--obfuscators", default="full", choices=("full", "djn"))
+    parser.add_argument(
+        "--data-path",
+        default="",
+        help="an .npz with a `split` array (e.g. pretrained features; default: digits)",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results" / "dphe")
     args = parser.parse_args()
+    if args.data_path and not Path(args.data_path).is_file():
+        parser.error(f"--data-path {args.data_path}: no such file (an .npz is accepted)")
     args.out.mkdir(parents=True, exist_ok=True)
     refs = run_references(
-        sorted({int(seed) for seed in args.seeds.split(",")}), args.rounds, args.out
+        sorted({int(seed) for seed in args.seeds.split(",")}),
+        args.rounds,
+        args.out,
+        data_config(args),
     )
     pairs = [
         (int(seed), float(sparsity))

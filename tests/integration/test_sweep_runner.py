@@ -127,7 +127,7 @@ def _fake_references(monkeypatch) -> list[tuple[int, int]]:
     """Replace the centralized floor/ceiling run; the (seed, rounds) it was asked."""
     asked = []
 
-    def fake(seed, rounds, out):
+    def fake(seed, rounds, out, config=None):
         asked.append((seed, rounds))
         return {
             "seed": seed,
@@ -558,3 +558,22 @@ def test_fedhap_sweep_discriminator_table_only_when_asked(tmp_path, monkeypatch)
     monkeypatch.setattr(sys, "argv", ["fedhap_sweep", "--out", str(tmp_path / "all")])
     fedhap_sweep.main()
     assert done and not [j for j in done if j["table"] == "discriminator"]
+
+
+def test_dphe_map_names_a_feature_file_and_passes_it_to_every_run():
+    import argparse
+
+    args = argparse.Namespace(
+        data_path="/x/feats.npz",
+        clients=10,
+        rounds=10,
+        key_bits=2048,
+        obfuscators="full",
+        layout="block",
+        error_feedback="auto",
+        dense=False,
+    )
+    assert dphe_map.data_config(args) == {"dataset": "npz", "data-path": "/x/feats.npz"}
+    assert dphe_map.protocol(args).startswith("Protocol: `feats.npz` with its own split")
+    args.data_path = ""
+    assert dphe_map.data_config(args) == {}
