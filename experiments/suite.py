@@ -80,18 +80,32 @@ class Dataset:
     #: smoke-run arguments; such a driver takes ``--resume`` but not ``--jobs``.
     module: str | None = None
     quick: tuple[str, ...] = ()
+    #: ``(queries, database)``: ``--quick`` runs on a class-balanced subset of
+    #: ``file`` of this size (``hashdata.subset``, written into the output folder),
+    #: not on the whole file. ``None``: quick runs read the file itself.
+    quick_subset: tuple[int, int] | None = None
 
     def paths(self, data_dir: Path) -> list[Path]:
         """Return the data files this dataset needs."""
         return [data_dir / self.file] if self.file else []
 
-    def driver_args(self, data_dir: Path) -> list[str]:
-        """Driver arguments selecting this dataset."""
-        path = json.dumps(str(data_dir / self.file)) if self.file else ""
+    def driver_args(self, data_dir: Path, path: Path | None = None) -> list[str]:
+        """Driver arguments selecting this dataset (``path``: another file for it)."""
+        actual = path if path is not None else data_dir / self.file if self.file else None
+        quoted = json.dumps(str(actual)) if actual is not None else ""
+        whole = "{data_dir}/" + self.file if self.file else None
         return [
-            a.replace("{path}", path).replace("{data_dir}", str(data_dir))
+            (str(actual) if whole and a == whole else a)
+            .replace("{path}", quoted)
+            .replace("{data_dir}", str(data_dir))
             for a in self.args
         ]
+
+    def subset_path(self, out: Path) -> Path:
+        """Where a ``--quick`` run's subset of ``file`` is written (under ``out``)."""
+        assert self.file is not None and self.quick_subset is not None
+        q, d = self.quick_subset
+        return out / "quick-data" / f"{Path(self.file).stem}_q{q}_d{d}_s0.npz"
 
 
 def _npz(*extra: str) -> tuple[str, ...]:
@@ -108,6 +122,8 @@ CIFAR10 = "cifar10_jpeg.npz"
 #: ../shared/data/cifar10_jpeg.npz --out <data-dir>/cifar10_effnet-lite0_160.npz
 #: --image-size 160`` (never in git; pass its folder as ``--data-dir``).
 CIFAR10_FEATURES = "cifar10_effnet-lite0_160.npz"
+#: ``--quick`` on the features: 200 queries, 1,000 database rows, class-balanced
+QUICK_FEATURES_SUBSET = (200, 1000)
 _FEATURES_DESCRIPTION = (
     "CIFAR-10 (JPEG copy) as 1,280-d features of the frozen ImageNet-pretrained "
     "EfficientNet-Lite0 at 160 px (the papers' feature protocol; the file "
@@ -243,6 +259,7 @@ PAPERS: dict[str, Paper] = {
                     "tuned on a validation split of the database (2 rates, FedHAP "
                     "also the paper's 5e-3; 3 local epochs)",
                     file=CIFAR10_FEATURES,
+                    quick_subset=QUICK_FEATURES_SUBSET,
                     args=(
                         "--data-path",
                         "{data_dir}/" + CIFAR10_FEATURES,
@@ -334,6 +351,7 @@ PAPERS: dict[str, Paper] = {
                     "paper's 12/24/32/48 bits, 10 rounds, each method's rate tuned "
                     "at 32 bits on a validation split of the database",
                     file=CIFAR10_FEATURES,
+                    quick_subset=QUICK_FEATURES_SUBSET,
                     args=(
                         *_npz("map-top-k=1000", "precision-k=100,500,1000"),
                         *("--bits", "12,24,32,48", "--rounds", "10"),
@@ -417,6 +435,9 @@ class PaperRun:
     argv: tuple[str, ...]
     quick: bool
     data_dir: Path
+    #: ``(source, subset file, queries, database)`` to write before the driver
+    #: starts (a ``--quick`` run on a dataset with ``quick_subset``), else ``None``.
+    subset: tuple[Path, Path, int, int] | None = None
 
     @property
     def module(self) -> str:
@@ -543,7 +564,13 @@ def build_plan(args: argparse.Namespace) -> Plan:
         ds = datasets[p.name]
         folder = p.name if ds is p.datasets[0] else f"{p.name}-{ds.name}"
         argv = ["--seeds", ",".join(map(str, seeds)), "--out", str(out / folder)]
-        argv += ds.driver_args(data_dir)
+        subset = None
+        if args.quick and ds.quick_subset and ds.file:
+            sub = ds.subset_path(out)
+            subset = (data_dir / ds.file, sub, *ds.quick_subset)
+            argv += ds.driver_args(data_dir, sub)
+        else:
+            argv += ds.driver_args(data_dir)
         if args.quick:
             argv += ds.quick if ds.module else p.quick
         if args.jobs is not None and p.takes_jobs and not ds.module:
@@ -552,7 +579,9 @@ def build_plan(args: argparse.Namespace) -> Plan:
         if args.resume and p.takes_resume:
             argv.append(RESUME_FLAG)
         runs.append(
-            PaperRun(p, ds, seeds, out / folder, tuple(argv), args.quick, data_dir)
+            PaperRun(
+                p, ds, seeds, out / folder, tuple(argv), args.quick, data_dir, subset
+            )
         )
     plan = Plan(runs, out, data_dir, args.resume)
     if args.resume:
@@ -616,6 +645,11 @@ def _summary_protocol(out: Path) -> dict[str, Any]:
 def run_paper(run: PaperRun, suite_command: str, git: dict[str, Any]) -> dict[str, Any]:
     """Run one paper's driver, streaming its output; write and return suite.json."""
     run.out.mkdir(parents=True, exist_ok=True)
+    if run.subset is not None and not run.subset[1].is_file():
+        from hashdata.subset import write_subset
+
+        source, sub, q, d = run.subset
+        write_subset(source, sub, queries=q, database=d, seed=0)
     record: dict[str, Any] = {
         "paper": run.paper.name,
         "runs": run.paper.runs,
@@ -628,6 +662,7 @@ def run_paper(run: PaperRun, suite_command: str, git: dict[str, Any]) -> dict[st
             "name": run.dataset.name,
             "description": run.dataset.description,
             "files": [str(p) for p in run.dataset.paths(run.data_dir)],
+            **({"quick_subset": str(run.subset[1])} if run.subset else {}),
         },
         "quick": run.quick,
         "protocol": {"driver": run.paper.protocol(run.module)},

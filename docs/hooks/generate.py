@@ -100,6 +100,8 @@ def sweep_column(path: Path, column: str) -> str:
     bits = sorted({r["bits"] for r in rows})
     cells: dict[tuple[str, str], dict[int, str]] = {}
     for r in rows:
+        if r.get(f"{column}_mean") is None:
+            continue  # a row without this metric (e.g. a floor with mAP@ALL only)
         cell = pm(r[f"{column}_mean"], r[f"{column}_std"], scale=100)
         cells.setdefault((r["method"], r["partitioning"]), {})[r["bits"]] = cell
     order = sorted(cells, key=lambda k: (k[0] == "centralized", k))

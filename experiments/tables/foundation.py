@@ -42,6 +42,7 @@ def foundation(args: argparse.Namespace) -> list[dict[str, Any]]:
                 _row("centralized", "-", bits, seed, cen, time.perf_counter() - t0)
             )
             _progress(progress, rows[-1])
+            rows.append(floor_row(bits, seed, cen))
             for part_name, part in PARTITIONS.items():
                 for strategy in ("fedavg", "fedprox"):
                     cfg = {**common, **part, "strategy": strategy}
@@ -60,6 +61,25 @@ def foundation(args: argparse.Namespace) -> list[dict[str, Any]]:
                     )
                     _progress(progress, rows[-1])
     return rows
+
+
+#: the untrained floor: the model every run of a seed starts from, evaluated
+#: before training (the centralized run's ``initial``)
+FLOOR = "untrained (floor)"
+
+
+def floor_row(bits: int, seed: int, centralized: dict[str, Any]) -> dict[str, Any]:
+    """The floor row of one (bits, seed) from its centralized run's initial mAP."""
+    return {
+        "method": FLOOR,
+        "partitioning": "-",
+        "bits": bits,
+        "seed": seed,
+        "map_all": centralized["initial"]["map_all"],
+        "map_at_k": None,
+        "top_k": None,
+        "seconds": 0.0,
+    }
 
 
 def _row(method: str, part: str, bits: int, seed: int, res: dict, secs: float) -> dict:
@@ -91,7 +111,8 @@ def aggregate(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for (method, part, bits), rs in groups.items():
         map_all = mean_sd([r["map_all"] for r in rs])
-        map_at_k = mean_sd([r["map_at_k"] for r in rs])
+        at_k = [r["map_at_k"] for r in rs if r["map_at_k"] is not None]
+        map_at_k = mean_sd(at_k) if at_k else (None, None)
         out.append(
             {
                 "method": method,
@@ -133,7 +154,7 @@ def markdown_table(agg: list[dict[str, Any]], bits: list[int]) -> str:
 
 
 def _order(key: tuple[str, str]) -> tuple[int, str]:
-    rank = {"fedavg": 0, "fedprox": 1, "centralized": 2}
+    rank = {FLOOR: -1, "fedavg": 0, "fedprox": 1, "centralized": 2}
     return (rank.get(key[0], 9), key[1])
 
 

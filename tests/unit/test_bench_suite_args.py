@@ -173,3 +173,49 @@ def test_cifar10_features_runs_the_feature_file_from_the_data_dir(tmp_path) -> N
         assert "image-shape=32,32,3" not in run.argv  # features, not images
         # tuned on a validation split of the database, not run untuned
         assert "--lr-grid" in run.argv and "--untuned" not in run.argv
+
+
+def test_quick_cifar10_features_runs_on_a_subset_written_before_the_driver(
+    tmp_path,
+) -> None:
+    import numpy as np
+
+    from experiments.suite import CIFAR10_FEATURES, QUICK_FEATURES_SUBSET
+    from hashdata.subset import write_subset
+
+    rng = np.random.default_rng(0)
+    labels = np.repeat(np.arange(10), 150)
+    split = np.tile(np.r_[np.zeros(120, np.int8), np.ones(30, np.int8)], 10)
+    np.savez(
+        tmp_path / CIFAR10_FEATURES,
+        x_image=rng.standard_normal((1500, 4)).astype(np.float32),
+        labels=labels,
+        split=split,
+        backbone=np.array("efficientnet-lite0"),
+    )
+    for paper in ("phashing", "fedhap"):
+        plan = _plan(
+            "--paper", paper, "--dataset", "cifar10-features", "--quick",
+            "--data-dir", str(tmp_path), "--out", str(tmp_path / "res"),
+        )  # fmt: skip
+        (run,) = plan.runs
+        source, sub, q, d = run.subset
+        assert (q, d) == QUICK_FEATURES_SUBSET and source == tmp_path / CIFAR10_FEATURES
+        assert sub.parent == tmp_path / "res" / "quick-data"
+        # the driver reads the subset, never the whole file
+        assert any(str(sub) in a for a in run.argv)
+        assert not any(str(source) in a for a in run.argv)
+    write_subset(source, sub, queries=q, database=d, seed=0)
+    with np.load(sub) as got:
+        assert got["x_image"].shape == (q + d, 4)
+        assert (got["split"] == 1).sum() == q and (got["split"] == 0).sum() == d
+        # class-balanced: every class has d/10 database rows and q/10 queries
+        assert set(np.bincount(got["labels"][got["split"] == 0])) == {d // 10}
+        assert str(got["subset_of"]) == CIFAR10_FEATURES
+        assert str(got["backbone"]) == "efficientnet-lite0"  # other arrays kept
+    # and a full (non-quick) plan still names the whole file
+    (full,) = _plan(
+        "--paper", "fedhap", "--dataset", "cifar10-features",
+        "--data-dir", str(tmp_path), "--out", str(tmp_path / "res"),
+    ).runs  # fmt: skip
+    assert full.subset is None and any(CIFAR10_FEATURES in a for a in full.argv)

@@ -154,3 +154,17 @@ def test_bad_input_is_one_error_line(tmp_path, capsys, arrays, more, message):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and message in err[0]
     assert not out.exists() and not (tmp_path / "out.npz.partial").exists()
+
+
+def test_subset_command_refuses_bad_input_in_one_line(tmp_path, capsys) -> None:
+    from hashdata import subset
+
+    src = tmp_path / "f.npz"
+    np.savez(src, x_image=np.zeros((4, 2)), labels=np.arange(4))
+    out = tmp_path / "o.npz"
+    assert subset.main(["--data", str(src), "--out", str(out), "--subset", "5"]) == 2
+    assert "accepted is Q,D" in capsys.readouterr().err
+    assert subset.main(["--data", str(src), "--out", str(out), "--subset", "1,1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "no `split` array" in err and len(err.splitlines()) == 1
+    assert not out.exists()
