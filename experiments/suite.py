@@ -91,7 +91,9 @@ class Dataset:
 
     def driver_args(self, data_dir: Path, path: Path | None = None) -> list[str]:
         """Driver arguments selecting this dataset (``path``: another file for it)."""
-        actual = path if path is not None else data_dir / self.file if self.file else None
+        actual = (
+            path if path is not None else data_dir / self.file if self.file else None
+        )
         quoted = json.dumps(str(actual)) if actual is not None else ""
         whole = "{data_dir}/" + self.file if self.file else None
         return [

@@ -54,7 +54,10 @@ def write_subset(
         for name, arr in arrays.items()
     }
     kept["split"] = np.concatenate(
-        [np.zeros(database, arrays["split"].dtype), np.ones(queries, arrays["split"].dtype)]
+        [
+            np.zeros(database, arrays["split"].dtype),
+            np.ones(queries, arrays["split"].dtype),
+        ]
     )
     kept["subset_of"] = np.array(source.name)
     kept["subset_sha256"] = np.array(file_sha256(source))

@@ -165,7 +165,9 @@ class PCABasis:
         if bits > d:
             raise ValueError(f"bits={bits} exceeds the feature dimension d={d}")
         if bits > self.samples:
-            raise ValueError(f"bits={bits} exceeds the number of samples n={self.samples}")
+            raise ValueError(
+                f"bits={bits} exceeds the number of samples n={self.samples}"
+            )
         return self.mean, self.directions[:, : int(bits)].copy()
 
     def check_fits(self, arr: NDArray[np.float64]) -> None:

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from crypto import generate_keys
+from crypto.keys import PRODUCTION_KEY_BITS
 from experiments.lib.grids import csv, load_grids
 from experiments.lib.runner import exit_if_failed, run_sweep
 from experiments.lib.runs import ROOT, run_centralized, run_federated
@@ -222,7 +223,8 @@ def protocol(args: argparse.Namespace) -> str:
         "ranked against the union of the clients' databases: the rest,"
     )
     return (
-        f"Protocol: {data} split IID into {args.clients} disjoint client partitions; FedAvg of DPSH, "
+        f"Protocol: {data} split IID into {args.clients} disjoint client "
+        "partitions; FedAvg of DPSH, "
         f"`mlp`, 32 bits, {args.rounds} rounds, every client trains each round. Per "
         "(seed, sparsity) two runs from the same model: plaintext FedAvg of "
         "element-wise top-k sparsified updates, and the same updates summed under "
@@ -286,7 +288,9 @@ def main() -> None:
     parser.add_argument("--sparsity", default=csv(grids["sparsity"]))
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--clients", type=int, default=5)
-    parser.add_argument("--key-bits", type=int, default=2048)
+    parser.add_argument(
+        "--key-bits", type=int, default=2048, choices=PRODUCTION_KEY_BITS
+    )
     parser.add_argument(
         "--layout",
         default="block",
@@ -313,7 +317,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results" / "dphe")
     args = parser.parse_args()
     if args.data_path and not Path(args.data_path).is_file():
-        parser.error(f"--data-path {args.data_path}: no such file (an .npz is accepted)")
+        parser.error(
+            f"--data-path {args.data_path}: no such file (an .npz is accepted)"
+        )
     args.out.mkdir(parents=True, exist_ok=True)
     refs = run_references(
         sorted({int(seed) for seed in args.seeds.split(",")}),

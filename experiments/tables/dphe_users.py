@@ -37,6 +37,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from crypto.keys import PRODUCTION_KEY_BITS
 from experiments.lib.grids import csv, load_grids
 from experiments.lib.overrides import resolved_settings
 from experiments.lib.runner import exit_if_failed, load_rows, run_sweep
@@ -204,7 +205,9 @@ def main() -> None:
     parser.add_argument("--seeds", default=csv(grids["seeds"]))
     parser.add_argument("--sparsity", type=float, default=0.9)
     parser.add_argument("--rounds", type=int, default=10)
-    parser.add_argument("--key-bits", type=int, default=2048)
+    parser.add_argument(
+        "--key-bits", type=int, default=2048, choices=PRODUCTION_KEY_BITS
+    )
     parser.add_argument("--obfuscators", default="djn", choices=("full", "djn"))
     parser.add_argument(
         "--panel",

@@ -69,7 +69,7 @@ FLOOR = "untrained (floor)"
 
 
 def floor_row(bits: int, seed: int, centralized: dict[str, Any]) -> dict[str, Any]:
-    """The floor row of one (bits, seed) from its centralized run's initial mAP."""
+    """Return the floor row of one (bits, seed): its centralized run's initial mAP."""
     return {
         "method": FLOOR,
         "partitioning": "-",

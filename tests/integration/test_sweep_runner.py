@@ -574,6 +574,8 @@ def test_dphe_map_names_a_feature_file_and_passes_it_to_every_run():
         dense=False,
     )
     assert dphe_map.data_config(args) == {"dataset": "npz", "data-path": "/x/feats.npz"}
-    assert dphe_map.protocol(args).startswith("Protocol: `feats.npz` with its own split")
+    assert dphe_map.protocol(args).startswith(
+        "Protocol: `feats.npz` with its own split"
+    )
     args.data_path = ""
     assert dphe_map.data_config(args) == {}

@@ -1,4 +1,4 @@
-"""The foundation table's rows: the untrained floor beside FedAvg / FedProx / centralized."""
+"""The foundation table: the untrained floor beside FedAvg, FedProx, centralized."""
 
 from __future__ import annotations
 
