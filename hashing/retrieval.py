@@ -55,6 +55,11 @@ Backend = Literal["auto", "numpy", "numba"]
 _BLOCK_PAIRS = 1 << 21
 #: "auto" switches to numba from this many query-database pairs.
 _NUMBA_MIN_PAIRS = 1 << 25
+#: Queries per block of the numba mAP@ALL / histogram kernel.
+_RANK_QUERY_BLOCK = 16
+#: Database items per tile of that kernel (each query of a block scans a tile
+#: while it is in cache).
+_RANK_TILE = 2048
 #: Database items per chunk in the numba top-k scan (multiple of 8).
 _TOPK_CHUNK = 4096
 #: Above this many (bits + 1) * k bucket slots, numba top-k switches to the
@@ -332,78 +337,172 @@ def _numba_kernels() -> SimpleNamespace:
                         out_dist[a, m] = t
                         m += 1
 
+    @njit(inline="always", **opts)
+    def _relevant(la: Any, dl: Any, i: int, single: bool) -> bool:
+        # Item i of dl (m, L) is relevant to labels la (L,): equal class ids, or
+        # at least one shared bit of the multi-hot words.
+        if single:
+            return bool(dl[i, 0] == la[0])
+        hit = False
+        for j in range(dl.shape[1]):
+            hit |= (dl[i, j] & la[j]) != 0
+        return hit
+
+    @njit(**opts)
+    def _count_relevant(la: Any, dl: Any, single: bool) -> int:
+        c = 0
+        for i in range(dl.shape[0]):
+            c += _relevant(la, dl, i, single)
+        return c
+
+    # The scans below record every item at its bucket's running count; the next
+    # relevant-record slot advances only for relevant items (branch-free, so an
+    # irrelevant item's record is overwritten). A histogram word holds
+    # (t << shift) | count, so one load, add and store updates the bucket and
+    # yields the record (t, position in bucket) in a single word.
+
+    @njit(**opts)
+    def _scan_words(x: Any, lab: Any, db: _U64, dl: Any, hist: Any, rec: Any, n: Any) -> Any:
+        # One query against a tile, 64-bit codes db (m,) and class ids dl (m,).
+        one = hist.dtype.type(1)
+        for i in range(db.shape[0]):
+            t = popcount(x ^ db[i])
+            v = hist[t] + one
+            hist[t] = v
+            rec[n] = v
+            n += np.uint64(dl[i] == lab)
+        return n
+
+    @njit(**opts)
+    def _scan_rows(
+        qa: _U64, la: Any, single: bool, db: _U64, dl: Any, hist: Any, rec: Any, n: Any
+    ) -> Any:
+        # The same for any code length (db (m, w)) and either label kind (dl (m, L)).
+        one = hist.dtype.type(1)
+        w = db.shape[1]
+        for i in range(db.shape[0]):
+            t = popcount(qa[0] ^ db[i, 0])
+            for j in range(1, w):
+                t += popcount(qa[j] ^ db[i, j])
+            v = hist[t] + one
+            hist[t] = v
+            rec[n] = v
+            n += np.uint64(_relevant(la, dl, i, single))
+        return n
+
+    @njit(**opts)
+    def _average_precision(
+        hist: Any,
+        rec: Any,
+        shift: int,
+        seen: _I64,
+        c_all: _I64,
+        c_rel: _I64,
+        h_all: _I64,
+        h_rel: _I64,
+    ) -> float:
+        # A relevant item at distance t that is the p-th item and the m-th
+        # relevant item of its distance bucket (index order) has rank C_t + p and
+        # is the (R_t + m)-th relevant item, where C_t / R_t count all / relevant
+        # items at distances < t. rec holds (t << shift) | p of the relevant
+        # items in index order, so m is a running count per bucket.
+        nbins = hist.shape[0]
+        sh = hist.dtype.type(shift)
+        low = (hist.dtype.type(1) << sh) - hist.dtype.type(1)
+        seen[:] = 0
+        for u in range(rec.shape[0]):
+            seen[np.int64(rec[u] >> sh)] += 1
+        x = 0
+        y = 0
+        for t in range(nbins):
+            h = np.int64(hist[t] & low)
+            h_all[t] = h
+            h_rel[t] = seen[t]
+            c_all[t] = x
+            c_rel[t] = y
+            x += h
+            y += seen[t]
+            seen[t] = 0
+        if rec.shape[0] == 0:
+            return 0.0
+        total = 0.0
+        for u in range(rec.shape[0]):
+            e = rec[u]
+            t = np.int64(e >> sh)
+            m = seen[t] + 1
+            seen[t] = m
+            total += (c_rel[t] + m) / (c_all[t] + np.int64(e & low))
+        return total / rec.shape[0]
+
     @njit(**opts)
     def rank_stats(
         q: _U64,
-        db_t: _U64,
-        ql: _U64,
-        dl_t: _U64,
+        db: _U64,
+        ql: Any,
+        dl: Any,
         single: bool,
-        dist: _Dist,
+        n_rel: _I64,
+        hist: Any,
+        shift: int,
+        tile: int,
         out_ap: NDArray[np.float64],
         hist_all: _I64,
         hist_rel: _I64,
     ) -> None:
         # Per query: AP over the whole stable ranking and the distance histograms
-        # of all / relevant items. A relevant item at distance t that is the p-th
-        # item and the m-th relevant item of its distance bucket (index order) has
-        # rank C_t + p and is the (R_t + m)-th relevant item, where C_t / R_t count
-        # all / relevant items at distances < t: a counting sort, O(ndb) per query.
-        nq = q.shape[0]
-        ndb = db_t.shape[1]
-        n_label_words = dl_t.shape[0]
-        nbins = hist_all.shape[1]
-        rel = np.empty(ndb, np.uint8)
-        rel_t = np.empty(ndb, np.int32)
-        rel_p = np.empty(ndb, np.int32)
-        rel_m = np.empty(ndb, np.int32)
+        # of all / relevant items, by a counting sort in one pass over the
+        # database. Queries go in blocks of hist.shape[0]; each block walks the
+        # database in tiles that stay in cache while every query of the block
+        # scans them. n_rel: relevant items per query (computed here when not
+        # single); the block's relevant records get n_rel + 1 slots per query.
+        nq, w = q.shape
+        ndb = db.shape[0]
+        nbins = hist.shape[1]
+        qblock = hist.shape[0]
+        fast = w == 1 and single
+        db_flat = db.reshape(db.size)  # the words when w == 1
+        dl_flat = dl.reshape(dl.size)  # the class ids when single
+        sh = hist.dtype.type(shift)
+        rec = np.empty(0, hist.dtype)
+        start = np.empty(qblock + 1, np.int64)
+        cnt = np.empty(qblock, np.int64)
+        seen = np.zeros(nbins, np.int64)
         c_all = np.empty(nbins, np.int64)
         c_rel = np.empty(nbins, np.int64)
-        for a in range(nq):
-            h_all = hist_all[a]
-            h_rel = hist_rel[a]
-            distances(q[a], db_t, 0, ndb, dist)
-            if single:
-                lab = ql[a, 0]
-                row = dl_t[0]
-                for i in range(ndb):
-                    rel[i] = row[i] == lab
-            else:
-                rel[:] = 0
-                for j in range(n_label_words):
-                    lab = ql[a, j]
-                    if lab == 0:
-                        continue
-                    row = dl_t[j]
-                    for i in range(ndb):
-                        rel[i] |= (row[i] & lab) != 0
-            n_rel = 0
-            for i in range(ndb):
-                t = dist[i]
-                r = rel[i]
-                p = h_all[t] + 1
-                h_all[t] = p
-                m = h_rel[t] + r
-                h_rel[t] = m
-                rel_t[n_rel] = t
-                rel_p[n_rel] = p
-                rel_m[n_rel] = m
-                n_rel += r
-            if n_rel == 0:
-                out_ap[a] = 0.0
-                continue
-            x = 0
-            y = 0
-            for t in range(nbins):
-                c_all[t] = x
-                c_rel[t] = y
-                x += h_all[t]
-                y += h_rel[t]
-            total = 0.0
-            for u in range(n_rel):
-                t = rel_t[u]
-                total += (c_rel[t] + rel_m[u]) / (c_all[t] + rel_p[u])
-            out_ap[a] = total / n_rel
+        for q0 in range(0, nq, qblock):
+            nb = min(qblock, nq - q0)
+            start[0] = 0
+            for b in range(nb):
+                a = q0 + b
+                if not single:
+                    n_rel[a] = _count_relevant(ql[a], dl, single)
+                start[b + 1] = start[b] + n_rel[a] + 1
+                cnt[b] = start[b]
+                for t in range(nbins):
+                    hist[b, t] = hist.dtype.type(t) << sh
+            if start[nb] > rec.shape[0]:
+                rec = np.empty(start[nb], hist.dtype)
+            for c0 in range(0, ndb, tile):
+                c1 = min(c0 + tile, ndb)
+                for b in range(nb):
+                    a = q0 + b
+                    n = np.uint64(cnt[b])
+                    if fast:
+                        n = _scan_words(
+                            q[a, 0], ql[a, 0], db_flat[c0:c1], dl_flat[c0:c1],
+                            hist[b], rec, n,
+                        )  # fmt: skip
+                    else:
+                        n = _scan_rows(
+                            q[a], ql[a], single, db[c0:c1], dl[c0:c1], hist[b], rec, n
+                        )
+                    cnt[b] = n
+            for b in range(nb):
+                a = q0 + b
+                out_ap[a] = _average_precision(
+                    hist[b], rec[start[b] : cnt[b]], shift, seen, c_all, c_rel,
+                    hist_all[a], hist_rel[a],
+                )  # fmt: skip
 
     @njit(**opts)
     def topk_counting(
@@ -497,19 +596,17 @@ def _rank_stats_impl(
     hist_rel = np.zeros((nq, nbins), np.int64)
     if backend == "numba":
         kernels = _numba_kernels()
-        dist = np.empty(ndb, distance_dtype(WORD_BITS * words))
-        db_t = np.ascontiguousarray(db.T)
+        if labels.single:
+            ql, dl, n_rel = _class_ids(labels)
+        else:
+            ql, dl = labels.query, np.ascontiguousarray(labels.db_t.T)
+            n_rel = np.empty(nq, np.int64)  # counted by the kernel
+        word, shift = _record_word(nbins, ndb)
+        hist = np.empty((min(_RANK_QUERY_BLOCK, nq), nbins), word)
         kernels.rank_stats(
-            q,
-            db_t,
-            labels.query,
-            labels.db_t,
-            labels.single,
-            dist,
-            ap,
-            hist_all,
-            hist_rel,
-        )
+            q, db, ql, dl, labels.single, n_rel, hist, shift, _RANK_TILE,
+            ap, hist_all, hist_rel,
+        )  # fmt: skip
         return ap, hist_all, hist_rel
     block = max(1, _BLOCK_PAIRS // ndb)
     ranks = np.arange(1, ndb + 1, dtype=np.float64)
@@ -531,6 +628,39 @@ def _rank_stats_impl(
         precision_sum = np.where(rel_sorted, hits / ranks, 0.0).sum(axis=1)
         ap[q0:q1] = np.where(n_rel > 0, precision_sum / np.maximum(n_rel, 1), 0.0)
     return ap, hist_all, hist_rel
+
+
+def _class_ids(labels: _Labels) -> tuple[NDArray[Any], NDArray[Any], NDArray[np.int64]]:
+    """Single-label classes as small ids for the numba kernel.
+
+    Returns (nq, 1) query ids, (ndb, 1) database ids (the narrowest unsigned
+    dtype that holds them; equal ids iff equal labels) and the (nq,) number of
+    database items relevant to each query.
+    """
+    q = labels.query[:, 0].view(np.int64)
+    d = labels.db_t[0].view(np.int64)
+    lo = min(int(q.min()), int(d.min()))
+    hi = max(int(q.max()), int(d.max()))
+    if hi - lo < 1 << 16:
+        q_ids, d_ids, n_ids = q - lo, d - lo, hi - lo + 1
+    else:  # sparse ids: number the distinct labels
+        uniq, inv = np.unique(np.concatenate([q, d]), return_inverse=True)
+        q_ids, d_ids, n_ids = inv[: q.size], inv[q.size :], uniq.size
+    dtype = np.min_scalar_type(n_ids - 1)
+    n_rel = np.bincount(d_ids, minlength=n_ids)[q_ids].astype(np.int64)
+    return (
+        q_ids.astype(dtype).reshape(-1, 1),
+        d_ids.astype(dtype).reshape(-1, 1),
+        n_rel,
+    )
+
+
+def _record_word(nbins: int, ndb: int) -> tuple[type[np.unsignedinteger], int]:
+    """Word and shift of the numba histogram: (t << shift) | count, count <= ndb."""
+    shift = ndb.bit_length()
+    if (nbins - 1) < 1 << (32 - shift):
+        return np.uint32, shift
+    return np.uint64, shift
 
 
 def _relevance_of(labels: _Labels, idx: NDArray[np.int64]) -> NDArray[np.bool_]:
