@@ -337,33 +337,41 @@ def _numba_kernels() -> SimpleNamespace:
                         out_dist[a, m] = t
                         m += 1
 
-    @njit(inline="always", **opts)
-    def _relevant(la: Any, dl: Any, i: int, single: bool) -> bool:
-        # Item i of dl (m, L) is relevant to labels la (L,): equal class ids, or
-        # at least one shared bit of the multi-hot words.
-        if single:
-            return bool(dl[i, 0] == la[0])
-        hit = False
-        for j in range(dl.shape[1]):
-            hit |= (dl[i, j] & la[j]) != 0
-        return hit
-
     @njit(**opts)
-    def _count_relevant(la: Any, dl: Any, single: bool) -> int:
+    def _relevance(la: Any, dl_t: Any, single: bool, c0: int, c1: int, out: Any) -> int:
+        # out[i - c0] = relevance of item i (c0 <= i < c1) to query labels la (L,)
+        # (equal class ids, or a shared bit of the multi-hot words); returns the
+        # count. Word-major dl_t (L, ndb) keeps the loops contiguous (vectorized).
+        m = c1 - c0
+        row = dl_t[0, c0:c1]
+        x = la[0]
+        if single:
+            for i in range(m):
+                out[i] = row[i] == x
+        else:
+            for i in range(m):
+                out[i] = (row[i] & x) != 0
+            for j in range(1, dl_t.shape[0]):
+                x = la[j]
+                row = dl_t[j, c0:c1]
+                for i in range(m):
+                    out[i] |= (row[i] & x) != 0
         c = 0
-        for i in range(dl.shape[0]):
-            c += _relevant(la, dl, i, single)
+        for i in range(m):
+            c += out[i]
         return c
 
-    # The scans below record every item at its bucket's running count; the next
-    # relevant-record slot advances only for relevant items (branch-free, so an
-    # irrelevant item's record is overwritten). A histogram word holds
-    # (t << shift) | count, so one load, add and store updates the bucket and
-    # yields the record (t, position in bucket) in a single word.
+    # The scans record every item at its bucket's running count; the next record
+    # slot advances only for relevant items (branch-free: an irrelevant item's
+    # record is overwritten by the next one). A histogram word holds
+    # (t << shift) | count, so one load, add and store updates bucket t and gives
+    # the record (t, position in the bucket) in a single word.
 
     @njit(**opts)
-    def _scan_words(x: Any, lab: Any, db: _U64, dl: Any, hist: Any, rec: Any, n: Any) -> Any:
-        # One query against a tile, 64-bit codes db (m,) and class ids dl (m,).
+    def _scan_words(
+        x: Any, lab: Any, db: _U64, dl: Any, hist: Any, rec: Any, n: Any
+    ) -> Any:
+        # One query against a tile of 64-bit codes db (m,) with class ids dl (m,).
         one = hist.dtype.type(1)
         for i in range(db.shape[0]):
             t = popcount(x ^ db[i])
@@ -374,20 +382,17 @@ def _numba_kernels() -> SimpleNamespace:
         return n
 
     @njit(**opts)
-    def _scan_rows(
-        qa: _U64, la: Any, single: bool, db: _U64, dl: Any, hist: Any, rec: Any, n: Any
+    def _scan_buffered(
+        dist: _Dist, rel: Any, m: int, hist: Any, rec: Any, n: Any
     ) -> Any:
-        # The same for any code length (db (m, w)) and either label kind (dl (m, L)).
+        # The same from precomputed distances and relevance of m items.
         one = hist.dtype.type(1)
-        w = db.shape[1]
-        for i in range(db.shape[0]):
-            t = popcount(qa[0] ^ db[i, 0])
-            for j in range(1, w):
-                t += popcount(qa[j] ^ db[i, j])
+        for i in range(m):
+            t = dist[i]
             v = hist[t] + one
             hist[t] = v
             rec[n] = v
-            n += np.uint64(_relevant(la, dl, i, single))
+            n += np.uint64(rel[i])
         return n
 
     @njit(**opts)
@@ -437,9 +442,9 @@ def _numba_kernels() -> SimpleNamespace:
     @njit(**opts)
     def rank_stats(
         q: _U64,
-        db: _U64,
+        db_t: _U64,
         ql: Any,
-        dl: Any,
+        dl_t: Any,
         single: bool,
         n_rel: _I64,
         hist: Any,
@@ -453,17 +458,17 @@ def _numba_kernels() -> SimpleNamespace:
         # of all / relevant items, by a counting sort in one pass over the
         # database. Queries go in blocks of hist.shape[0]; each block walks the
         # database in tiles that stay in cache while every query of the block
-        # scans them. n_rel: relevant items per query (computed here when not
-        # single); the block's relevant records get n_rel + 1 slots per query.
+        # scans them. n_rel: relevant items per query, counted here unless
+        # single; a block gives each query n_rel + 1 record slots.
         nq, w = q.shape
-        ndb = db.shape[0]
+        ndb = db_t.shape[1]
         nbins = hist.shape[1]
         qblock = hist.shape[0]
         fast = w == 1 and single
-        db_flat = db.reshape(db.size)  # the words when w == 1
-        dl_flat = dl.reshape(dl.size)  # the class ids when single
         sh = hist.dtype.type(shift)
         rec = np.empty(0, hist.dtype)
+        dist = np.empty(tile, np.uint16)
+        rel = np.empty(tile, np.uint8)
         start = np.empty(qblock + 1, np.int64)
         cnt = np.empty(qblock, np.int64)
         seen = np.zeros(nbins, np.int64)
@@ -475,7 +480,10 @@ def _numba_kernels() -> SimpleNamespace:
             for b in range(nb):
                 a = q0 + b
                 if not single:
-                    n_rel[a] = _count_relevant(ql[a], dl, single)
+                    c = 0
+                    for c0 in range(0, ndb, tile):
+                        c += _relevance(ql[a], dl_t, False, c0, min(c0 + tile, ndb), rel)
+                    n_rel[a] = c
                 start[b + 1] = start[b] + n_rel[a] + 1
                 cnt[b] = start[b]
                 for t in range(nbins):
@@ -489,13 +497,13 @@ def _numba_kernels() -> SimpleNamespace:
                     n = np.uint64(cnt[b])
                     if fast:
                         n = _scan_words(
-                            q[a, 0], ql[a, 0], db_flat[c0:c1], dl_flat[c0:c1],
+                            q[a, 0], ql[a, 0], db_t[0, c0:c1], dl_t[0, c0:c1],
                             hist[b], rec, n,
                         )  # fmt: skip
                     else:
-                        n = _scan_rows(
-                            q[a], ql[a], single, db[c0:c1], dl[c0:c1], hist[b], rec, n
-                        )
+                        distances(q[a], db_t, c0, c1, dist)
+                        _relevance(ql[a], dl_t, single, c0, c1, rel)
+                        n = _scan_buffered(dist, rel, c1 - c0, hist[b], rec, n)
                     cnt[b] = n
             for b in range(nb):
                 a = q0 + b
@@ -597,15 +605,15 @@ def _rank_stats_impl(
     if backend == "numba":
         kernels = _numba_kernels()
         if labels.single:
-            ql, dl, n_rel = _class_ids(labels)
+            ql, dl_t, n_rel = _class_ids(labels)
         else:
-            ql, dl = labels.query, np.ascontiguousarray(labels.db_t.T)
+            ql, dl_t = labels.query, labels.db_t
             n_rel = np.empty(nq, np.int64)  # counted by the kernel
         word, shift = _record_word(nbins, ndb)
         hist = np.empty((min(_RANK_QUERY_BLOCK, nq), nbins), word)
         kernels.rank_stats(
-            q, db, ql, dl, labels.single, n_rel, hist, shift, _RANK_TILE,
-            ap, hist_all, hist_rel,
+            q, np.ascontiguousarray(db.T), ql, dl_t, labels.single, n_rel, hist,
+            shift, _RANK_TILE, ap, hist_all, hist_rel,
         )  # fmt: skip
         return ap, hist_all, hist_rel
     block = max(1, _BLOCK_PAIRS // ndb)
@@ -633,7 +641,7 @@ def _rank_stats_impl(
 def _class_ids(labels: _Labels) -> tuple[NDArray[Any], NDArray[Any], NDArray[np.int64]]:
     """Single-label classes as small ids for the numba kernel.
 
-    Returns (nq, 1) query ids, (ndb, 1) database ids (the narrowest unsigned
+    Returns (nq, 1) query ids, (1, ndb) database ids (the narrowest unsigned
     dtype that holds them; equal ids iff equal labels) and the (nq,) number of
     database items relevant to each query.
     """
@@ -650,7 +658,7 @@ def _class_ids(labels: _Labels) -> tuple[NDArray[Any], NDArray[Any], NDArray[np.
     n_rel = np.bincount(d_ids, minlength=n_ids)[q_ids].astype(np.int64)
     return (
         q_ids.astype(dtype).reshape(-1, 1),
-        d_ids.astype(dtype).reshape(-1, 1),
+        d_ids.astype(dtype).reshape(1, -1),
         n_rel,
     )
 
