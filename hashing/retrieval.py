@@ -417,17 +417,17 @@ def _numba_kernels() -> SimpleNamespace:
         seen[:] = 0
         for u in range(rec.shape[0]):
             seen[np.int64(rec[u] >> sh)] += 1
-        x = 0
-        y = 0
-        for t in range(nbins):
-            h = np.int64(hist[t] & low)
-            h_all[t] = h
-            h_rel[t] = seen[t]
-            c_all[t] = x
-            c_rel[t] = y
+        x = np.int64(0)
+        y = np.int64(0)
+        for b in range(nbins):
+            h = np.int64(hist[b] & low)
+            h_all[b] = h
+            h_rel[b] = seen[b]
+            c_all[b] = x
+            c_rel[b] = y
             x += h
-            y += seen[t]
-            seen[t] = 0
+            y += seen[b]
+            seen[b] = 0
         if rec.shape[0] == 0:
             return 0.0
         total = 0.0
@@ -482,7 +482,9 @@ def _numba_kernels() -> SimpleNamespace:
                 if not single:
                     c = 0
                     for c0 in range(0, ndb, tile):
-                        c += _relevance(ql[a], dl_t, False, c0, min(c0 + tile, ndb), rel)
+                        c += _relevance(
+                            ql[a], dl_t, False, c0, min(c0 + tile, ndb), rel
+                        )
                     n_rel[a] = c
                 start[b + 1] = start[b] + n_rel[a] + 1
                 cnt[b] = start[b]
@@ -605,14 +607,14 @@ def _rank_stats_impl(
     if backend == "numba":
         kernels = _numba_kernels()
         if labels.single:
-            ql, dl_t, n_rel = _class_ids(labels)
+            ql, dl_t, n_relevant = _class_ids(labels)
         else:
             ql, dl_t = labels.query, labels.db_t
-            n_rel = np.empty(nq, np.int64)  # counted by the kernel
+            n_relevant = np.empty(nq, np.int64)  # counted by the kernel
         word, shift = _record_word(nbins, ndb)
         hist = np.empty((min(_RANK_QUERY_BLOCK, nq), nbins), word)
         kernels.rank_stats(
-            q, np.ascontiguousarray(db.T), ql, dl_t, labels.single, n_rel, hist,
+            q, np.ascontiguousarray(db.T), ql, dl_t, labels.single, n_relevant, hist,
             shift, _RANK_TILE, ap, hist_all, hist_rel,
         )  # fmt: skip
         return ap, hist_all, hist_rel
