@@ -368,24 +368,10 @@ def _numba_kernels() -> SimpleNamespace:
     # the record (t, position in the bucket) in a single word.
 
     @njit(**opts)
-    def _scan_words(
-        x: Any, lab: Any, db: _U64, dl: Any, hist: Any, rec: Any, n: Any
-    ) -> Any:
-        # One query against a tile of 64-bit codes db (m,) with class ids dl (m,).
-        one = hist.dtype.type(1)
-        for i in range(db.shape[0]):
-            t = popcount(x ^ db[i])
-            v = hist[t] + one
-            hist[t] = v
-            rec[n] = v
-            n += np.uint64(dl[i] == lab)
-        return n
-
-    @njit(**opts)
     def _scan_buffered(
         dist: _Dist, rel: Any, m: int, hist: Any, rec: Any, n: Any
     ) -> Any:
-        # The same from precomputed distances and relevance of m items.
+        # One query against m items of precomputed distances and relevance.
         one = hist.dtype.type(1)
         for i in range(m):
             t = dist[i]
@@ -394,6 +380,49 @@ def _numba_kernels() -> SimpleNamespace:
             rec[n] = v
             n += np.uint64(rel[i])
         return n
+
+    # Tile scans for rank_stats, one signature: query a against items c0..c1-1.
+
+    @njit(**opts)
+    def scan_words(
+        q: _U64, a: int, db_t: _U64, ql: Any, dl_t: Any, single: bool,
+        c0: int, c1: int, hist: Any, rec: Any, n: Any, dist: _Dist, rel: Any,
+    ) -> Any:  # fmt: skip
+        # 64-bit codes and class ids: popcount, bucket and relevance in one loop.
+        x = q[a, 0]
+        lab = ql[a, 0]
+        db = db_t[0, c0:c1]
+        dl = dl_t[0, c0:c1]
+        one = hist.dtype.type(1)
+        for i in range(c1 - c0):
+            t = popcount(x ^ db[i])
+            v = hist[t] + one
+            hist[t] = v
+            rec[n] = v
+            n += np.uint64(dl[i] == lab)
+        return n
+
+    @njit(**opts)
+    def scan_rows(
+        q: _U64, a: int, db_t: _U64, ql: Any, dl_t: Any, single: bool,
+        c0: int, c1: int, hist: Any, rec: Any, n: Any, dist: _Dist, rel: Any,
+    ) -> Any:  # fmt: skip
+        # Any code length and either label kind: vectorized distances and
+        # relevance of the tile first.
+        distances(q[a], db_t, c0, c1, dist)
+        _relevance(ql[a], dl_t, single, c0, c1, rel)
+        return _scan_buffered(dist, rel, c1 - c0, hist, rec, n)
+
+    @njit(**opts)
+    def count_relevant(ql: Any, dl_t: Any, tile: int, out: _I64) -> None:
+        # out[a] = number of database items relevant to query a (multi-label).
+        ndb = dl_t.shape[1]
+        rel = np.empty(tile, np.uint8)
+        for a in range(ql.shape[0]):
+            c = 0
+            for c0 in range(0, ndb, tile):
+                c += _relevance(ql[a], dl_t, False, c0, min(c0 + tile, ndb), rel)
+            out[a] = c
 
     @njit(**opts)
     def _average_precision(
@@ -441,6 +470,7 @@ def _numba_kernels() -> SimpleNamespace:
 
     @njit(**opts)
     def rank_stats(
+        scan: Any,
         q: _U64,
         db_t: _U64,
         ql: Any,
@@ -458,13 +488,12 @@ def _numba_kernels() -> SimpleNamespace:
         # of all / relevant items, by a counting sort in one pass over the
         # database. Queries go in blocks of hist.shape[0]; each block walks the
         # database in tiles that stay in cache while every query of the block
-        # scans them. n_rel: relevant items per query, counted here unless
-        # single; a block gives each query n_rel + 1 record slots.
-        nq, w = q.shape
+        # scans them (scan: scan_words or scan_rows). n_rel: relevant items per
+        # query; a block gives each query n_rel + 1 record slots.
+        nq = q.shape[0]
         ndb = db_t.shape[1]
         nbins = hist.shape[1]
         qblock = hist.shape[0]
-        fast = w == 1 and single
         sh = hist.dtype.type(shift)
         rec = np.empty(0, hist.dtype)
         dist = np.empty(tile, np.uint16)
@@ -478,15 +507,7 @@ def _numba_kernels() -> SimpleNamespace:
             nb = min(qblock, nq - q0)
             start[0] = 0
             for b in range(nb):
-                a = q0 + b
-                if not single:
-                    c = 0
-                    for c0 in range(0, ndb, tile):
-                        c += _relevance(
-                            ql[a], dl_t, False, c0, min(c0 + tile, ndb), rel
-                        )
-                    n_rel[a] = c
-                start[b + 1] = start[b] + n_rel[a] + 1
+                start[b + 1] = start[b] + n_rel[q0 + b] + 1
                 cnt[b] = start[b]
                 for t in range(nbins):
                     hist[b, t] = hist.dtype.type(t) << sh
@@ -495,18 +516,10 @@ def _numba_kernels() -> SimpleNamespace:
             for c0 in range(0, ndb, tile):
                 c1 = min(c0 + tile, ndb)
                 for b in range(nb):
-                    a = q0 + b
-                    n = np.uint64(cnt[b])
-                    if fast:
-                        n = _scan_words(
-                            q[a, 0], ql[a, 0], db_t[0, c0:c1], dl_t[0, c0:c1],
-                            hist[b], rec, n,
-                        )  # fmt: skip
-                    else:
-                        distances(q[a], db_t, c0, c1, dist)
-                        _relevance(ql[a], dl_t, single, c0, c1, rel)
-                        n = _scan_buffered(dist, rel, c1 - c0, hist[b], rec, n)
-                    cnt[b] = n
+                    cnt[b] = scan(
+                        q, q0 + b, db_t, ql, dl_t, single, c0, c1, hist[b], rec,
+                        np.uint64(cnt[b]), dist, rel,
+                    )  # fmt: skip
             for b in range(nb):
                 a = q0 + b
                 out_ap[a] = _average_precision(
@@ -548,6 +561,9 @@ def _numba_kernels() -> SimpleNamespace:
         topk=topk,
         topk_counting=topk_counting,
         rank_stats=rank_stats,
+        scan_words=scan_words,
+        scan_rows=scan_rows,
+        count_relevant=count_relevant,
         distances=distances,
     )
 
@@ -610,12 +626,14 @@ def _rank_stats_impl(
             ql, dl_t, n_relevant = _class_ids(labels)
         else:
             ql, dl_t = labels.query, labels.db_t
-            n_relevant = np.empty(nq, np.int64)  # counted by the kernel
+            n_relevant = np.empty(nq, np.int64)
+            kernels.count_relevant(ql, dl_t, _RANK_TILE, n_relevant)
+        scan = kernels.scan_words if words == 1 and labels.single else kernels.scan_rows
         word, shift = _record_word(nbins, ndb)
         hist = np.empty((min(_RANK_QUERY_BLOCK, nq), nbins), word)
         kernels.rank_stats(
-            q, np.ascontiguousarray(db.T), ql, dl_t, labels.single, n_relevant, hist,
-            shift, _RANK_TILE, ap, hist_all, hist_rel,
+            scan, q, np.ascontiguousarray(db.T), ql, dl_t, labels.single,
+            n_relevant, hist, shift, _RANK_TILE, ap, hist_all, hist_rel,
         )  # fmt: skip
         return ap, hist_all, hist_rel
     block = max(1, _BLOCK_PAIRS // ndb)
