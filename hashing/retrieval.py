@@ -55,6 +55,11 @@ Backend = Literal["auto", "numpy", "numba"]
 _BLOCK_PAIRS = 1 << 21
 #: "auto" switches to numba from this many query-database pairs.
 _NUMBA_MIN_PAIRS = 1 << 25
+#: Queries per block of the numba mAP@ALL / histogram kernel.
+_RANK_QUERY_BLOCK = 16
+#: Database items per tile of that kernel (each query of a block scans a tile
+#: while it is in cache).
+_RANK_TILE = 2048
 #: Database items per chunk in the numba top-k scan (multiple of 8).
 _TOPK_CHUNK = 4096
 #: Above this many (bits + 1) * k bucket slots, numba top-k switches to the
@@ -333,77 +338,194 @@ def _numba_kernels() -> SimpleNamespace:
                         m += 1
 
     @njit(**opts)
+    def _relevance(la: Any, dl_t: Any, single: bool, c0: int, c1: int, out: Any) -> int:
+        # out[i - c0] = relevance of item i (c0 <= i < c1) to query labels la (L,)
+        # (equal class ids, or a shared bit of the multi-hot words); returns the
+        # count. Word-major dl_t (L, ndb) keeps the loops contiguous (vectorized).
+        m = c1 - c0
+        row = dl_t[0, c0:c1]
+        x = la[0]
+        if single:
+            for i in range(m):
+                out[i] = row[i] == x
+        else:
+            for i in range(m):
+                out[i] = (row[i] & x) != 0
+            for j in range(1, dl_t.shape[0]):
+                x = la[j]
+                row = dl_t[j, c0:c1]
+                for i in range(m):
+                    out[i] |= (row[i] & x) != 0
+        c = 0
+        for i in range(m):
+            c += out[i]
+        return c
+
+    # The scans record every item at its bucket's running count; the next record
+    # slot advances only for relevant items (branch-free: an irrelevant item's
+    # record is overwritten by the next one). A histogram word holds
+    # (t << shift) | count, so one load, add and store updates bucket t and gives
+    # the record (t, position in the bucket) in a single word.
+
+    @njit(**opts)
+    def _scan_buffered(
+        dist: _Dist, rel: Any, m: int, hist: Any, rec: Any, n: Any
+    ) -> Any:
+        # One query against m items of precomputed distances and relevance.
+        one = hist.dtype.type(1)
+        for i in range(m):
+            t = dist[i]
+            v = hist[t] + one
+            hist[t] = v
+            rec[n] = v
+            n += np.uint64(rel[i])
+        return n
+
+    # Tile scans for rank_stats, one signature: query a against items c0..c1-1.
+
+    @njit(**opts)
+    def scan_words(
+        q: _U64, a: int, db_t: _U64, ql: Any, dl_t: Any, single: bool,
+        c0: int, c1: int, hist: Any, rec: Any, n: Any, dist: _Dist, rel: Any,
+    ) -> Any:  # fmt: skip
+        # 64-bit codes and class ids: popcount, bucket and relevance in one loop.
+        x = q[a, 0]
+        lab = ql[a, 0]
+        db = db_t[0, c0:c1]
+        dl = dl_t[0, c0:c1]
+        one = hist.dtype.type(1)
+        for i in range(c1 - c0):
+            t = popcount(x ^ db[i])
+            v = hist[t] + one
+            hist[t] = v
+            rec[n] = v
+            n += np.uint64(dl[i] == lab)
+        return n
+
+    @njit(**opts)
+    def scan_rows(
+        q: _U64, a: int, db_t: _U64, ql: Any, dl_t: Any, single: bool,
+        c0: int, c1: int, hist: Any, rec: Any, n: Any, dist: _Dist, rel: Any,
+    ) -> Any:  # fmt: skip
+        # Any code length and either label kind: vectorized distances and
+        # relevance of the tile first.
+        distances(q[a], db_t, c0, c1, dist)
+        _relevance(ql[a], dl_t, single, c0, c1, rel)
+        return _scan_buffered(dist, rel, c1 - c0, hist, rec, n)
+
+    @njit(**opts)
+    def count_relevant(ql: Any, dl_t: Any, tile: int, out: _I64) -> None:
+        # out[a] = number of database items relevant to query a (multi-label).
+        ndb = dl_t.shape[1]
+        rel = np.empty(tile, np.uint8)
+        for a in range(ql.shape[0]):
+            c = 0
+            for c0 in range(0, ndb, tile):
+                c += _relevance(ql[a], dl_t, False, c0, min(c0 + tile, ndb), rel)
+            out[a] = c
+
+    @njit(**opts)
+    def _average_precision(
+        hist: Any,
+        rec: Any,
+        shift: int,
+        seen: _I64,
+        c_all: _I64,
+        c_rel: _I64,
+        h_all: _I64,
+        h_rel: _I64,
+    ) -> float:
+        # A relevant item at distance t that is the p-th item and the m-th
+        # relevant item of its distance bucket (index order) has rank C_t + p and
+        # is the (R_t + m)-th relevant item, where C_t / R_t count all / relevant
+        # items at distances < t. rec holds (t << shift) | p of the relevant
+        # items in index order, so m is a running count per bucket.
+        nbins = hist.shape[0]
+        sh = hist.dtype.type(shift)
+        low = (hist.dtype.type(1) << sh) - hist.dtype.type(1)
+        seen[:] = 0
+        for u in range(rec.shape[0]):
+            seen[np.int64(rec[u] >> sh)] += 1
+        x = np.int64(0)
+        y = np.int64(0)
+        for b in range(nbins):
+            h = np.int64(hist[b] & low)
+            h_all[b] = h
+            h_rel[b] = seen[b]
+            c_all[b] = x
+            c_rel[b] = y
+            x += h
+            y += seen[b]
+            seen[b] = 0
+        if rec.shape[0] == 0:
+            return 0.0
+        total = 0.0
+        for u in range(rec.shape[0]):
+            e = rec[u]
+            t = np.int64(e >> sh)
+            m = seen[t] + 1
+            seen[t] = m
+            total += (c_rel[t] + m) / (c_all[t] + np.int64(e & low))
+        return total / rec.shape[0]
+
+    @njit(**opts)
     def rank_stats(
+        scan: Any,
         q: _U64,
         db_t: _U64,
-        ql: _U64,
-        dl_t: _U64,
+        ql: Any,
+        dl_t: Any,
         single: bool,
-        dist: _Dist,
+        n_rel: _I64,
+        hist: Any,
+        shift: int,
+        tile: int,
         out_ap: NDArray[np.float64],
         hist_all: _I64,
         hist_rel: _I64,
     ) -> None:
         # Per query: AP over the whole stable ranking and the distance histograms
-        # of all / relevant items. A relevant item at distance t that is the p-th
-        # item and the m-th relevant item of its distance bucket (index order) has
-        # rank C_t + p and is the (R_t + m)-th relevant item, where C_t / R_t count
-        # all / relevant items at distances < t: a counting sort, O(ndb) per query.
+        # of all / relevant items, by a counting sort in one pass over the
+        # database. Queries go in blocks of hist.shape[0]; each block walks the
+        # database in tiles that stay in cache while every query of the block
+        # scans them (scan: scan_words or scan_rows). n_rel: relevant items per
+        # query; a block gives each query n_rel + 1 record slots.
         nq = q.shape[0]
         ndb = db_t.shape[1]
-        n_label_words = dl_t.shape[0]
-        nbins = hist_all.shape[1]
-        rel = np.empty(ndb, np.uint8)
-        rel_t = np.empty(ndb, np.int32)
-        rel_p = np.empty(ndb, np.int32)
-        rel_m = np.empty(ndb, np.int32)
+        nbins = hist.shape[1]
+        qblock = hist.shape[0]
+        sh = hist.dtype.type(shift)
+        rec = np.empty(0, hist.dtype)
+        dist = np.empty(tile, np.uint16)
+        rel = np.empty(tile, np.uint8)
+        start = np.empty(qblock + 1, np.int64)
+        cnt = np.empty(qblock, np.int64)
+        seen = np.zeros(nbins, np.int64)
         c_all = np.empty(nbins, np.int64)
         c_rel = np.empty(nbins, np.int64)
-        for a in range(nq):
-            h_all = hist_all[a]
-            h_rel = hist_rel[a]
-            distances(q[a], db_t, 0, ndb, dist)
-            if single:
-                lab = ql[a, 0]
-                row = dl_t[0]
-                for i in range(ndb):
-                    rel[i] = row[i] == lab
-            else:
-                rel[:] = 0
-                for j in range(n_label_words):
-                    lab = ql[a, j]
-                    if lab == 0:
-                        continue
-                    row = dl_t[j]
-                    for i in range(ndb):
-                        rel[i] |= (row[i] & lab) != 0
-            n_rel = 0
-            for i in range(ndb):
-                t = dist[i]
-                r = rel[i]
-                p = h_all[t] + 1
-                h_all[t] = p
-                m = h_rel[t] + r
-                h_rel[t] = m
-                rel_t[n_rel] = t
-                rel_p[n_rel] = p
-                rel_m[n_rel] = m
-                n_rel += r
-            if n_rel == 0:
-                out_ap[a] = 0.0
-                continue
-            x = 0
-            y = 0
-            for t in range(nbins):
-                c_all[t] = x
-                c_rel[t] = y
-                x += h_all[t]
-                y += h_rel[t]
-            total = 0.0
-            for u in range(n_rel):
-                t = rel_t[u]
-                total += (c_rel[t] + rel_m[u]) / (c_all[t] + rel_p[u])
-            out_ap[a] = total / n_rel
+        for q0 in range(0, nq, qblock):
+            nb = min(qblock, nq - q0)
+            start[0] = 0
+            for b in range(nb):
+                start[b + 1] = start[b] + n_rel[q0 + b] + 1
+                cnt[b] = start[b]
+                for t in range(nbins):
+                    hist[b, t] = hist.dtype.type(t) << sh
+            if start[nb] > rec.shape[0]:
+                rec = np.empty(start[nb], hist.dtype)
+            for c0 in range(0, ndb, tile):
+                c1 = min(c0 + tile, ndb)
+                for b in range(nb):
+                    cnt[b] = scan(
+                        q, q0 + b, db_t, ql, dl_t, single, c0, c1, hist[b], rec,
+                        np.uint64(cnt[b]), dist, rel,
+                    )  # fmt: skip
+            for b in range(nb):
+                a = q0 + b
+                out_ap[a] = _average_precision(
+                    hist[b], rec[start[b] : cnt[b]], shift, seen, c_all, c_rel,
+                    hist_all[a], hist_rel[a],
+                )  # fmt: skip
 
     @njit(**opts)
     def topk_counting(
@@ -439,6 +561,9 @@ def _numba_kernels() -> SimpleNamespace:
         topk=topk,
         topk_counting=topk_counting,
         rank_stats=rank_stats,
+        scan_words=scan_words,
+        scan_rows=scan_rows,
+        count_relevant=count_relevant,
         distances=distances,
     )
 
@@ -497,19 +622,19 @@ def _rank_stats_impl(
     hist_rel = np.zeros((nq, nbins), np.int64)
     if backend == "numba":
         kernels = _numba_kernels()
-        dist = np.empty(ndb, distance_dtype(WORD_BITS * words))
-        db_t = np.ascontiguousarray(db.T)
+        if labels.single:
+            ql, dl_t, n_relevant = _class_ids(labels)
+        else:
+            ql, dl_t = labels.query, labels.db_t
+            n_relevant = np.empty(nq, np.int64)
+            kernels.count_relevant(ql, dl_t, _RANK_TILE, n_relevant)
+        scan = kernels.scan_words if words == 1 and labels.single else kernels.scan_rows
+        word, shift = _record_word(nbins, ndb)
+        hist = np.empty((min(_RANK_QUERY_BLOCK, nq), nbins), word)
         kernels.rank_stats(
-            q,
-            db_t,
-            labels.query,
-            labels.db_t,
-            labels.single,
-            dist,
-            ap,
-            hist_all,
-            hist_rel,
-        )
+            scan, q, np.ascontiguousarray(db.T), ql, dl_t, labels.single,
+            n_relevant, hist, shift, _RANK_TILE, ap, hist_all, hist_rel,
+        )  # fmt: skip
         return ap, hist_all, hist_rel
     block = max(1, _BLOCK_PAIRS // ndb)
     ranks = np.arange(1, ndb + 1, dtype=np.float64)
@@ -531,6 +656,39 @@ def _rank_stats_impl(
         precision_sum = np.where(rel_sorted, hits / ranks, 0.0).sum(axis=1)
         ap[q0:q1] = np.where(n_rel > 0, precision_sum / np.maximum(n_rel, 1), 0.0)
     return ap, hist_all, hist_rel
+
+
+def _class_ids(labels: _Labels) -> tuple[NDArray[Any], NDArray[Any], NDArray[np.int64]]:
+    """Single-label classes as small ids for the numba kernel.
+
+    Returns (nq, 1) query ids, (1, ndb) database ids (the narrowest unsigned
+    dtype that holds them; equal ids iff equal labels) and the (nq,) number of
+    database items relevant to each query.
+    """
+    q = labels.query[:, 0].view(np.int64)
+    d = labels.db_t[0].view(np.int64)
+    lo = min(int(q.min()), int(d.min()))
+    hi = max(int(q.max()), int(d.max()))
+    if hi - lo < 1 << 16:
+        q_ids, d_ids, n_ids = q - lo, d - lo, hi - lo + 1
+    else:  # sparse ids: number the distinct labels
+        uniq, inv = np.unique(np.concatenate([q, d]), return_inverse=True)
+        q_ids, d_ids, n_ids = inv[: q.size], inv[q.size :], uniq.size
+    dtype = np.min_scalar_type(n_ids - 1)
+    n_rel = np.bincount(d_ids, minlength=n_ids)[q_ids].astype(np.int64)
+    return (
+        q_ids.astype(dtype).reshape(-1, 1),
+        d_ids.astype(dtype).reshape(1, -1),
+        n_rel,
+    )
+
+
+def _record_word(nbins: int, ndb: int) -> tuple[type[np.unsignedinteger], int]:
+    """Word and shift of the numba histogram: (t << shift) | count, count <= ndb."""
+    shift = ndb.bit_length()
+    if (nbins - 1) < 1 << (32 - shift):
+        return np.uint32, shift
+    return np.uint64, shift
 
 
 def _relevance_of(labels: _Labels, idx: NDArray[np.int64]) -> NDArray[np.bool_]:

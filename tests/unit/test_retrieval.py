@@ -271,6 +271,56 @@ def test_numpy_blocks_match_single_block(monkeypatch: pytest.MonkeyPatch) -> Non
     assert idx.shape == (9, 5)
 
 
+@pytest.mark.skipif(not HAS_NUMBA, reason="numba not installed")
+@pytest.mark.parametrize(
+    ("case", "record"),
+    [
+        ((1, 12, 150, 8, False, 4), "uint32"),  # 64-bit words, class ids: fused loop
+        ((1, 12, 150, 8, False, 4), "uint64"),
+        ((2, 10, 130, 8, True, 6), "uint32"),  # multi-label: counted, buffered
+        ((5, 6, 90, 130, False, 5), "uint64"),  # three words: buffered distances
+        ((6, 4, 60, 300, True, 3), "uint32"),
+    ],
+    ids=lambda v: v if isinstance(v, str) else f"bits{v[3]}-multi{v[4]}",
+)
+def test_numba_rank_stats_blocks_and_tiles(
+    case, record: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Query blocks that do not divide the query count and database tiles that do
+    # not divide the database: exact histograms, per-query AP equal to the numpy
+    # backend (query 0 has no relevant item; duplicated codes give ties).
+    q, db, ql, dl, _, ref = case_data(case)
+    qp, dp = pack_codes(q), pack_codes(db)
+    labels = retrieval._encode_labels(ql, dl, len(q), len(db))
+    ap_np, all_np, rel_np = retrieval._rank_stats_impl(qp, dp, labels, "numpy")
+    monkeypatch.setattr(retrieval, "_RANK_QUERY_BLOCK", 4)
+    monkeypatch.setattr(retrieval, "_RANK_TILE", 7)
+    if record == "uint64":  # the word for counts or bins beyond 32 bits
+        monkeypatch.setattr(
+            retrieval, "_record_word", lambda nbins, ndb: (np.uint64, ndb.bit_length())
+        )
+    ap, h_all, h_rel = retrieval._rank_stats_impl(qp, dp, labels, "numba")
+    np.testing.assert_array_equal(h_all, all_np)
+    np.testing.assert_array_equal(h_rel, rel_np)
+    np.testing.assert_allclose(ap, ap_np, rtol=1e-12, atol=0)
+    assert ap[0] == 0.0 and h_rel[0].sum() == 0
+    assert ap.mean() == pytest.approx(ref["map_all"], rel=1e-12)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_map_all_sparse_and_negative_class_ids(backend: str) -> None:
+    # Class ids far apart (numbered before the numba kernel) and negative ones
+    # give the same mAP as the same classes numbered 0..3.
+    q, db, _, _ = random_problem(11, 6, 80, 16, False, 3)
+    rng = np.random.default_rng(11)
+    small_q, small_db = rng.integers(0, 4, size=6), rng.integers(0, 4, size=80)
+    ids = np.array([-7, 0, 2**40, 3])
+    qp, dp = pack_codes(q), pack_codes(db)
+    expected = mean_average_precision(qp, dp, small_q, small_db, backend="numpy")
+    got = mean_average_precision(qp, dp, ids[small_q], ids[small_db], backend=backend)
+    assert got == pytest.approx(expected, rel=1e-12)
+
+
 # ------------------------------------------------------------------ misc behaviour
 
 
