@@ -13,7 +13,10 @@ is recomputed from every section present):
   is shared) and per-value Paillier run on ``--naive-sample`` values and
   extrapolated to the whole update (marked ``extrapolated_from_sample``).
 * ``round``: end-to-end Flower simulations, plaintext FedAvg against DPHE (``mlp``,
-  digits, ``--round-clients`` 5), alternating ``--round-reps`` times.
+  digits, ``--round-clients`` 5), alternating ``--round-reps`` times: DPHE with
+  each node's obfuscator pool filled before the run (the nodes' precompute, reported
+  apart: a deployment runs it on each node's own CPU between messages) and DPHE
+  with the 5 nodes' fillers running during the run on the simulation's cores.
 * ``avenues`` / ``key3072``: unit costs behind the choices.
 * ``security``: the cost of tags, MACs and their checks (with vs without).
 * ``grid``: the earlier 3 models x 3 sparsities x naive / DPHE / packed grid.
@@ -21,11 +24,12 @@ is recomputed from every section present):
 Summary fields: ``summary.default.online_vs_ckks`` (the default configuration's
 online client time over CKKS's), ``summary.default.precompute_s`` (its obfuscator
 pool, filled by one background process), ``summary.cnn.packed_vs_naive``,
-``summary.cnn.keyholder_s``, ``summary.round_ratio_dphe_vs_plain``.
+``summary.cnn.keyholder_s``, ``summary.round_ratio_dphe_vs_plain`` (pools filled
+before the run), ``summary.round_ratio_refill_in_sim`` (fillers during the run).
 ``--tiny`` is the smoke run (seconds, 512-bit test keys; ``make test``).
 
 ``python benchmarks/dphe.py --part cnn`` (about 9 minutes here),
-``--part round`` (about 6), ``--part avenues,key3072``.
+``--part round`` (about 12), ``--part avenues,key3072``.
 """
 
 from __future__ import annotations
@@ -36,7 +40,9 @@ import json
 import math
 import os
 import platform
+import resource
 import secrets
+import subprocess
 import sys
 import tempfile
 import time
@@ -75,7 +81,7 @@ from crypto import (  # noqa: E402
     naive_encrypt,
     quantize,
 )
-from crypto.obfuscator_store import ObfuscatorStore  # noqa: E402
+from crypto.obfuscator_store import ObfuscatorStore, filler_command  # noqa: E402
 from hashing.update_sparsity import (  # noqa: E402
     block_top_k_sparsify,
     top_k_sparsify,
@@ -685,8 +691,9 @@ def default_summary(cnn: dict, round_part: dict | None) -> dict:
     filling the pool with the round's full obfuscators, per client per round. The
     ratio is the median of the back-to-back CKKS / default pairs (the machine is
     shared), else the single rows. Whether the precompute fits: the default run's
-    (``round`` part: mlp) per-round precompute against its DPHE round time, the
-    time between two train messages of a client that is sampled every round.
+    (``round`` part: mlp) per-round precompute (one filler process, its start
+    included) against its DPHE round time, the time between two train messages of
+    a client that is sampled every round.
     """
     head = cnn["dphe"][DEFAULT_ROW]
     ckks = cnn["ckks"]
@@ -720,6 +727,7 @@ def default_summary(cnn: dict, round_part: dict | None) -> dict:
         )
     if round_part and round_part.get("dphe_precompute_s") is not None:
         out["round_precompute_s"] = round_part["dphe_precompute_s"]
+        out["round_precompute_cpu_s"] = round_part.get("dphe_precompute_cpu_s")
         out["round_s_dphe"] = round_part["dphe_round_s_median"]
         out["precompute_fits_between_rounds"] = bool(
             round_part["dphe_precompute_s"] <= round_part["dphe_round_s_median"]
@@ -727,21 +735,41 @@ def default_summary(cnn: dict, round_part: dict | None) -> dict:
     return out
 
 
+ROUND_ARMS = ("plain", "dphe", "dphe-refill-in-sim")
+"""The round part's simulations, alternated in this order every repetition."""
+
+
 def round_ratio(args: argparse.Namespace) -> dict:
     """End-to-end FedAvg rounds (mlp, digits, ``--round-clients``): plain vs DPHE.
 
-    Two real simulations (Flower + Ray, in-process) in this run: plaintext FedAvg
-    (dense updates, the default) and DPHE with ``updates.sparsity = 0.9`` and
-    every other DPHE key at its default (block layout with error feedback, full
-    obfuscators from each node's pool, refilled in the background; the nodes'
-    state folder is a fresh temporary one, so round 1 draws online), a fresh
-    2048-bit key and the in-process keyholder (every check on). Seconds per round
-    are the differences of ``elapsed_s`` between rounds 2 .. R-1 (no evaluation;
-    round 1 holds the actors' start). The two alternate ``--round-reps`` times;
-    the ratio is the median of the per-pair ratios of mean round times. Beside
-    them, one process fills a pool with one round's obfuscators of a client
-    (``dphe_precompute_s``): the precompute the nodes run between rounds.
+    Real simulations (Flower + Ray, in-process) in this run: plaintext FedAvg
+    (dense updates, the default) and DPHE with ``updates.sparsity = 0.9`` and every
+    other DPHE key at its default (block layout with error feedback, full
+    obfuscators from each node's pool), a fresh 2048-bit key and the in-process
+    keyholder (every check on). Seconds per round are the differences of
+    ``elapsed_s`` between rounds 2 .. R-1 (no evaluation; round 1 holds the actors'
+    start). Each repetition runs, in this order (the machine is shared):
+
+    * ``plain``;
+    * ``dphe``: each node's pool filled before the run, by the app's own filler
+      process (one per node, started as the node starts one), with the run's
+      obfuscators: the nodes' precompute, which a deployment runs on each node's
+      own CPU between its messages, is kept off the 2 cores the 5 simulated nodes,
+      the server and the keyholder share. It is reported apart
+      (``dphe_prefill``), and ``pool_levels_after`` shows that no node's pool fell
+      below the level it keeps (so no filler started and nothing was drawn online
+      during the timed rounds);
+    * ``dphe-refill-in-sim``: empty pools, the nodes' fillers running during the
+      run on the same 2 cores (round 1 draws online): what one machine simulating
+      5 nodes costs, not a deployment's round.
+
+    The ratio is the median of the per-repetition ``dphe`` / ``plain`` ratios of
+    mean round times (``ratio_refill_in_sim`` the same for the third arm). Beside
+    them, one filler process pools one round's obfuscators of a client, start
+    included (``dphe_precompute_s``, ``dphe_precompute_cpu_s``): the precompute a
+    node runs between rounds.
     """
+    from clients.dphe_updates import pool_folder
     from experiments.simulate import simulate
     from server.run_files import read_rounds
 
@@ -758,26 +786,32 @@ def round_ratio(args: argparse.Namespace) -> dict:
         "clients": args.round_clients,
         "rounds": args.round_rounds,
         "reps": args.round_reps,
-        "plain": [],
-        "dphe": [],
+        **{arm: [] for arm in ROUND_ARMS},
     }
     with tempfile.TemporaryDirectory() as tmp:
         keys = Path(tmp) / "keys"
         paths = generate_keys(keys, num_clients=args.round_clients, key_bits=2048)
-        out["dphe_precompute_s"], out["dphe_round_ciphertexts"] = round_precompute(
-            {**base, **secure, "dphe.key-dir": str(keys)}, paths.clients[0]
-        )
-        # the machine is shared: plain and DPHE simulations alternate, --round-reps
-        # times, and the ratio is the median of the per-pair ratios
+        config = {**base, **secure, "dphe.key-dir": str(keys)}
+        settings = RunSettings.from_config(config)
+        bundle = load_client_bundle(paths.clients[0], client_id=0)
+        per_round = round_count(settings, bundle.key_bits)
+        level = settings.dphe.obfuscator_pool_rounds * per_round
+        pre = round_precompute(bundle.n, per_round)
+        out["dphe_precompute_s"], out["dphe_precompute_cpu_s"] = pre
+        out["dphe_round_ciphertexts"] = per_round
+        out["dphe_pool_level"] = level
         for rep in range(args.round_reps):
-            for name, over in (
-                ("plain", {}),
-                ("dphe", {**secure, "dphe.key-dir": str(keys)}),
-            ):
-                # a fresh, empty obfuscator pool per run (the Ray actors inherit it)
-                os.environ["FEDHASH_NODE_STATE_DIR"] = str(Path(tmp) / f"state{rep}")
+            for arm in ROUND_ARMS:
+                over = {} if arm == "plain" else config
+                state = Path(tmp) / f"state-{arm}-{rep}"  # fresh pools every run
+                os.environ["FEDHASH_NODE_STATE_DIR"] = str(state)  # the actors' too
+                folders = [pool_folder({}, i) for i in range(args.round_clients)]
+                prefill = None
+                if arm == "dphe":  # every round's values + the level kept after
+                    count = args.round_rounds * per_round + level
+                    prefill = fill_pools(folders, bundle.n, count)
                 run_dir = simulate(
-                    {**base, **over, "results-dir": str(Path(tmp) / f"{name}{rep}")},
+                    {**base, **over, "results-dir": str(Path(tmp) / f"{arm}{rep}")},
                     num_clients=args.round_clients,
                 )
                 rows = read_rounds(run_dir)
@@ -792,35 +826,84 @@ def round_ratio(args: argparse.Namespace) -> dict:
                     "round_s_mean": float(np.mean(per)),
                     "dphe": [r.get("dphe") for r in rows if r.get("dphe")][:1],
                 }
-                out[name].append(item)
-                print(f"round {name} rep {rep}: {json.dumps(item)}", flush=True)
-    out["pair_ratios"] = [
-        d["round_s_mean"] / p["round_s_mean"]
-        for p, d in zip(out["plain"], out["dphe"], strict=True)
-    ]
-    out["ratio"] = float(np.median(out["pair_ratios"]))
-    out["plain_round_s_median"] = float(
-        np.median([p["round_s_mean"] for p in out["plain"]])
-    )
-    out["dphe_round_s_median"] = float(
-        np.median([d["round_s_mean"] for d in out["dphe"]])
-    )
+                if arm != "plain":
+                    levels = [len(ObfuscatorStore(f, bundle.n)) for f in folders]
+                    item["pool_levels_after"] = levels
+                if prefill is not None:
+                    # exactly the kept level left: every round took its values
+                    # from the prefilled pool, no filler ran, none drawn online
+                    item["dphe_prefill"] = prefill
+                    item["pools_at_level_after"] = all(v == level for v in levels)
+                out[arm].append(item)
+                print(f"round {arm} rep {rep}: {json.dumps(item)}", flush=True)
+    plain = [p["round_s_mean"] for p in out["plain"]]
+    for key, arm in (("", "dphe"), ("_refill_in_sim", "dphe-refill-in-sim")):
+        means = [d["round_s_mean"] for d in out[arm]]
+        out[f"pair_ratios{key}"] = [d / p for p, d in zip(plain, means, strict=True)]
+        out[f"ratio{key}"] = float(np.median(out[f"pair_ratios{key}"]))
+        out[f"dphe_round_s_median{key}"] = float(np.median(means))
+    out["plain_round_s_median"] = float(np.median(plain))
     return out
 
 
-def round_precompute(config: dict, bundle_path: Path) -> tuple[float, int]:
-    """Seconds one process takes to pool one round's obfuscators of one client."""
+def round_count(settings: RunSettings, key_bits: int) -> int:
+    """Ciphertexts a client of the round part encrypts per round (mlp + loss)."""
     from clients.dphe_updates import round_ciphertexts
 
-    settings = RunSettings.from_config(config)
-    bundle = load_client_bundle(bundle_path, client_id=0)
     dim = model_dimension(settings, "mlp") - 1  # the model's values, loss aside
-    count = round_ciphertexts(settings, dimension=dim, key_bits=bundle.key_bits)
+    return round_ciphertexts(settings, dimension=dim, key_bits=key_bits)
+
+
+def fill_pools(folders: list[Path], n: int, count: int) -> dict:
+    """Fill each node's pool to ``count`` full obfuscators with the app's filler.
+
+    One filler process per node (:func:`crypto.obfuscator_store.filler_command`,
+    as the node starts it), all at once; returns their wall seconds, CPU seconds
+    and the values per node.
+    """
+    cpu = _children_cpu()
+    t = time.perf_counter()
+    procs = [subprocess.Popen(_filler(f, n, count)) for f in folders]
+    codes = [p.wait() for p in procs]
+    wall = time.perf_counter() - t
+    if any(codes):
+        raise RuntimeError(f"obfuscator fillers failed: exit codes {codes}")
+    levels = [len(ObfuscatorStore(f, n)) for f in folders]
+    if min(levels) < count:
+        raise RuntimeError(f"obfuscator pools short of {count}: {levels}")
+    return {
+        "values_per_node": count,
+        "wall_s": wall,
+        "cpu_s": _children_cpu() - cpu,
+        "processes": len(folders),
+    }
+
+
+def round_precompute(n: int, count: int) -> tuple[float, float]:
+    """Wall and CPU seconds of one filler process pooling ``count`` obfuscators.
+
+    The node's per-round precompute: the app's filler process (start included)
+    filling an empty pool with one round's values of one client.
+    """
     with tempfile.TemporaryDirectory() as tmp:
-        store = ObfuscatorStore(tmp, bundle.n)
+        cpu = _children_cpu()
         t = time.perf_counter()
-        store.fill(count, FullObfuscators(bundle.n))
-        return time.perf_counter() - t, count
+        subprocess.run(_filler(tmp, n, count), check=True)
+        wall = time.perf_counter() - t
+        if len(ObfuscatorStore(tmp, n)) != count:
+            raise RuntimeError("the filler did not pool the round's obfuscators")
+        return wall, _children_cpu() - cpu
+
+
+def _filler(root: str | Path, n: int, count: int) -> list[str]:
+    # the node's filler at normal priority: nothing else of the benchmark runs
+    # meanwhile, and a low priority only stretches the wall time on a busy machine
+    return [*filler_command(root, n, count, "full"), "--nice", "0"]
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def avenues(keys: dict, settings: RunSettings) -> dict:
@@ -1094,6 +1177,7 @@ def main() -> None:
         summary["round_pair_ratios"] = out["round"]["pair_ratios"]
         summary["round_s_plain"] = out["round"]["plain_round_s_median"]
         summary["round_s_dphe"] = out["round"]["dphe_round_s_median"]
+        summary["round_ratio_refill_in_sim"] = out["round"].get("ratio_refill_in_sim")
     summary["goals"] = _goals(summary)
     out["summary"] = summary
     out["machine"]["load_average_at_end"] = list(os.getloadavg())

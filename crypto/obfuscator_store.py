@@ -16,7 +16,11 @@ store keeps the values ``r**n mod n**2`` of one public key in a folder of the no
   the store holds ``target``; one filler at a time (a second returns at once).
   ``python -m crypto.obfuscator_store --dir D --n HEX --target N`` is that filler as
   a detached, low-priority process (:func:`spawn_fill`): the node refills between
-  messages while it is otherwise idle.
+  messages while it is otherwise idle. :func:`spawn_fill` starts none while one is
+  at work on the folder, and the process it starts (:func:`filler_command`) loads
+  only this module and :mod:`crypto.obfuscators` (gmpy2), not the ``crypto``
+  package (numpy, the aggregator, the keyholder), which would cost more CPU per
+  start than a round's draws of a small model.
 
 No Flower imports.
 """
@@ -162,6 +166,11 @@ class ObfuscatorStore:
                 self._write(values[need:])  # the unused rest, as a new batch
         return out
 
+    def filling(self) -> bool:
+        """Whether a filler holds this store's fill lock now (it is at work)."""
+        with self._lock(".fill.lock", wait=False) as free:
+            return not free
+
     def fill(self, target: int, source: ObfuscatorSource) -> int:
         """Draw values from ``source`` until the store holds ``target``.
 
@@ -183,41 +192,55 @@ class ObfuscatorStore:
 _SPAWNED: list[subprocess.Popen[bytes]] = []
 
 
+_BOOT = (
+    "import sys, types; "
+    "package = types.ModuleType('crypto'); package.__path__ = [sys.argv.pop(1)]; "
+    "sys.modules['crypto'] = package; "
+    "from crypto.obfuscator_store import main; main()"
+)
+"""The filler's start: ``crypto`` as a bare namespace (its ``__init__`` not run)."""
+
+
+def filler_command(
+    root: str | Path, n: int, target: int, obfuscators: str
+) -> list[str]:
+    """Return the command of a filler of ``root`` up to ``target`` values.
+
+    It runs :func:`main` with the ``crypto`` package's ``__init__`` skipped: this
+    module and :mod:`crypto.obfuscators` need only the standard library and gmpy2.
+    """
+    return [
+        sys.executable,
+        "-c",
+        _BOOT,
+        str(Path(__file__).resolve().parent),
+        "--dir",
+        str(root),
+        "--n",
+        format(int(n), "x"),
+        "--target",
+        str(int(target)),
+        "--obfuscators",
+        obfuscators,
+    ]
+
+
 def spawn_fill(root: str | Path, n: int, target: int, obfuscators: str) -> int | None:
     """Start a detached low-priority filler of ``root`` up to ``target`` values.
 
-    Returns its process id (``None`` if the store already holds ``target``). The
-    filler exits when the store is full or another filler is at work; the modulus
-    (public) is its only key material.
+    Returns its process id, or ``None`` if the store already holds ``target`` or a
+    filler is at work on it (that one fills up to the level the node keeps, so a
+    second would only start and exit). The filler exits when the store is full;
+    the modulus (public) is its only key material.
     """
     store = ObfuscatorStore(root, n)
-    if len(store) >= target:
+    if len(store) >= target or store.filling():
         return None
     for proc in list(_SPAWNED):  # reap finished fillers
         if proc.poll() is not None:
             _SPAWNED.remove(proc)
-    package_root = str(Path(__file__).resolve().parents[1])
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(
-            p for p in (package_root, os.environ.get("PYTHONPATH", "")) if p
-        ),
-    }
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "crypto.obfuscator_store",
-            "--dir",
-            str(root),
-            "--n",
-            format(int(n), "x"),
-            "--target",
-            str(int(target)),
-            "--obfuscators",
-            obfuscators,
-        ],
-        env=env,
+        filler_command(root, n, target, obfuscators),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

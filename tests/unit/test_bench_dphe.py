@@ -34,3 +34,22 @@ def test_dphe_benchmark_tiny_writes_the_default_summary(tmp_path):
         assert default["online_vs_ckks"] is None
     else:
         assert default["online_vs_ckks"] == default["paired_ratios"][0] > 0
+
+
+def test_round_part_prefills_each_node_pool_with_the_app_filler(tmp_path):
+    from gmpy2 import mpz, powmod
+
+    from benchmarks import dphe
+    from crypto.obfuscator_store import ObfuscatorStore
+
+    n = mpz(2**61 - 1) * mpz(2**31 - 1)
+    folders = [tmp_path / "partition-0", tmp_path / "partition-1"]
+    filled = dphe.fill_pools(folders, n, 5)
+    assert filled["values_per_node"] == 5 and filled["processes"] == 2
+    assert filled["wall_s"] > 0 and filled["cpu_s"] > 0  # the fillers' own CPU
+    phi = mpz(2**61 - 2) * mpz(2**31 - 2)
+    for folder in folders:
+        values = ObfuscatorStore(folder, n).take(10)
+        assert len(values) == 5 and all(powmod(v, phi, n * n) == 1 for v in values)
+    wall, cpu = dphe.round_precompute(n, 3)
+    assert wall > 0 and cpu > 0

@@ -2,12 +2,18 @@
 
 import os
 import stat
+import subprocess
 
 import pytest
 from gmpy2 import mpz, powmod
 
 from crypto import FullObfuscators
-from crypto.obfuscator_store import ObfuscatorStore, key_folder
+from crypto.obfuscator_store import (
+    ObfuscatorStore,
+    filler_command,
+    key_folder,
+    spawn_fill,
+)
 
 N = mpz(1000000007) * mpz(998244353)  # a toy modulus: the store is key-agnostic
 
@@ -75,3 +81,27 @@ def test_a_folder_others_can_read_is_refused(tmp_path):
 
 def test_each_key_has_its_own_folder(tmp_path):
     assert key_folder(tmp_path, N) != key_folder(tmp_path, N + 2)
+
+
+def test_no_second_filler_starts_while_one_is_at_work(tmp_path):
+    # each start costs a Python process: one that would find the lock held and
+    # exit is pure waste on the node's CPU
+    store = ObfuscatorStore(tmp_path, N)
+    with store._lock(".fill.lock"):
+        assert store.filling()
+        assert spawn_fill(tmp_path, N, 5, "full") is None
+    assert not store.filling()
+
+
+def test_the_filler_process_fills_without_the_crypto_package(tmp_path):
+    n = mpz(2**61 - 1) * mpz(2**31 - 1)
+    command = filler_command(tmp_path, n, 4, "full")
+    # its start loads neither numpy nor the package's __init__ (aggregator etc.)
+    loaded = "assert not {'numpy', 'crypto.dphe'} & set(sys.modules)"
+    probe = command[2].replace("main()", loaded)
+    subprocess.run([*command[:2], probe, command[3]], check=True, timeout=60)
+    subprocess.run(command, check=True, timeout=60)
+    store = ObfuscatorStore(tmp_path, n)
+    assert len(store) == 4
+    phi = (mpz(2**61 - 2)) * (mpz(2**31 - 2))
+    assert all(powmod(v, phi, n * n) == 1 for v in store.take(4))
