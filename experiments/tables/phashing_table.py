@@ -694,6 +694,9 @@ def _protocol(args: argparse.Namespace) -> str:
 def _write(all_rows: list[dict], args: argparse.Namespace) -> str:
     bits_list = args.bits_list
     rows = [r for r in all_rows if r.get("kind") != "tune"]
+    # the seeds of the rows (a --resume with fewer --seeds keeps the others' runs)
+    seeds = sorted({r["seed"] for r in rows} | set(args.seeds_list))
+    n = len(seeds)
     lines: list[str] = []
     if args.base:  # e.g. another dataset (--set)
         overrides = ", ".join(f"`{k} = {v!r}`" for k, v in args.base.items())
@@ -706,7 +709,13 @@ def _write(all_rows: list[dict], args: argparse.Namespace) -> str:
         "knows the seed).",
         "",
         "mAP@ALL %, mean ± sample std over seeds "
-        + ",".join(str(s) for s in args.seeds_list)
+        + ",".join(str(s) for s in seeds)
+        + (
+            " (a cell of fewer runs says how many: n=k)"
+            if len({(r["method"], r["bits"], r["eps"], r["seed"]) for r in rows})
+            < len({(r["method"], r["bits"], r["eps"]) for r in rows}) * n
+            else ""
+        )
         + ".",
         "",
         *table_head(
@@ -716,7 +725,6 @@ def _write(all_rows: list[dict], args: argparse.Namespace) -> str:
             f"eps that holds (per bit / per code) at {bits_list[-1]} bits",
         ),
     ]
-    n = len(args.seeds_list)
     fed = [r for r in rows if r["method"] == "DPSH (FedAvg)" and r["eps"] == 0.0]
     floor = [
         _cell(

@@ -94,6 +94,15 @@ def test_table_has_floor_ceiling_partial_counts_and_pr_figure(tmp_path) -> None:
     assert "trained centrally on the whole database for" in text
     assert (tmp_path / "pr-16b.png").stat().st_size > 0
     assert (tmp_path / "table.md").read_text().strip() == text.strip()
+    assert "over seeds 0,1 (a cell of fewer runs says how many: n=k)." in text
+    # a --resume with fewer --seeds keeps the other seeds' rows: the header and the
+    # counts follow the rows, not the flag
+    args.seeds_list = [0]
+    text = pt._write(rows, args)
+    assert "over seeds 0,1 (a cell" in text
+    assert "(n=1)" in next(
+        line for line in text.splitlines() if line.startswith("| FedHAP | non-private")
+    )
 
 
 def test_tuning_picks_each_methods_best_lr_and_the_table_says_so(tmp_path) -> None:
