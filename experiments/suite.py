@@ -647,11 +647,12 @@ def _summary_protocol(out: Path) -> dict[str, Any]:
 def run_paper(run: PaperRun, suite_command: str, git: dict[str, Any]) -> dict[str, Any]:
     """Run one paper's driver, streaming its output; write and return suite.json."""
     run.out.mkdir(parents=True, exist_ok=True)
-    if run.subset is not None and not run.subset[1].is_file():
-        from hashdata.subset import write_subset
+    if run.subset is not None:
+        from hashdata.subset import is_subset_of, write_subset
 
         source, sub, q, d = run.subset
-        write_subset(source, sub, queries=q, database=d, seed=0)
+        if not is_subset_of(sub, source, queries=q, database=d):  # absent or stale
+            write_subset(source, sub, queries=q, database=d, seed=0)
     record: dict[str, Any] = {
         "paper": run.paper.name,
         "runs": run.paper.runs,

@@ -70,6 +70,22 @@ def write_subset(
     return out
 
 
+def is_subset_of(subset: Path, source: Path, *, queries: int, database: int) -> bool:
+    """Whether ``subset`` was written by :func:`write_subset` from this ``source``.
+
+    Compares the recorded source checksum and the split's sizes, so a stale file
+    (another source, or another size) is written again instead of being reused.
+    """
+    try:
+        with np.load(subset, allow_pickle=False) as sub:
+            recorded = str(sub["subset_sha256"])
+            split = sub["split"]
+    except (OSError, KeyError, ValueError):
+        return False
+    sizes = (int((split == 1).sum()), int((split == 0).sum()))
+    return sizes == (queries, database) and recorded == file_sha256(source)
+
+
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point; exit status 2 on bad input (one line naming the value)."""
     p = argparse.ArgumentParser(prog="python -m hashdata.subset", description=__doc__)

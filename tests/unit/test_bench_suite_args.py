@@ -181,7 +181,7 @@ def test_quick_cifar10_features_runs_on_a_subset_written_before_the_driver(
     import numpy as np
 
     from experiments.suite import CIFAR10_FEATURES, QUICK_FEATURES_SUBSET
-    from hashdata.subset import write_subset
+    from hashdata.subset import is_subset_of, write_subset
 
     rng = np.random.default_rng(0)
     labels = np.repeat(np.arange(10), 150)
@@ -205,7 +205,10 @@ def test_quick_cifar10_features_runs_on_a_subset_written_before_the_driver(
         # the driver reads the subset, never the whole file
         assert any(str(sub) in a for a in run.argv)
         assert not any(str(source) in a for a in run.argv)
+    assert not is_subset_of(sub, source, queries=q, database=d)  # not written yet
     write_subset(source, sub, queries=q, database=d, seed=0)
+    assert is_subset_of(sub, source, queries=q, database=d)
+    assert not is_subset_of(sub, source, queries=q, database=d + 10)
     with np.load(sub) as got:
         assert got["x_image"].shape == (q + d, 4)
         assert (got["split"] == 1).sum() == q and (got["split"] == 0).sum() == d
@@ -213,6 +216,9 @@ def test_quick_cifar10_features_runs_on_a_subset_written_before_the_driver(
         assert set(np.bincount(got["labels"][got["split"] == 0])) == {d // 10}
         assert str(got["subset_of"]) == CIFAR10_FEATURES
         assert str(got["backbone"]) == "efficientnet-lite0"  # other arrays kept
+    # a source that changed makes the subset stale
+    np.savez(tmp_path / CIFAR10_FEATURES, x_image=np.zeros((3, 4)), labels=np.arange(3))
+    assert not is_subset_of(sub, source, queries=q, database=d)
     # and a full (non-quick) plan still names the whole file
     (full,) = _plan(
         "--paper", "fedhap", "--dataset", "cifar10-features",
