@@ -159,15 +159,7 @@ class PCABasis:
             If ``bits`` is not an integer in ``[1, min(n, d)]``.
 
         """
-        d = self.mean.shape[0]
-        if isinstance(bits, bool) or not isinstance(bits, int | np.integer) or bits < 1:
-            raise ValueError(f"bits must be an integer >= 1, got {bits!r}")
-        if bits > d:
-            raise ValueError(f"bits={bits} exceeds the feature dimension d={d}")
-        if bits > self.samples:
-            raise ValueError(
-                f"bits={bits} exceeds the number of samples n={self.samples}"
-            )
+        _check_bits(bits, self.samples, self.mean.shape[0])
         return self.mean, self.directions[:, : int(bits)].copy()
 
     def check_fits(self, arr: NDArray[np.float64]) -> None:
@@ -200,13 +192,27 @@ def pca_basis(x: ArrayLike) -> PCABasis:
         If ``x`` is not a finite 2-D array.
 
     """
-    arr = _check_features(x)
+    return _basis(_check_features(x))
+
+
+def _basis(arr: NDArray[np.float64]) -> PCABasis:
+    """:func:`pca_basis` of an array already checked by :func:`_check_features`."""
     mean = arr.mean(axis=0)
     _, _, vt = np.linalg.svd(arr - mean, full_matrices=False)
     w = vt.T.copy()
     idx = np.argmax(np.abs(w), axis=0)
     w *= np.where(w[idx, np.arange(w.shape[1])] < 0, -1.0, 1.0)
     return PCABasis(mean, w, int(arr.shape[0]))
+
+
+def _check_bits(bits: int, n: int, d: int) -> None:
+    """Raise ValueError unless ``bits`` is an integer in ``[1, min(n, d)]``."""
+    if isinstance(bits, bool) or not isinstance(bits, int | np.integer) or bits < 1:
+        raise ValueError(f"bits must be an integer >= 1, got {bits!r}")
+    if bits > d:
+        raise ValueError(f"bits={bits} exceeds the feature dimension d={d}")
+    if bits > n:
+        raise ValueError(f"bits={bits} exceeds the number of samples n={n}")
 
 
 def pca_projection(
@@ -236,14 +242,8 @@ def pca_projection(
 
     """
     arr = _check_features(x)
-    n, d = arr.shape
-    if isinstance(bits, bool) or not isinstance(bits, int | np.integer) or bits < 1:
-        raise ValueError(f"bits must be an integer >= 1, got {bits!r}")
-    if bits > d:
-        raise ValueError(f"bits={bits} exceeds the feature dimension d={d}")
-    if bits > n:
-        raise ValueError(f"bits={bits} exceeds the number of samples n={n}")
-    return pca_basis(arr).take(bits)
+    _check_bits(bits, *arr.shape)  # before the SVD
+    return _basis(arr).take(bits)
 
 
 def procrustes_rotation(
@@ -318,12 +318,13 @@ def _fit(
     noise: UniformSource | None = None,
     basis: PCABasis | None = None,
 ) -> ITQModel:
-    arr = _check_features(x)
+    arr = _check_features(x)  # once: the basis and V both use the checked array
     if basis is None:
-        mean, w = pca_projection(arr, bits)
+        _check_bits(bits, *arr.shape)  # before the SVD
+        basis = _basis(arr)
     else:
         basis.check_fits(arr)
-        mean, w = basis.take(bits)
+    mean, w = basis.take(bits)
     v = (arr - mean) @ w
     rotation = random_rotation(w.shape[1], rng)
     losses = [quantization_loss(v, rotation)]
