@@ -16,6 +16,9 @@ follows if ``updates.sparsity > 0``.
   coordinates' blocks always), so DPHE encrypts only ``num_blocks - floor(sparsity
   * num_blocks)`` blocks. The block of each coordinate comes from the client's own
   DPHE bundle (``blocks_of``, wired by the app).
+* With ``dphe.sparsity-layout = "shared"`` every client keeps the same blocks
+  (:func:`hashing.update_sparsity.shared_blocks`: the loss's and weight's, then the
+  lowest phi-space ids), so the keyholder decrypts one set of blocks a round.
 * **Error feedback** (``updates.error-feedback``; ``auto``: on under secure
   aggregation): the client keeps the residual ``e = (d + e_prev) - s`` of what it
   did not send in its node-local state (``Context.state``, record
@@ -36,6 +39,8 @@ from flwr.clientapp.typing import ClientAppCallable, Mod
 from hashing.update_sparsity import (
     block_top_k_sparsify,
     flatten_arrays,
+    keep_blocks,
+    shared_blocks,
     sparsify_update,
     unflatten_arrays,
 )
@@ -109,13 +114,20 @@ def sparsify_reply(
     else:
         ids, num_blocks = blocks
         # one more coordinate for the loss (its block, and the weight's, are kept)
-        sent = block_top_k_sparsify(
-            np.append(sparsify_update(update, sparsity=0.0, l1=l1), 0.0),
-            sparsity=settings.updates.sparsity,
-            blocks=ids,
-            num_blocks=num_blocks,
-            always=ids[-2:],
-        )[:-1]
+        padded = np.append(sparsify_update(update, sparsity=0.0, l1=l1), 0.0)
+        if settings.dphe.sparsity_layout == "shared":
+            kept = shared_blocks(
+                num_blocks, settings.updates.sparsity, always=ids[-2:]
+            )
+            sent = keep_blocks(padded, blocks=ids, kept=kept)[:-1]
+        else:
+            sent = block_top_k_sparsify(
+                padded,
+                sparsity=settings.updates.sparsity,
+                blocks=ids,
+                num_blocks=num_blocks,
+                always=ids[-2:],
+            )[:-1]
     arrays = unflatten_arrays(reference + sent, layout)
     reply[K.ARRAYS] = ArrayRecord(
         {name: Array(np.ascontiguousarray(value)) for name, value in arrays.items()}

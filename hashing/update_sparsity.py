@@ -17,15 +17,22 @@ penalty, is :mod:`hashing.elastic_net`):
   the paper's elastic net, which penalises the local objective during training.
 * **top-k by magnitude**: zero all but the ``D - floor(sparsity * D)`` largest ``|d_i|``
   (ties broken by index, stable), zero the rest. Its sparsity is fixed.
-* **block top-k** (:func:`block_top_k_sparsify`, DPHE with ``dphe.block-sparsity``):
+* **block top-k** (:func:`block_top_k_sparsify`, DPHE with ``dphe.sparsity-layout =
+  "block"``):
   the coordinates are grouped into the packed blocks of DPHE's phi-permuted space
   (``crypto.coordinate_blocks``: ``P`` pseudo-random coordinates per block, fresh
   every round), and all but the ``B - floor(sparsity * B)`` blocks of largest L2 norm
   are zeroed. Packed DPHE encrypts one ciphertext per touched block, so its cost
   then falls with the sparsity; element-wise top-k at 90% still touches nearly every
   block of 68 coordinates.
+* **shared blocks** (:func:`shared_blocks` + :func:`keep_blocks`, DPHE with
+  ``dphe.sparsity-layout = "shared"``): every client keeps the same ``B - floor(sparsity
+  * B)`` blocks of the round's phi-space (random-k with one set for all), so the
+  keyholder decrypts that many ciphertexts a round, not the union of the clients'
+  top-k sets.
 
-Mass that is zeroed is dropped for that round (no error feedback).
+Mass that is zeroed here is dropped; error feedback (``clients/sparse_updates.py``)
+carries it into the client's next update.
 """
 
 from __future__ import annotations
@@ -151,6 +158,71 @@ def sparsify_update(
     return top_k_sparsify(out, sparsity=sparsity)
 
 
+def kept_block_count(num_blocks: int, sparsity: float) -> int:
+    """Blocks a block-sparse client keeps: ``max(1, B - floor(sparsity * B))``.
+
+    The same count as ``crypto.kept_blocks`` (which sizes DPHE's padded shard; a
+    test keeps the two equal: the crypto package imports nothing from here).
+    """
+    if not 0 <= sparsity < 1:
+        raise ValueError(f"sparsity={sparsity}: accepted is 0 <= sparsity < 1")
+    return max(1, num_blocks - math.floor(sparsity * num_blocks + 1e-9))
+
+
+def shared_blocks(
+    num_blocks: int, sparsity: float, always: np.ndarray | None = None
+) -> np.ndarray:
+    """The blocks every client keeps under the shared layout: the same for all.
+
+    ``always`` (sorted, deduplicated), then the lowest other block ids until
+    ``keep = kept_block_count(num_blocks, sparsity)`` blocks are chosen. In DPHE's phi-permuted space (fresh and keyed every round, so
+    the lowest phi-space blocks are a uniformly random coordinate subset no one
+    without the users' phi seed can name) this is random-k sparsification with a
+    set shared by every client: the keyholder decrypts ``keep`` ciphertexts instead
+    of the union of every client's top-k, and which blocks a client sends depends on
+    nothing it holds.
+
+    Parameters
+    ----------
+    num_blocks : int
+        Number of blocks ``B``.
+    sparsity : float
+        Fraction of blocks zeroed, in ``[0, 1)``.
+    always : numpy.ndarray, optional
+        Block ids that must be kept (DPHE's weight and loss coordinates).
+
+    Returns
+    -------
+    numpy.ndarray
+        Sorted int64 block ids, ``max(keep, len(always))`` of them.
+    """
+    keep = kept_block_count(num_blocks, sparsity)
+    forced = np.unique(np.asarray([] if always is None else always, dtype=np.int64))
+    if forced.size and (forced[0] < 0 or forced[-1] >= num_blocks):
+        raise ValueError(f"always holds block ids outside [0, {num_blocks})")
+    rest = np.setdiff1d(np.arange(num_blocks, dtype=np.int64), forced)
+    extra = max(0, keep - forced.size)
+    return np.sort(np.concatenate([forced, rest[:extra]]))
+
+
+def keep_blocks(update: np.ndarray, *, blocks: np.ndarray, kept: np.ndarray) -> np.ndarray:
+    """Zero every coordinate of ``update`` outside the blocks ``kept``.
+
+    ``blocks`` is the ``(>= D,)`` block id of each coordinate (extra trailing
+    entries are ignored); returns a float64 copy.
+    """
+    out = np.array(update, dtype=np.float64, copy=True)
+    ids = np.asarray(blocks, dtype=np.int64)[: out.size]
+    if ids.shape != out.shape:
+        raise ValueError(f"blocks has {ids.size} entries for {out.size} coordinates")
+    kept = np.asarray(kept, dtype=np.int64)
+    size = max(int(ids.max(initial=-1)), int(kept.max(initial=-1))) + 1
+    mask = np.zeros(size, dtype=bool)
+    mask[kept] = True
+    out[~mask[ids]] = 0.0
+    return out
+
+
 def block_top_k_sparsify(
     update: np.ndarray,
     *,
@@ -182,13 +254,11 @@ def block_top_k_sparsify(
         ``(D,)`` float64 with every coordinate outside the kept blocks zeroed; ties
         in block norm keep the lower block id (stable).
     """
-    if not 0 <= sparsity < 1:
-        raise ValueError(f"sparsity={sparsity}: accepted is 0 <= sparsity < 1")
+    keep = kept_block_count(num_blocks, sparsity)
     out = np.array(update, dtype=np.float64, copy=True)
     ids = np.asarray(blocks, dtype=np.int64)[: out.size]
     if ids.shape != out.shape:
         raise ValueError(f"blocks has {ids.size} entries for {out.size} coordinates")
-    keep = max(1, num_blocks - math.floor(sparsity * num_blocks + 1e-9))
     if keep >= num_blocks:
         return out
     norms = np.bincount(ids, weights=out * out, minlength=num_blocks)

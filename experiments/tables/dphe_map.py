@@ -203,12 +203,17 @@ def mean_std(rows: list[dict[str, Any]], key: str, scale: float) -> str:
 
 def protocol(args: argparse.Namespace) -> str:
     """Return the protocol line above the table, from the run's arguments."""
+    kept = {
+        "block": "its own largest whole packed blocks of the phi-permuted space",
+        "shared": "the same whole packed blocks of the phi-permuted space as every "
+        "other client (a fresh random set each round)",
+    }
     block = (
-        "; the DPHE run keeps or drops whole packed blocks of the phi-permuted "
-        'space at the same sparsity (`dphe.sparsity-layout = "block"`, the '
-        f'default; `updates.error-feedback = "{args.error_feedback}"`), the '
+        f"; each client of the DPHE run keeps {kept[args.layout]} at the same "
+        f'sparsity (`dphe.sparsity-layout = "{args.layout}"`; '
+        f'`updates.error-feedback = "{args.error_feedback}"`), the '
         "plaintext run stays element-wise without error feedback"
-        if args.layout == "block"
+        if args.layout in kept
         else f"; element-wise top-k in both (`updates.error-feedback = "
         f'"{args.error_feedback}"` under DPHE)'
     )
@@ -294,7 +299,7 @@ def main() -> None:
     parser.add_argument(
         "--layout",
         default="block",
-        choices=("block", "element"),
+        choices=("block", "shared", "element"),
         help="the DPHE run's dphe.sparsity-layout (plaintext stays element-wise)",
     )
     parser.add_argument(

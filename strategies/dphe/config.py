@@ -14,7 +14,7 @@ ClientApp, which parses it) imports no Paillier code; a test keeps the two equal
 STRATEGIES = ("fedavg", "fedprox", "fedhap")
 """Strategies DPHE secure aggregation composes with."""
 WEIGHTINGS = ("num-examples", "uniform")
-SPARSITY_LAYOUTS = ("block", "element")
+SPARSITY_LAYOUTS = ("block", "shared", "element")
 MAX_SCALE_BITS = 40
 
 
@@ -91,10 +91,13 @@ class DPHEConfig(Section):
     sparsity_layout: str = option(
         "block",
         "with updates.sparsity > 0, what the model stream's top-k keeps: `block` "
-        "(whole packed blocks of the phi-permuted space, so a client encrypts about "
-        "(1 - sparsity) of the blocks; with updates.error-feedback the dropped mass "
-        "is sent in later rounds) or `element` (single values: nearly every block "
-        "stays touched, about 10x the ciphertexts at 90% sparsity)",
+        "(each client's largest packed blocks of the phi-permuted space, so a client "
+        "encrypts about (1 - sparsity) of the blocks; with updates.error-feedback the "
+        "dropped mass is sent in later rounds), `shared` (the same blocks for every "
+        "client, a fresh random set each round: the keyholder decrypts one client's "
+        "worth of ciphertexts, not the union of everyone's top-k) or `element` "
+        "(single values: nearly every block stays touched, about 10x the "
+        "ciphertexts at 90% sparsity)",
         choices=SPARSITY_LAYOUTS,
     )
     obfuscators: str = option(

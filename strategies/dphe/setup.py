@@ -180,10 +180,10 @@ def prototype_fixed_point(dphe: DPHEConfig) -> FixedPointParams:
 def block_layout(run: DPHERun) -> bool:
     """Whether the model stream's top-k keeps whole phi-space blocks.
 
-    DPHE with ``updates.sparsity > 0`` and ``dphe.sparsity-layout = "block"`` (the
-    default); a dense update (sparsity 0) encrypts every block either way.
+    DPHE with ``updates.sparsity > 0`` and ``dphe.sparsity-layout`` ``"block"`` or
+    ``"shared"``; a dense update (sparsity 0) encrypts every block either way.
     """
-    return run.sparsity > 0 and run.config.sparsity_layout == "block"
+    return run.sparsity > 0 and run.config.sparsity_layout in ("block", "shared")
 
 
 def dphe_params(
