@@ -84,6 +84,8 @@ from crypto import (  # noqa: E402
 from crypto.obfuscator_store import ObfuscatorStore, filler_command  # noqa: E402
 from hashing.update_sparsity import (  # noqa: E402
     block_top_k_sparsify,
+    keep_blocks,
+    shared_blocks,
     top_k_sparsify,
 )
 from settings.run_model import build_run_model  # noqa: E402
@@ -91,7 +93,7 @@ from settings.run_settings import RunSettings  # noqa: E402
 from strategies.dphe.setup import fixed_point  # noqa: E402
 
 SPARSITIES = (0.0, 0.9, 0.99)
-DEFAULT_ROW = "default-block-full-pool"
+DEFAULT_ROW = "default-shared-full-pool"
 """The app's default: block layout, full obfuscators from the node's disk pool."""
 METHODS = ("naive", "dphe", "dphe-packed")
 
@@ -413,8 +415,8 @@ def dphe_round(
 ) -> dict:
     """One measured DPHE round of ``len(ups)`` clients with every keyholder check.
 
-    Client time (per client) = sparsify (element-wise top-k, or block top-k in
-    this round's phi-space) + ``encrypt_update`` (quantize, pack, block tags,
+    Client time (per client) = sparsify (element-wise top-k, block top-k in this
+    round's phi-space, or the round's shared blocks) + ``encrypt_update`` (quantize, pack, block tags,
     touch-set MAC, one obfuscator per block, padding) + wire serialisation. With
     ``pool_workers`` > 0 the obfuscators of the round (exactly ``capacity``: one
     padded shard) are precomputed first, on that many processes, and reported as
@@ -428,7 +430,7 @@ def dphe_round(
     dim = ups[0].size
     packing = max_packing(key_bits, fp)
     num_blocks = math.ceil((dim + 1) / packing)
-    block = structure == "block"
+    block = structure in ("block", "shared")
     if block:
         capacity = kept_blocks(num_blocks, sparsity)
     else:
@@ -481,7 +483,11 @@ def dphe_round(
             pool = ObfuscatorPool(sources[i])
             pool.extend(stores[i].take(capacity))
             sources[i] = pool
-        if structure == "block":
+        if structure == "shared":
+            blocks = coordinate_blocks(bundle, params, context)
+            kept = shared_blocks(num_blocks, sparsity, always=blocks[-2:])
+            s = keep_blocks(u, blocks=blocks, kept=kept)
+        elif structure == "block":
             blocks = coordinate_blocks(bundle, params, context)
             s = block_top_k_sparsify(
                 u,
@@ -581,9 +587,10 @@ def naive_sample(ups: list[np.ndarray], keys: dict, fp, sample: int) -> dict:
 
 CNN_VARIANTS = (
     # (label, structure, obfuscators, pool workers, keyholder threads); the first
-    # is the app's default (block layout, full obfuscators from the node's disk
+    # is the app's default (shared block layout, full obfuscators from the node's disk
     # pool filled by one background process; keyholder: 2 decryption threads)
-    (DEFAULT_ROW, "block", "full", "disk", 2),
+    (DEFAULT_ROW, "shared", "full", "disk", 2),
+    ("block-full-pool", "block", "full", "disk", 2),
     ("block-djn", "block", "djn", 0, 2),
     ("block-djn-keyholder1", "block", "djn", 0, 1),
     ("block-djn-pool2", "block", "djn", 2, 2),
@@ -634,7 +641,7 @@ def cnn_goals(keys: dict, settings: RunSettings, args: argparse.Namespace) -> di
             keys,
             fp,
             sparsity=args.sparsity,
-            structure="block",
+            structure=CNN_VARIANTS[0][1],  # the app's default row
             obfuscators="full",
             disk_pool=True,
         )
@@ -700,7 +707,7 @@ def default_summary(cnn: dict, round_part: dict | None) -> dict:
     paired = cnn.get("paired") or []
     out: dict = {
         "row": DEFAULT_ROW,
-        "layout": "block top-k (phi-space blocks) + error feedback",
+        "layout": "shared blocks (one random phi-space set a round) + error feedback",
         "obfuscators": "full (r uniform; DCR only)",
         "sparsity": cnn["sparsity"],
         "dimension": cnn["dimension"],

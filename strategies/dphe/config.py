@@ -89,7 +89,7 @@ class DPHEConfig(Section):
         False, "FedHAP: the class-prototype sums are DPHE-encrypted too"
     )
     sparsity_layout: str = option(
-        "block",
+        "shared",
         "with updates.sparsity > 0, what the model stream's top-k keeps: `block` "
         "(each client's largest packed blocks of the phi-permuted space, so a client "
         "encrypts about (1 - sparsity) of the blocks; with updates.error-feedback the "

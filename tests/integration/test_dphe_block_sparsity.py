@@ -1,4 +1,5 @@
-"""DPHE's block layout (the default) and ``"djn"`` obfuscators through the strategy.
+"""DPHE's block layouts (``"shared"``, the default, and ``"block"``) and ``"djn"``
+obfuscators through the strategy.
 
 The real client path (``finish_train_reply``) and the strategy with its in-process
 keyholder (every check on), small test keys: each client sends one padded shard of
@@ -24,7 +25,7 @@ from crypto import (
     load_client_bundle,
 )
 from crypto.obfuscator_store import ObfuscatorStore
-from hashing.update_sparsity import block_top_k_sparsify
+from hashing.update_sparsity import block_top_k_sparsify, keep_blocks, shared_blocks
 from settings import keys as K
 from strategies.dphe.setup import dphe_params, read_dphe_record, with_loss
 from tests.integration.test_dphe_strategy import (  # noqa: F401  (key_dir is a fixture)
@@ -61,6 +62,7 @@ def test_block_sparse_djn_round_equals_plaintext_of_the_kept_blocks(key_dir):  #
         **{
             "updates.sparsity": 0.6,
             "dphe.packing": 2,
+            "dphe.sparsity-layout": "block",
             "dphe.obfuscators": "djn",
             "dphe.weighting": "uniform",
         },
@@ -98,6 +100,58 @@ def test_block_sparse_djn_round_equals_plaintext_of_the_kept_blocks(key_dir):  #
     got = np.concatenate([agg[k].numpy().astype(np.float64).ravel() for k in SHAPES])
     np.testing.assert_allclose(got, mean[:-1], atol=2 * 2.0**-SCALE_BITS + 1e-7)
     assert metrics[K.TRAIN_LOSS] == pytest.approx(2.0, abs=1e-4)  # never dropped
+
+
+def test_shared_layout_every_client_sends_one_set_and_the_keyholder_decrypts_it(
+    key_dir,  # noqa: F811
+):
+    # dphe.sparsity-layout = "shared": the clients' different updates keep the same
+    # blocks (the loss's and weight's, then the lowest phi-space ids), so the
+    # keyholder decrypts exactly k blocks, not the union of three top-k sets, and
+    # the average is the plaintext mean of the updates on those blocks
+    settings = settings_for(
+        key_dir,
+        **{
+            "updates.sparsity": 0.6,
+            "dphe.packing": 2,
+            "dphe.sparsity-layout": "shared",
+            "dphe.weighting": "uniform",
+        },
+    )
+    params = dphe_params(settings.dphe_run, dimension=26, key_bits=512)
+    keep = kept_blocks(params.num_blocks, 0.6)
+    strategy, global_arrays = _configured(settings)
+    session = bytes.fromhex(_SENT["config"][K.DPHE_SESSION])
+    context = AggregationContext(session, STREAM_MODEL, 1)
+    rng = np.random.default_rng(5)
+    replies, expected, top_sets = [], [], []
+    for node in list(NODES)[:3]:
+        local = model(rng)
+        reply = client_reply(settings, node, global_arrays, local, 2)
+        assert read_dphe_record(reply.content[K.DPHE], key_bits=512).shard_sizes == [
+            keep
+        ]
+        replies.append(reply)
+        bundle = load_client_bundle(key_dir / f"client-{NODES[node]}.json")
+        blocks = coordinate_blocks(bundle, params, context)
+        flat = with_loss(
+            np.concatenate([local[k].astype(np.float64).ravel() for k in SHAPES]), 2.0
+        )
+        kept = shared_blocks(params.num_blocks, 0.6, always=blocks[-2:])
+        assert kept.size == keep
+        expected.append(keep_blocks(flat, blocks=blocks, kept=kept))
+        top = block_top_k_sparsify(
+            flat, sparsity=0.6, blocks=blocks, num_blocks=params.num_blocks,
+            always=blocks[-2:],
+        )  # fmt: skip
+        top_sets.append(frozenset(np.unique(blocks[:-1][top != 0]).tolist()))
+    assert len(set(top_sets)) > 1  # the "block" layout would send different sets
+    agg, metrics = strategy.aggregate_train(1, replies)
+    assert strategy.secure_aggregation.history[1]["blocks"] == keep  # one set decrypted
+    mean = np.mean(expected, axis=0)
+    got = np.concatenate([agg[k].numpy().astype(np.float64).ravel() for k in SHAPES])
+    np.testing.assert_allclose(got, mean[:-1], atol=2 * 2.0**-SCALE_BITS + 1e-7)
+    assert metrics[K.TRAIN_LOSS] == pytest.approx(2.0, abs=1e-4)
 
 
 class _Recording:

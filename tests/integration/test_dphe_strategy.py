@@ -170,7 +170,13 @@ def test_secure_average_equals_plaintext_average(key_dir, weighting, packing):
 def test_sparse_updates_and_padded_shards(key_dir):
     # 90% sparse: the average equals the plaintext average of the sparse updates
     settings = settings_for(
-        key_dir, **{"updates.sparsity": 0.6, "dphe.packing": 1, "dphe.pad": False}
+        key_dir,
+        **{
+            "updates.sparsity": 0.6,
+            "dphe.packing": 1,
+            "dphe.pad": False,
+            "dphe.sparsity-layout": "block",  # each client its own top-k
+        },
     )
     from crypto import DPHEParams
 
@@ -184,6 +190,7 @@ def test_sparse_updates_and_padded_shards(key_dir):
             "dphe.packing": 1,
             "dphe.capacity": 9,
             "dphe.pad": True,
+            "dphe.sparsity-layout": "block",
         },
     )
     rng = np.random.default_rng(1)

@@ -21,8 +21,10 @@ def test_dphe_benchmark_tiny_writes_the_default_summary(tmp_path):
     data = json.loads(out.read_text())
     default = data["summary"]["default"]
     row = data["cnn"]["dphe"][default["row"]]
-    # the app's default: block layout, full obfuscators, the round's values pooled
-    assert row["structure"] == "block" and row["obfuscators"] == "full"
+    # the app's default: shared blocks, full obfuscators, the round's values pooled
+    assert row["structure"] == "shared" and row["obfuscators"] == "full"
+    # one set for every client: the keyholder decrypts k blocks, not the union
+    assert row["decrypted_blocks"] == row["capacity"]
     assert row["disk_pool"] and row["online_obfuscator_draws"] == 0
     assert row["pool_values_left_on_disk"] == 0  # each value used once, deleted
     assert row["max_abs_error"] <= row["error_bound"]

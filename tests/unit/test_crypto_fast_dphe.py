@@ -258,8 +258,8 @@ def test_block_sparse_users_send_one_padded_shard_and_decrypt(keys):
     np.testing.assert_allclose(average, np.mean(updates, axis=0), atol=2.0**-16)
 
 
-def test_sparsity_layout_is_block_by_default_and_the_old_key_is_renamed():
-    assert RunSettings.from_config({}).dphe.sparsity_layout == "block"
+def test_sparsity_layout_is_shared_by_default_and_the_old_key_is_renamed():
+    assert RunSettings.from_config({}).dphe.sparsity_layout == "shared"
     with pytest.raises(ConfigError, match="renamed: use 'dphe.sparsity-layout'"):
         RunSettings.from_config({"dphe.block-sparsity": True, "updates.sparsity": 0.9})
     with pytest.raises(ConfigError, match="dphe.sparsity-layout"):

@@ -56,3 +56,28 @@ def test_sparsify_update_applies_elastic_net_then_top_k():
     out = sparsify_update(d, sparsity=0.5, l1=0.1, l2=0.0)  # keep 3 of 5
     np.testing.assert_allclose(out, [0.4, 0.0, -0.2, 0.0, 0.15])
     np.testing.assert_array_equal(sparsify_update(d, sparsity=0.0), d)
+
+
+def test_shared_blocks_are_the_forced_then_the_lowest_ids_and_depend_on_nothing_else():
+    from crypto import kept_blocks
+    from hashing.update_sparsity import keep_blocks, kept_block_count, shared_blocks
+
+    assert shared_blocks(20, 0.9, always=np.array([17, 17])).tolist() == [0, 17]
+    assert shared_blocks(20, 0.9, always=np.array([0, 5])).tolist() == [0, 5]
+    assert shared_blocks(20, 0.5, always=np.array([19, 3])).tolist() == [
+        0, 1, 2, 3, 4, 5, 6, 7, 8, 19
+    ]  # fmt: skip
+    assert shared_blocks(10, 0.95).tolist() == [0]  # at least one block
+    for num_blocks in range(1, 40):  # the count the padded DPHE shard is sized by
+        for sparsity in (0.0, 0.1, 0.5, 0.9, 0.99):
+            assert kept_block_count(num_blocks, sparsity) == kept_blocks(
+                num_blocks, sparsity
+            )
+    with pytest.raises(ValueError, match="sparsity=1.0"):
+        shared_blocks(10, 1.0)
+    with pytest.raises(ValueError, match="outside"):
+        shared_blocks(10, 0.5, always=np.array([10]))
+    ids = np.array([0, 1, 2, 0, 1, 2])
+    assert keep_blocks(np.arange(1.0, 7.0), blocks=ids, kept=np.array([1])).tolist() == [
+        0.0, 2.0, 0.0, 0.0, 5.0, 0.0
+    ]  # fmt: skip
