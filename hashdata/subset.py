@@ -70,20 +70,28 @@ def write_subset(
     return out
 
 
-def is_subset_of(subset: Path, source: Path, *, queries: int, database: int) -> bool:
+def is_subset_of(
+    subset: Path, source: Path, *, queries: int, database: int, seed: int = 0
+) -> bool:
     """Whether ``subset`` was written by :func:`write_subset` from this ``source``.
 
-    Compares the recorded source checksum and the split's sizes, so a stale file
-    (another source, or another size) is written again instead of being reused.
+    Compares the recorded source checksum, the split's sizes and the draw's seed,
+    so a stale file (another source, size or seed) is written again instead of
+    being reused.
     """
     try:
         with np.load(subset, allow_pickle=False) as sub:
             recorded = str(sub["subset_sha256"])
+            recorded_seed = int(sub["subset_seed"])
             split = sub["split"]
-    except (OSError, KeyError, ValueError):
+    except (OSError, KeyError, ValueError, TypeError):
         return False
     sizes = (int((split == 1).sum()), int((split == 0).sum()))
-    return sizes == (queries, database) and recorded == file_sha256(source)
+    return (
+        sizes == (queries, database)
+        and recorded_seed == seed
+        and recorded == file_sha256(source)
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

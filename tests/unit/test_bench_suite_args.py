@@ -209,6 +209,7 @@ def test_quick_cifar10_features_runs_on_a_subset_written_before_the_driver(
     write_subset(source, sub, queries=q, database=d, seed=0)
     assert is_subset_of(sub, source, queries=q, database=d)
     assert not is_subset_of(sub, source, queries=q, database=d + 10)
+    assert not is_subset_of(sub, source, queries=q, database=d, seed=1)  # another draw
     with np.load(sub) as got:
         assert got["x_image"].shape == (q + d, 4)
         assert (got["split"] == 1).sum() == q and (got["split"] == 0).sum() == d
