@@ -234,8 +234,47 @@ def _numba_kernels() -> SimpleNamespace:
 
         return sig, codegen
 
+    @intrinsic
+    def _eq_mask64(typingctx: Any, arr: Any, off: Any, val: Any) -> tuple[Any, Any]:
+        # Bit i of the result = (arr[off + i] == val), i < 64, for a uint8 array:
+        # one 64-byte vector compare (a mask register with AVX-512BW, two
+        # compares and movemasks with AVX2). The caller keeps off + 64 in bounds.
+        sig = types.uint64(arr, types.intp, types.uint8)
+
+        def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+            from llvmlite import ir
+
+            data, off, val = args
+            ary = context.make_array(signature.args[0])(context, builder, data)
+            vec_t = ir.VectorType(ir.IntType(8), 64)
+            ptr = builder.bitcast(builder.gep(ary.data, [off]), vec_t.as_pointer())
+            vec = builder.load(ptr, align=1)
+            undef = ir.Constant(vec_t, ir.Undefined)
+            one = builder.insert_element(undef, val, ir.Constant(ir.IntType(32), 0))
+            zeros = ir.Constant(ir.VectorType(ir.IntType(32), 64), [0] * 64)
+            splat = builder.shuffle_vector(one, undef, zeros)
+            return builder.bitcast(
+                builder.icmp_unsigned("==", vec, splat), ir.IntType(64)
+            )
+
+        return sig, codegen
+
+    @intrinsic
+    def _lowest_bit(typingctx: Any, x: Any) -> tuple[Any, Any]:
+        # index of the lowest set bit of a non-zero word (tzcnt)
+        sig = types.uint64(types.uint64)
+
+        def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+            from llvmlite import ir
+
+            return builder.cttz(args[0], ir.Constant(ir.IntType(1), 1))
+
+        return sig, codegen
+
     # numba's stub types a call of an intrinsic with the typing context argument
     popcount = cast(Callable[[Any], Any], _popcount)
+    eq_mask64 = cast(Callable[[Any, int, Any], Any], _eq_mask64)
+    lowest_bit = cast(Callable[[Any], Any], _lowest_bit)
     opts: dict[str, Any] = {"nogil": True, "boundscheck": False, "error_model": "numpy"}
 
     @njit(inline="always", **opts)
@@ -403,6 +442,47 @@ def _numba_kernels() -> SimpleNamespace:
         return n
 
     @njit(**opts)
+    def scan_words8(
+        q: _U64, a: int, db_t: _U64, ql: Any, dl_t: Any, single: bool,
+        c0: int, c1: int, hist: Any, rec: Any, n: Any, dist: _Dist, rel: Any,
+    ) -> Any:  # fmt: skip
+        # scan_words for uint8 class ids, by 64-item chunks: the distances of the
+        # tile first (vectorized, as bytes in rel), then per chunk a record only
+        # for each relevant item, found from a 64-bit mask of label matches; its
+        # position in its bucket is the bucket's count before the chunk plus the
+        # earlier items of the chunk at its distance (a second mask); then the
+        # chunk's items are counted. The same records and histogram as
+        # scan_words, without a store per irrelevant item.
+        x = q[a, 0]
+        lab = ql[a, 0]
+        db = db_t[0, c0:c1]
+        dl = dl_t[0, c0:c1]
+        m = c1 - c0
+        for i in range(m):
+            rel[i] = np.uint8(popcount(x ^ db[i]))
+        one = hist.dtype.type(1)
+        full = m - m % 64
+        for base in range(0, full, 64):
+            found = eq_mask64(dl, base, lab)
+            while found != 0:
+                j = lowest_bit(found)
+                found &= found - np.uint64(1)
+                t = rel[base + j]
+                below = (np.uint64(1) << j) - np.uint64(1)
+                earlier = popcount(eq_mask64(rel, base, t) & below)
+                rec[n] = hist[t] + hist.dtype.type(earlier) + one
+                n += np.uint64(1)
+            for i in range(base, base + 64):
+                hist[rel[i]] += one
+        for i in range(full, m):  # the tile's last partial chunk, item by item
+            t = rel[i]
+            v = hist[t] + one
+            hist[t] = v
+            rec[n] = v
+            n += np.uint64(dl[i] == lab)
+        return n
+
+    @njit(**opts)
     def scan_rows(
         q: _U64, a: int, db_t: _U64, ql: Any, dl_t: Any, single: bool,
         c0: int, c1: int, hist: Any, rec: Any, n: Any, dist: _Dist, rel: Any,
@@ -562,6 +642,7 @@ def _numba_kernels() -> SimpleNamespace:
         topk_counting=topk_counting,
         rank_stats=rank_stats,
         scan_words=scan_words,
+        scan_words8=scan_words8,
         scan_rows=scan_rows,
         count_relevant=count_relevant,
         distances=distances,
@@ -628,7 +709,12 @@ def _rank_stats_impl(
             ql, dl_t = labels.query, labels.db_t
             n_relevant = np.empty(nq, np.int64)
             kernels.count_relevant(ql, dl_t, _RANK_TILE, n_relevant)
-        scan = kernels.scan_words if words == 1 and labels.single else kernels.scan_rows
+        if words == 1 and labels.single:
+            # 64-bit codes: the chunked scan where class ids fit a byte
+            small = dl_t.dtype == np.uint8
+            scan = kernels.scan_words8 if small else kernels.scan_words
+        else:
+            scan = kernels.scan_rows
         word, shift = _record_word(nbins, ndb)
         hist = np.empty((min(_RANK_QUERY_BLOCK, nq), nbins), word)
         kernels.rank_stats(

@@ -375,3 +375,40 @@ def test_report_to_dict_is_json_friendly() -> None:
     assert (data["n_query"], data["n_db"], data["bits"]) == (1, 4, 4)
     with pytest.raises(AttributeError):
         report.map_all = 1.0  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("tile", [64, 130, 2048])
+@pytest.mark.parametrize("ties", [False, True])
+def test_chunked_64bit_scan_equals_the_item_by_item_scan(tile: int, ties: bool) -> None:
+    # scan_words8 (64-item chunks, records only for relevant items) gives the same
+    # records and histograms as scan_words, bit for bit: full chunks, a partial
+    # last chunk, tiles that do not divide the database, few classes and (with
+    # ties) only 5 distances, so that many items share a chunk and a bucket.
+    pytest.importorskip("numba")
+    kernels = retrieval._numba_kernels()
+    rng = np.random.default_rng(tile)
+    for nq, ndb in ((3, 1), (5, 64), (9, 65), (17, 2047), (21, 5000)):
+        db = rng.integers(0, 2**63, size=(ndb, 1), dtype=np.uint64)
+        q = rng.integers(0, 2**63, size=(nq, 1), dtype=np.uint64)
+        if ties:
+            db &= np.uint64(0xF)
+            q &= np.uint64(0xF)
+        labels = retrieval._encode_labels(
+            rng.integers(0, 3, nq), rng.integers(0, 3, ndb), nq, ndb
+        )
+        ql, dl_t, n_rel = retrieval._class_ids(labels)
+        assert dl_t.dtype == np.uint8
+        outs = []
+        for scan in (kernels.scan_words, kernels.scan_words8):
+            word, shift = retrieval._record_word(65, ndb)
+            hist = np.empty((4, 65), word)
+            ap = np.empty(nq)
+            h_all = np.zeros((nq, 65), np.int64)
+            h_rel = np.zeros((nq, 65), np.int64)
+            kernels.rank_stats(
+                scan, q, np.ascontiguousarray(db.T), ql, dl_t, True, n_rel, hist,
+                shift, tile, ap, h_all, h_rel,
+            )  # fmt: skip
+            outs.append((ap, h_all, h_rel))
+        for old, new in zip(*outs, strict=True):
+            np.testing.assert_array_equal(new, old)
