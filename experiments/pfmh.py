@@ -2,7 +2,10 @@
 
 ``python -m experiments.pfmh tables [flags]``: Tables 1-2 and Figs. 4, 6, 7
 (:mod:`experiments.tables.pfmh_sweep`). ``contrast``: the two contrast forms with
-paired seeds (:mod:`experiments.tables.pfmh_contrast`). Default grids:
+paired seeds (:mod:`experiments.tables.pfmh_contrast`). ``protocols``: PFMH against
+FedAvg, local-only and the centralized ceiling under the global and the paper's
+protocol, rates tuned on validation (:mod:`experiments.tables.pfmh_protocols`).
+Default grids:
 ``experiments/grids/pfmh.toml``.
 """
 

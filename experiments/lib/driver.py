@@ -30,6 +30,7 @@ PAPERS: dict[str, dict[str, str]] = {
     "experiments.pfmh": {
         "tables": "experiments.tables.pfmh_sweep",
         "contrast": "experiments.tables.pfmh_contrast",
+        "protocols": "experiments.tables.pfmh_protocols",
     },
     "experiments.dphe": {
         "map": "experiments.tables.dphe_map",

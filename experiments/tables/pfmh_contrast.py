@@ -46,9 +46,8 @@ from hashing.pfmh.prototypes import aggregate_and_enhance
 from hashing.pfmh.train import local_prototypes, train_pfmh
 from hashing.retrieval import evaluate_retrieval
 from hashing.train import encode, select_device
-from settings.run_model import build_run_model
 from settings.run_settings import RunSettings
-from strategies.pfmh.model import pfmh_loss_config
+from strategies.pfmh.model import build_pfmh_model, pfmh_loss_config
 
 #: Defaults of the comparison (the issue's mini-federation, fewer rounds).
 BASE = {
@@ -65,15 +64,29 @@ BASE = {
 }
 
 
-def mini_federation(settings: RunSettings, clients: int) -> dict[str, Any]:
-    """Train personalized PFMH in-process; return validation and test mAP@ALL."""
+def mini_federation(
+    settings: RunSettings, clients: int, *, train: bool = True
+) -> dict[str, Any]:
+    """Train PFMH in-process; return validation and test mAP@ALL (two protocols).
+
+    ``pfmh.mode = "personalized"``: each client keeps its model (Algorithm 1);
+    ``"fedavg"``: after every round the models are averaged, weighted by each
+    client's training rows (FedAvg of the same model; with ``pfmh.variant =
+    "wo-p"`` plain FedAvg of the multi-modal hashing model). Returned:
+    ``validation_map_all`` (local queries against each client's local database),
+    ``test_map_all`` (PFMH's global protocol: the server's queries against each
+    client's partition) and ``paper_map_all`` (the paper's protocol: the server's
+    queries against every training item of the file, 2,173 on Wikipedia), each
+    with that client's model and averaged over clients without weights.
+    ``train=False`` scores the initial models (the untrained floor).
+    """
     device = select_device(settings.device)
     parts = [
         load_local_data(settings, partition_id=p, num_partitions=clients)
         for p in range(clients)
     ]
     num_classes = parts[0].num_classes
-    models = [build_run_model(settings, parts[0].input_shape) for _ in parts]
+    models = [build_pfmh_model(settings, parts[0].input_shape) for _ in parts]
     config = pfmh_loss_config(settings)
     gens = [
         torch.Generator().manual_seed(settings.seed * 1000 + p) for p in range(clients)
@@ -81,7 +94,7 @@ def mini_federation(settings: RunSettings, clients: int) -> dict[str, Any]:
     personal: list[Any] = [None] * clients
     central = None
     t0 = time.perf_counter()
-    for _ in range(settings.rounds):
+    for _ in range(settings.rounds if train else 0):
         uploads = []
         for p, (part, model) in enumerate(zip(parts, models, strict=True)):
             x, y = part.take(part.local_database())
@@ -103,6 +116,8 @@ def mini_federation(settings: RunSettings, clients: int) -> dict[str, Any]:
             uploads.append(
                 local_prototypes(model, x, y, num_classes=num_classes, device=device)
             )
+        if not settings.pfmh.personalized:
+            _average_models(models, [len(p.local_database()) for p in parts])
         if config.uses_prototypes:
             central, personal = aggregate_and_enhance(
                 uploads,
@@ -124,7 +139,10 @@ def mini_federation(settings: RunSettings, clients: int) -> dict[str, Any]:
     q = split.query_index
     tq_x = {m: torch.from_numpy(split.dataset.inputs[m][q]) for m in vq_x}
     tq_y = split.dataset.labels[q]
-    val, test = [], []
+    train = split.database_index
+    train_x = {m: torch.from_numpy(split.dataset.inputs[m][train]) for m in vq_x}
+    train_y = split.dataset.labels[train]
+    val, test, paper = [], [], []
     for part, model in zip(parts, models, strict=True):
         db_x, db_y = part.take(part.local_database())
         db = sign_codes(encode(model, db_x, device=device))
@@ -133,13 +151,33 @@ def mini_federation(settings: RunSettings, clients: int) -> dict[str, Any]:
         full = sign_codes(encode(model, part.inputs, device=device))
         tq = sign_codes(encode(model, tq_x, device=device))
         test.append(_map_all(tq, full, tq_y, part.labels.numpy()))
+        everything = sign_codes(encode(model, train_x, device=device))
+        paper.append(_map_all(tq, everything, tq_y, train_y))
     return {
         "validation_map_all": float(np.mean(val)),
         "test_map_all": float(np.mean(test)),
+        "paper_map_all": float(np.mean(paper)),
         "validation_queries": int(len(vq_y)),
         "test_queries": int(len(q)),
+        "paper_retrieval_items": int(len(train)),
         "train_seconds": seconds,
     }
+
+
+def _average_models(models: list[Any], weights: list[int]) -> None:
+    """FedAvg in place: every model gets the weighted mean of their parameters."""
+    total = float(sum(weights))
+    states = [m.state_dict() for m in models]
+    mean = {
+        name: sum(st[name].double() * (w / total) for st, w in zip(states, weights))
+        if states[0][name].is_floating_point()
+        else states[0][name]
+        for name in states[0]
+    }
+    for m in models:
+        m.load_state_dict(
+            {k: v.to(states[0][k].dtype) for k, v in mean.items()}, strict=True
+        )
 
 
 def _map_all(q: Any, db: Any, q_labels: Any, db_labels: Any) -> float:

@@ -1,0 +1,233 @@
+"""PFMH against its baselines under three protocols, each rate tuned on validation.
+
+``python -m experiments.pfmh protocols --seeds 0,1,2,3,4 --lr-grid 1e-4,3e-4
+--out docs/results/pfmh-protocols --set dataset=npz --set 'data-path="wiki.npz"'
+--set 'modalities="image,text"'`` runs, per method, learning rate and seed, one
+in-process mini-federation built on the library
+(:func:`experiments.tables.pfmh_contrast.mini_federation`: the same partitions,
+local splits and initial weights as a Flower run of that config) and scores every
+client's model three ways:
+
+* **validation** (every choice is made here): the clients' local queries (drawn
+  from the training side, seeded, never trained on) against each client's local
+  database, mAP@ALL averaged over clients without weights;
+* **global** (reported): the server's queries (the file's fixed split) against each
+  client's whole partition -- PFMH's global protocol;
+* **paper** (reported): the server's queries against *every* training item of the
+  file (2,173 on Wikipedia), both encoded with each client's model, averaged over
+  clients -- the protocol closest to the paper's ("the trained model on each
+  client" encodes the queries; the retrieval set is the training set). It needs
+  every training input on every client: an evaluation of a simulation, not
+  something a deployment could run.
+
+Methods (``--methods``): ``pfmh`` (personalized, every loss term), ``wo-p`` (the
+same model and losses without prototypes, personalized: each client trains alone),
+``fedavg`` (``wo-p``'s model and losses, averaged every round, weighted by rows),
+``central`` (the tuned centralized ceiling: one client holding every training row,
+the same epochs). The untrained floor is each seed's initial model (0 rounds).
+
+Each method's rate is the grid value with the best mean validation mAP over the
+seeds (``chosen_on_edge`` is recorded when it is a grid end); the reported numbers
+are that rate's runs. Paired verdicts (:mod:`experiments.lib.verdict`) of PFMH
+against each baseline on both reported protocols go to ``<out>/summary.json`` and
+``<out>/table.md``; rows to ``<out>/rows.jsonl`` (``--resume`` skips those there).
+``--jobs 2`` runs two mini-federations at a time (a process and one torch thread
+each).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from experiments.lib.grids import csv, load_grids
+from experiments.lib.overrides import parse_overrides, resolved_settings
+from experiments.lib.runner import load_rows, run_sweep, write_tables
+from experiments.lib.tables import MISSING, mean_sd_cell, table_head, table_row
+from experiments.lib.verdict import paired_verdict
+from experiments.tables.pfmh_contrast import BASE, mini_federation
+
+#: Method -> (config overrides, clients: None = --clients).
+METHODS: dict[str, tuple[dict[str, Any], int | None]] = {
+    "pfmh": ({"pfmh.mode": "personalized", "pfmh.variant": "full"}, None),
+    "wo-p": ({"pfmh.mode": "personalized", "pfmh.variant": "wo-p"}, None),
+    "fedavg": ({"pfmh.mode": "fedavg", "pfmh.variant": "wo-p"}, None),
+    "central": ({"pfmh.mode": "personalized", "pfmh.variant": "wo-p"}, 1),
+}
+LABELS = {
+    "floor": "untrained (initial model, floor)",
+    "pfmh": "PFMH (personalized)",
+    "wo-p": "w/o-P (local only)",
+    "fedavg": "FedAvg (same model, w/o-P losses)",
+    "central": "centralized (ceiling)",
+}
+PROTOCOLS = ("validation_map_all", "test_map_all", "paper_map_all")
+#: Job: (method, learning rate, seed); the floor's rate is 0 (no training).
+Job = tuple[str, float, int]
+
+
+def run_job(job: Job, base: dict[str, Any], clients: int, threads: int) -> dict:
+    """One mini-federation (or the floor: 0 rounds) -> its row."""
+    torch.set_num_threads(threads)
+    method, lr, seed = job
+    over, n = METHODS.get(method, ({"pfmh.variant": "full"}, None))
+    config = {**base, **over, "seed": seed}
+    if method != "floor":
+        config["learning-rate"] = lr
+    settings = resolved_settings(config)
+    return {
+        "name": job_name(job),
+        "method": method,
+        "learning_rate": lr,
+        "seed": seed,
+        **mini_federation(settings, n or clients, train=method != "floor"),
+    }
+
+
+def job_name(job: Job) -> str:
+    method, lr, seed = job
+    return f"{method} s{seed}" if method == "floor" else f"{method} lr{lr:g} s{seed}"
+
+
+def choose_rates(rows: list[dict], grid: Sequence[float]) -> dict[str, dict]:
+    """Per method: the rate with the best mean validation mAP over its seeds."""
+    out = {}
+    for method in sorted({r["method"] for r in rows} - {"floor"}):
+        means = {}
+        for lr in grid:
+            vals = [
+                r["validation_map_all"]
+                for r in rows
+                if r["method"] == method and r["learning_rate"] == lr
+            ]
+            if vals:
+                means[lr] = float(np.mean(vals))
+        if not means:
+            continue
+        best = max(means, key=lambda v: (means[v], -v))
+        out[method] = {
+            "chosen": best,
+            "validation_means": {f"{k:g}": v for k, v in means.items()},
+            "chosen_on_edge": len(grid) > 1 and best in (min(grid), max(grid)),
+        }
+    return out
+
+
+def write(rows: list[dict], base: dict[str, Any], args: Any, grid: list[float]) -> str:
+    """Table and summary from every row there."""
+    chosen = choose_rates(rows, grid)
+    picked = [r for r in rows if r["method"] == "floor"] + [
+        r
+        for r in rows
+        if r["method"] in chosen and r["learning_rate"] == chosen[r["method"]]["chosen"]
+    ]
+    order = ["floor", *[m for m in METHODS if m in chosen]]
+    lines = [
+        "Protocol: in-process mini-federation on the library (no Flower), "
+        f"{args.clients} clients, {base}. Each method's learning rate chosen on "
+        f"validation from {grid} (mean over seeds); validation = the clients' local "
+        "queries against each client's local database; global = the server's "
+        "queries against each client's partition (PFMH's global protocol); paper = "
+        "the server's queries against every training item of the file, each "
+        "client's model (the paper's protocol). mAP@ALL %, mean ± std over seeds, "
+        "averaged over clients without weights.",
+        "",
+        *table_head("method", "rate", "seeds", "validation", "global", "paper"),
+    ]
+    for method in order:
+        got = [r for r in picked if r["method"] == method]
+        if not got:
+            continue
+        rate = "-" if method == "floor" else f"{chosen[method]['chosen']:g}"
+        if method != "floor" and chosen[method]["chosen_on_edge"]:
+            rate += " (grid edge)"
+        lines.append(
+            table_row(
+                LABELS[method],
+                rate,
+                ",".join(str(r["seed"]) for r in sorted(got, key=lambda r: r["seed"])),
+                *(
+                    mean_sd_cell([r[p] for r in got], scale=100) or MISSING
+                    for p in PROTOCOLS
+                ),
+            )
+        )
+    verdicts: dict[str, Any] = {}
+    for other in ("fedavg", "wo-p"):
+        if "pfmh" not in chosen or other not in chosen:
+            continue
+        for metric, what in (("paper_map_all", "paper"), ("test_map_all", "global")):
+            a = {r["seed"]: 100 * r[metric] for r in picked if r["method"] == "pfmh"}
+            b = {r["seed"]: 100 * r[metric] for r in picked if r["method"] == other}
+            if set(a) & set(b):
+                v = paired_verdict(a, b, "greater")
+                verdicts[f"pfmh>{other} ({what})"] = v.to_dict()
+                lines += ["", f"PFMH > {LABELS[other]}, {what} protocol: {v.text()}."]
+    secs = sum(r["train_seconds"] for r in rows)
+    lines += ["", f"Training wall time: {secs / 60:.1f} min over {len(rows)} runs."]
+    summary = {
+        "setup": {**base, "clients": args.clients},
+        "tuning": {
+            "split": "the clients' local queries (clients.data.local_query_split, "
+            "seeded by the run seed) against their local databases",
+            "grid": {"learning-rate": grid},
+            "seeds": sorted({r["seed"] for r in rows}),
+            "chosen": chosen,
+        },
+        "rows": rows,
+        "verdicts": verdicts,
+    }
+    return write_tables(args.out, summary, "\n".join(lines))
+
+
+def main() -> None:
+    """CLI (see the module docstring)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    grids = load_grids("pfmh", "protocols", ("seeds", "lr-grid"))
+    parser.add_argument("--seeds", default=csv(grids["seeds"]))
+    parser.add_argument("--lr-grid", default=csv(grids["lr-grid"]))
+    parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument("--clients", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--jobs", type=int, default=1, choices=(1, 2))
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--resume", action="store_true")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    args = parser.parse_args()
+    seeds = [int(s) for s in args.seeds.split(",")]
+    grid = [float(v) for v in args.lr_grid.split(",")]
+    methods = [m for m in args.methods.split(",") if m]
+    unknown = sorted(set(methods) - set(METHODS))
+    if unknown:
+        parser.error(f"--methods {unknown}: accepted are {', '.join(METHODS)}")
+    base = {**BASE, "rounds": args.rounds, **parse_overrides(args.set)}
+    resolved_settings({**base, "seed": seeds[0]})  # a bad value fails here
+    args.out.mkdir(parents=True, exist_ok=True)
+    jobs: list[Job] = [("floor", 0.0, s) for s in seeds] + [
+        (m, lr, s) for m in methods for lr in grid for s in seeds
+    ]
+    # each run in its own process (one torch thread): the sweep's threads only wait
+    with ProcessPoolExecutor(args.jobs) as pool:
+
+        def run(job: Job) -> dict[str, Any]:
+            return pool.submit(run_job, job, base, args.clients, 1).result()
+
+        run_sweep(
+            jobs,
+            run,
+            rows_path=args.out / "rows.jsonl",
+            resume=args.resume,
+            name=job_name,
+            describe=lambda r: (
+                f"val {r['validation_map_all']:.4f} global {r['test_map_all']:.4f} "
+                f"paper {r['paper_map_all']:.4f} ({r['train_seconds']:.0f} s)"
+            ),
+            workers=args.jobs,
+        )
+    print(write(load_rows(args.out / "rows.jsonl"), base, args, grid))
