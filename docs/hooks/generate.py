@@ -211,8 +211,9 @@ def _dphe_grid(data: dict[str, Any]) -> str:
 
 #: rows of the DPHE-vs-CKKS table: key under ``cnn.dphe`` -> label
 _CNN_ROWS = {
-    "default-block-full-pool": "**block top-k, full r^n from the node's pool** "
+    "default-shared-full-pool": "**shared blocks, full r^n from the node's pool** "
     "(the default; precompute on 1 background process)",
+    "block-full-pool": "each client's own top-k blocks, full r^n from the node's pool",
     "block-djn": "block, DJN (opt-in short-exponent assumption)",
     "block-djn-keyholder1": "block, DJN, keyholder on 1 thread",
     "block-djn-pool2": "block, DJN, obfuscators precomputed on 2 processes",
