@@ -24,7 +24,8 @@ Methods (``--methods``): ``pfmh`` (personalized, every loss term), ``wo-p`` (the
 same model and losses without prototypes, personalized: each client trains alone),
 ``fedavg`` (``wo-p``'s model and losses, averaged every round, weighted by rows),
 ``central`` (the tuned centralized ceiling: one client holding every training row,
-the same epochs). The untrained floor is each seed's initial model (0 rounds).
+the same epochs), and the Table 2 ablations ``wo-pe``, ``wo-ls``, ``wo-ll``
+(``pfmh.variant``). The untrained floor is each seed's initial model (0 rounds).
 
 Each method's rate is the grid value with the best mean validation mAP over the
 seeds (``chosen_on_edge`` is recorded when it is a grid end); the reported numbers
@@ -59,6 +60,9 @@ METHODS: dict[str, tuple[dict[str, Any], int | None]] = {
     "wo-p": ({"pfmh.mode": "personalized", "pfmh.variant": "wo-p"}, None),
     "fedavg": ({"pfmh.mode": "fedavg", "pfmh.variant": "wo-p"}, None),
     "central": ({"pfmh.mode": "personalized", "pfmh.variant": "wo-p"}, 1),
+    "wo-pe": ({"pfmh.mode": "personalized", "pfmh.variant": "wo-pe"}, None),
+    "wo-ls": ({"pfmh.mode": "personalized", "pfmh.variant": "wo-ls"}, None),
+    "wo-ll": ({"pfmh.mode": "personalized", "pfmh.variant": "wo-ll"}, None),
 }
 LABELS = {
     "floor": "untrained (initial model, floor)",
@@ -66,6 +70,9 @@ LABELS = {
     "wo-p": "w/o-P (local only)",
     "fedavg": "FedAvg (same model, w/o-P losses)",
     "central": "centralized (ceiling)",
+    "wo-pe": "w/o-PE (no prototype enhancement, FedProto-like)",
+    "wo-ls": "w/o-Ls (no similarity matching)",
+    "wo-ll": "w/o-Ll (no information preservation)",
 }
 PROTOCOLS = ("validation_map_all", "test_map_all", "paper_map_all")
 #: Job: (method, learning rate, seed); the floor's rate is 0 (no training).
@@ -159,7 +166,7 @@ def write(rows: list[dict], base: dict[str, Any], args: Any, grid: list[float]) 
             )
         )
     verdicts: dict[str, Any] = {}
-    for other in ("fedavg", "wo-p"):
+    for other in ("fedavg", "wo-p", "wo-pe", "wo-ls", "wo-ll"):
         if "pfmh" not in chosen or other not in chosen:
             continue
         for metric, what in (("paper_map_all", "paper"), ("test_map_all", "global")):
