@@ -102,43 +102,67 @@ def job_name(job: Job) -> str:
     return f"{method} s{seed}" if method == "floor" else f"{method} lr{lr:g} s{seed}"
 
 
-def choose_rates(rows: list[dict], grid: Sequence[float]) -> dict[str, dict]:
-    """Per method: the rate with the best mean validation mAP over its seeds."""
+def choose_rates(rows: list[dict], seeds: Sequence[int]) -> dict[str, dict]:
+    """Per method: the rate with the best mean validation mAP over ``seeds``.
+
+    Only rates run on every seed count; ``chosen_on_edge``: the choice is the
+    smallest or largest of the method's rates (with more than one).
+    """
     out = {}
     for method in sorted({r["method"] for r in rows} - {"floor"}):
         means = {}
-        for lr in grid:
-            vals = [
-                r["validation_map_all"]
+        for lr in sorted({r["learning_rate"] for r in rows if r["method"] == method}):
+            vals = {
+                r["seed"]: r["validation_map_all"]
                 for r in rows
                 if r["method"] == method and r["learning_rate"] == lr
-            ]
-            if vals:
-                means[lr] = float(np.mean(vals))
+            }
+            if set(seeds) <= set(vals):
+                means[lr] = float(np.mean([vals[s] for s in seeds]))
         if not means:
             continue
         best = max(means, key=lambda v: (means[v], -v))
         out[method] = {
             "chosen": best,
             "validation_means": {f"{k:g}": v for k, v in means.items()},
-            "chosen_on_edge": len(grid) > 1 and best in (min(grid), max(grid)),
+            "chosen_on_edge": len(means) > 1 and best in (min(means), max(means)),
         }
     return out
 
 
-def write(rows: list[dict], base: dict[str, Any], args: Any, grid: list[float]) -> str:
+def extension(chosen: dict[str, dict]) -> dict[str, float]:
+    """Method -> the next rate past the edge its choice sits on (the grid's step)."""
+    out = {}
+    for method, c in chosen.items():
+        tried = sorted(float(k) for k in c["validation_means"])
+        if not c["chosen_on_edge"]:
+            continue
+        if c["chosen"] == tried[0]:
+            out[method] = tried[0] * tried[0] / tried[1]
+        else:
+            out[method] = tried[-1] * tried[-1] / tried[-2]
+    return out
+
+
+def write(
+    rows: list[dict], base: dict[str, Any], args: Any, grid: list[float], seeds: list[int]
+) -> str:
     """Table and summary from every row there."""
-    chosen = choose_rates(rows, grid)
-    picked = [r for r in rows if r["method"] == "floor"] + [
+    chosen = choose_rates(rows, seeds)
+    picked = [r for r in rows if r["method"] == "floor" and r["seed"] in seeds] + [
         r
         for r in rows
-        if r["method"] in chosen and r["learning_rate"] == chosen[r["method"]]["chosen"]
+        if r["method"] in chosen
+        and r["seed"] in seeds
+        and r["learning_rate"] == chosen[r["method"]]["chosen"]
     ]
     order = ["floor", *[m for m in METHODS if m in chosen]]
     lines = [
         "Protocol: in-process mini-federation on the library (no Flower), "
         f"{args.clients} clients, {base}. Each method's learning rate chosen on "
-        f"validation from {grid} (mean over seeds); validation = the clients' local "
+        f"validation from {grid} (mean over seeds), a choice on a grid end extended "
+        f"by the grid's step at most {args.max_extensions} time(s) (the rates each "
+        "method tried are in summary.json); validation = the clients' local "
         "queries against each client's local database; global = the server's "
         "queries against each client's partition (PFMH's global protocol); paper = "
         "the server's queries against every training item of the file, each "
@@ -184,6 +208,7 @@ def write(rows: list[dict], base: dict[str, Any], args: Any, grid: list[float]) 
             "split": "the clients' local queries (clients.data.local_query_split, "
             "seeded by the run seed) against their local databases",
             "grid": {"learning-rate": grid},
+            "max_extensions": args.max_extensions,
             "seeds": sorted({r["seed"] for r in rows}),
             "chosen": chosen,
         },
@@ -203,6 +228,13 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--jobs", type=int, default=1, choices=(1, 2))
+    parser.add_argument(
+        "--max-extensions",
+        type=int,
+        default=1,
+        help="a method whose chosen rate is a grid end tries the next rate past it "
+        "(the grid's step), at most this often",
+    )
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--resume", action="store_true")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
@@ -225,16 +257,31 @@ def main() -> None:
         def run(job: Job) -> dict[str, Any]:
             return pool.submit(run_job, job, base, args.clients, 1).result()
 
-        run_sweep(
-            jobs,
-            run,
-            rows_path=args.out / "rows.jsonl",
-            resume=args.resume,
-            name=job_name,
-            describe=lambda r: (
-                f"val {r['validation_map_all']:.4f} global {r['test_map_all']:.4f} "
-                f"paper {r['paper_map_all']:.4f} ({r['train_seconds']:.0f} s)"
-            ),
-            workers=args.jobs,
-        )
-    print(write(load_rows(args.out / "rows.jsonl"), base, args, grid))
+        def sweep(todo: list[Job], resume: bool) -> None:
+            run_sweep(
+                todo,
+                run,
+                rows_path=args.out / "rows.jsonl",
+                resume=resume,
+                name=job_name,
+                describe=lambda r: (
+                    f"val {r['validation_map_all']:.4f} global "
+                    f"{r['test_map_all']:.4f} paper {r['paper_map_all']:.4f} "
+                    f"({r['train_seconds']:.0f} s)"
+                ),
+                workers=args.jobs,
+            )
+
+        sweep(jobs, args.resume)
+        for _ in range(args.max_extensions):
+            rows = [
+                r
+                for r in load_rows(args.out / "rows.jsonl")
+                if r["method"] in methods or r["method"] == "floor"
+            ]
+            more = extension(choose_rates(rows, seeds))
+            if not more:
+                break
+            print(f"grid edges: extending {more}", flush=True)
+            sweep([(m, lr, s) for m, lr in more.items() for s in seeds], True)
+    print(write(load_rows(args.out / "rows.jsonl"), base, args, grid, seeds))

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -16,7 +18,8 @@ def test_protocols_table_runs_every_method_and_tunes_on_validation(tmp_path):
             sys.executable, "-m", "experiments.pfmh", "protocols", "--seeds", "0",
             "--lr-grid", "1e-3", "--methods", "pfmh,fedavg,central",
             "--clients", "2", "--rounds", "1", "--set", "local-epochs=1",
-            "--set", "dataset=multiview-digits", "--out", str(out),
+            "--set", "dataset=multiview-digits", "--max-extensions", "0",
+            "--out", str(out),
         ],  # fmt: skip
         capture_output=True,
         text=True,
@@ -33,6 +36,7 @@ def test_protocols_table_runs_every_method_and_tunes_on_validation(tmp_path):
         # the paper's protocol ranks against every training item of the file
         assert r["paper_retrieval_items"] > r["test_queries"]
     assert summary["tuning"]["chosen"]["pfmh"]["chosen"] == 1e-3
+    assert summary["tuning"]["max_extensions"] == 0
     floor = [r for r in rows if r["method"] == "floor"]
     trained = [r for r in rows if r["method"] == "central"]
     assert floor and floor[0]["train_seconds"] < trained[0]["train_seconds"]
@@ -41,21 +45,28 @@ def test_protocols_table_runs_every_method_and_tunes_on_validation(tmp_path):
     assert "untrained (initial model, floor)" in table and "paper" in table
 
 
-def test_rates_are_chosen_on_validation_and_edges_are_flagged():
-    from experiments.tables.pfmh_protocols import choose_rates
+def test_rates_are_chosen_on_validation_and_edges_are_extended():
+    from experiments.tables.pfmh_protocols import choose_rates, extension
+
+    def row(lr, seed, v):
+        return {"method": "pfmh", "learning_rate": lr, "seed": seed,
+                "validation_map_all": v, "test_map_all": 1.0 - v}  # fmt: skip
 
     rows = [
-        {"method": "floor", "learning_rate": 0.0, "validation_map_all": 0.9},
-        *(
-            {"method": "pfmh", "learning_rate": lr, "validation_map_all": v,
-             "test_map_all": 1.0 - v}
-            for lr, v in ((1e-4, 0.30), (1e-4, 0.34), (3e-4, 0.40), (3e-4, 0.38),
-                          (1e-3, 0.20))
-        ),
+        {"method": "floor", "learning_rate": 0.0, "seed": 0, "validation_map_all": 0.9},
+        row(1e-4, 0, 0.30), row(1e-4, 1, 0.34), row(3e-4, 0, 0.40), row(3e-4, 1, 0.38),
+        row(1e-3, 0, 0.20), row(1e-3, 1, 0.22),
+        row(3e-3, 0, 0.99),  # one seed only: not a candidate
     ]  # fmt: skip
-    got = choose_rates(rows, [1e-4, 3e-4, 1e-3])["pfmh"]
+    got = choose_rates(rows, [0, 1])["pfmh"]
     # the best validation mean wins, whatever the test numbers say
     assert got["chosen"] == 3e-4 and not got["chosen_on_edge"]
-    assert got["validation_means"] == {"0.0001": 0.32, "0.0003": 0.39, "0.001": 0.2}
-    assert choose_rates(rows, [1e-4, 3e-4])["pfmh"]["chosen_on_edge"]
-    assert "floor" not in choose_rates(rows, [1e-4])
+    assert set(got["validation_means"]) == {"0.0001", "0.0003", "0.001"}
+    assert got["validation_means"]["0.0003"] == 0.39
+    assert extension(choose_rates(rows, [0, 1])) == {}
+    edge = choose_rates([r for r in rows if r["learning_rate"] <= 3e-4], [0, 1])
+    assert edge["pfmh"]["chosen_on_edge"]
+    assert extension(edge)["pfmh"] == pytest.approx(9e-4)  # the grid's step past it
+    low = choose_rates([r for r in rows if r["learning_rate"] >= 3e-4], [0, 1])
+    assert extension(low)["pfmh"] == pytest.approx(9e-5)
+    assert "floor" not in edge
