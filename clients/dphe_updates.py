@@ -17,8 +17,8 @@ into its tags and MAC (which bind the session and round too), and refuses a seco
 encryption for the same (session, stream, round): two encryptions of one round
 would give the server their quotient.
 
-* ``dphe.sparsity-layout = "block"`` (default): :func:`model_blocks` gives the
-  sparsification mod the round's phi-space block of every coordinate.
+* ``dphe.sparsity-layout = "shared"`` (default) or ``"block"``: :func:`model_blocks`
+  gives the sparsification mod the round's phi-space block of every coordinate.
 * ``dphe.prototypes`` (FedHAP): the ``prototypes`` upload is replaced by an encrypted
   ``dphe.prototypes`` record of :func:`hashing.fedhap.prototypes.prototype_sum_vector`
   (weight 1, stream ``prototypes``; its layout needs ``num-classes``, which the

@@ -10,15 +10,16 @@ encrypts ``s``; with ``elastic-net`` the trainer already returns a model whose
 update is exactly 0 off its support (:mod:`hashing.elastic_net`), and only a top-k
 follows if ``updates.sparsity > 0``.
 
-* Under DPHE with ``dphe.sparsity-layout = "block"`` (the default) the top-k keeps
+* Under DPHE with ``dphe.sparsity-layout = "block"`` the top-k keeps
   whole packed blocks of the round's phi-permuted space
   (:func:`hashing.update_sparsity.block_top_k_sparsify`; the loss and weight
   coordinates' blocks always), so DPHE encrypts only ``num_blocks - floor(sparsity
   * num_blocks)`` blocks. The block of each coordinate comes from the client's own
   DPHE bundle (``blocks_of``, wired by the app).
-* With ``dphe.sparsity-layout = "shared"`` every client keeps the same blocks
-  (:func:`hashing.update_sparsity.shared_blocks`: the loss's and weight's, then the
-  lowest phi-space ids), so the keyholder decrypts one set of blocks a round.
+* With ``dphe.sparsity-layout = "shared"`` (the default) every client keeps the same
+  blocks (:func:`hashing.update_sparsity.shared_blocks`: the loss's and weight's,
+  then the lowest phi-space ids), so the keyholder decrypts one set of blocks a
+  round.
 * **Error feedback** (``updates.error-feedback``; ``auto``: on under secure
   aggregation): the client keeps the residual ``e = (d + e_prev) - s`` of what it
   did not send in its node-local state (``Context.state``, record
