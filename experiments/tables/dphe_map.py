@@ -17,15 +17,16 @@ DPHE).
 Results: ``<out>/rows.jsonl`` (appended after every pair; reruns skip done pairs),
 ``<out>/reference.jsonl`` (floor and ceiling per seed), ``<out>/table.md``.
 
-The DPHE run sparsifies as the app does by default (``--layout block``:
-``dphe.sparsity-layout = "block"``, the same ``updates.sparsity`` applied to whole
-packed blocks of the phi-permuted space, so packed DPHE encrypts only the kept
+The DPHE run sparsifies as the app does by default (``--layout shared``:
+``dphe.sparsity-layout = "shared"``, the same ``updates.sparsity`` applied to whole
+packed blocks of the phi-permuted space, the same blocks for every client, so packed
+DPHE encrypts only the kept blocks; ``--layout block``: each client's own top-k
 blocks; ``updates.error-feedback = "auto"``: on under DPHE, each client carries what
 it did not send into its next update) while the plaintext run keeps element-wise
 top-k without error feedback: the difference is then the accuracy cost of the
 default layout (plus the quantization, which is 0.000 points above).
-``--layout element`` is the earlier DPHE default; ``--error-feedback off`` the block
-layout without feedback; ``--dense`` adds, per seed, the dense plaintext run (no
+``--layout element`` is element-wise top-k; ``--error-feedback off`` a block layout
+without feedback; ``--dense`` adds, per seed, the dense plaintext run (no
 sparsity). ``--obfuscators djn`` uses DJN short-exponent obfuscators (README
 "DPHE"). ``python -m experiments.dphe map --sparsity 0.9 --dense
 --out docs/results/dphe-default``.
@@ -298,7 +299,7 @@ def main() -> None:
     )
     parser.add_argument(
         "--layout",
-        default="block",
+        default="shared",
         choices=("block", "shared", "element"),
         help="the DPHE run's dphe.sparsity-layout (plaintext stays element-wise)",
     )

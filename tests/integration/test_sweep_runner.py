@@ -114,7 +114,7 @@ def test_dphe_map_always_resumes_by_seed_and_sparsity(tmp_path, monkeypatch):
     assert text.startswith("Protocol: digits (scikit-learn)")
     assert "split IID into 5 disjoint client partitions" in text
     assert "2048-bit keys, full obfuscators" in text
-    assert "keeps its own largest whole packed blocks" in text  # the default
+    assert "the same whole packed blocks of the phi-permuted space as every" in text
     # floor and ceiling once per seed (resumed on the second call), below the table
     assert refs == [(0, 10), (1, 10)]
     floor = "| untrained, the model every run starts from (floor) |"
