@@ -416,8 +416,9 @@ def dphe_round(
     """One measured DPHE round of ``len(ups)`` clients with every keyholder check.
 
     Client time (per client) = sparsify (element-wise top-k, block top-k in this
-    round's phi-space, or the round's shared blocks) + ``encrypt_update`` (quantize, pack, block tags,
-    touch-set MAC, one obfuscator per block, padding) + wire serialisation. With
+    round's phi-space, or the round's shared blocks) + ``encrypt_update``
+    (quantize, pack, block tags, touch-set MAC, one obfuscator per block, padding)
+    + wire serialisation. With
     ``pool_workers`` > 0 the obfuscators of the round (exactly ``capacity``: one
     padded shard) are precomputed first, on that many processes, and reported as
     ``precompute_s``; a DJN source's one-off table is ``setup_s``. With

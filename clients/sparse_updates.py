@@ -117,9 +117,7 @@ def sparsify_reply(
         # one more coordinate for the loss (its block, and the weight's, are kept)
         padded = np.append(sparsify_update(update, sparsity=0.0, l1=l1), 0.0)
         if settings.dphe.sparsity_layout == "shared":
-            kept = shared_blocks(
-                num_blocks, settings.updates.sparsity, always=ids[-2:]
-            )
+            kept = shared_blocks(num_blocks, settings.updates.sparsity, always=ids[-2:])
             sent = keep_blocks(padded, blocks=ids, kept=kept)[:-1]
         else:
             sent = block_top_k_sparsify(

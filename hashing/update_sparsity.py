@@ -172,10 +172,11 @@ def kept_block_count(num_blocks: int, sparsity: float) -> int:
 def shared_blocks(
     num_blocks: int, sparsity: float, always: np.ndarray | None = None
 ) -> np.ndarray:
-    """The blocks every client keeps under the shared layout: the same for all.
+    """Return the blocks every client keeps under the shared layout (one set).
 
     ``always`` (sorted, deduplicated), then the lowest other block ids until
-    ``keep = kept_block_count(num_blocks, sparsity)`` blocks are chosen. In DPHE's phi-permuted space (fresh and keyed every round, so
+    ``keep = kept_block_count(num_blocks, sparsity)`` blocks are chosen. In DPHE's
+    phi-permuted space (fresh and keyed every round, so
     the lowest phi-space blocks are a uniformly random coordinate subset no one
     without the users' phi seed can name) this is random-k sparsification with a
     set shared by every client: the keyholder decrypts ``keep`` ciphertexts instead
@@ -205,7 +206,9 @@ def shared_blocks(
     return np.sort(np.concatenate([forced, rest[:extra]]))
 
 
-def keep_blocks(update: np.ndarray, *, blocks: np.ndarray, kept: np.ndarray) -> np.ndarray:
+def keep_blocks(
+    update: np.ndarray, *, blocks: np.ndarray, kept: np.ndarray
+) -> np.ndarray:
     """Zero every coordinate of ``update`` outside the blocks ``kept``.
 
     ``blocks`` is the ``(>= D,)`` block id of each coordinate (extra trailing

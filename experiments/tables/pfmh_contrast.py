@@ -169,7 +169,10 @@ def _average_models(models: list[Any], weights: list[int]) -> None:
     total = float(sum(weights))
     states = [m.state_dict() for m in models]
     mean = {
-        name: sum(st[name].double() * (w / total) for st, w in zip(states, weights))
+        name: sum(
+            st[name].double() * (w / total)
+            for st, w in zip(states, weights, strict=True)
+        )
         if states[0][name].is_floating_point()
         else states[0][name]
         for name in states[0]

@@ -98,6 +98,7 @@ def run_job(job: Job, base: dict[str, Any], clients: int, threads: int) -> dict:
 
 
 def job_name(job: Job) -> str:
+    """Return the job's unique name (progress lines, rows)."""
     method, lr, seed = job
     return f"{method} s{seed}" if method == "floor" else f"{method} lr{lr:g} s{seed}"
 
@@ -131,7 +132,7 @@ def choose_rates(rows: list[dict], seeds: Sequence[int]) -> dict[str, dict]:
 
 
 def extension(chosen: dict[str, dict]) -> dict[str, float]:
-    """Method -> the next rate past the edge its choice sits on (the grid's step)."""
+    """Return method -> the next rate past the grid end its choice sits on."""
     out = {}
     for method, c in chosen.items():
         tried = sorted(float(k) for k in c["validation_means"])
@@ -145,7 +146,11 @@ def extension(chosen: dict[str, dict]) -> dict[str, float]:
 
 
 def write(
-    rows: list[dict], base: dict[str, Any], args: Any, grid: list[float], seeds: list[int]
+    rows: list[dict],
+    base: dict[str, Any],
+    args: Any,
+    grid: list[float],
+    seeds: list[int],
 ) -> str:
     """Table and summary from every row there."""
     chosen = choose_rates(rows, seeds)
