@@ -126,6 +126,7 @@ def choose_rates(rows: list[dict], seeds: Sequence[int]) -> dict[str, dict]:
         out[method] = {
             "chosen": best,
             "validation_means": {f"{k:g}": v for k, v in means.items()},
+            "rates": sorted(means),
             "chosen_on_edge": len(means) > 1 and best in (min(means), max(means)),
         }
     return out
@@ -135,7 +136,7 @@ def extension(chosen: dict[str, dict]) -> dict[str, float]:
     """Return method -> the next rate past the grid end its choice sits on."""
     out = {}
     for method, c in chosen.items():
-        tried = sorted(float(k) for k in c["validation_means"])
+        tried = c["rates"]
         if not c["chosen_on_edge"]:
             continue
         if c["chosen"] == tried[0]:
@@ -284,7 +285,13 @@ def main() -> None:
                 for r in load_rows(args.out / "rows.jsonl")
                 if r["method"] in methods or r["method"] == "floor"
             ]
-            more = extension(choose_rates(rows, seeds))
+            chosen = choose_rates(rows, seeds)
+            # a method extends at most --max-extensions times in all (resumes too)
+            more = {
+                m: lr
+                for m, lr in extension(chosen).items()
+                if sum(r not in grid for r in chosen[m]["rates"]) < args.max_extensions
+            }
             if not more:
                 break
             print(f"grid edges: extending {more}", flush=True)

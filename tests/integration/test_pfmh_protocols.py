@@ -86,4 +86,15 @@ def test_rates_are_chosen_on_validation_and_edges_are_extended():
     assert extension(edge)["pfmh"] == pytest.approx(9e-4)  # the grid's step past it
     low = choose_rates([r for r in rows if r["learning_rate"] >= 3e-4], [0, 1])
     assert extension(low)["pfmh"] == pytest.approx(9e-5)
+    # a rate whose printed form is rounded is still found on its (lower) end
+    third = [
+        {**r, "learning_rate": 1e-4 / 3, "validation_map_all": 0.5}
+        for r in rows
+        if r["learning_rate"] == 1e-4
+    ]
+    lowest = choose_rates(
+        [*third, *(r for r in rows if r["learning_rate"] == 3e-4)], [0, 1]
+    )
+    assert lowest["pfmh"]["chosen"] == 1e-4 / 3 and lowest["pfmh"]["chosen_on_edge"]
+    assert extension(lowest)["pfmh"] == pytest.approx((1e-4 / 3) ** 2 / 3e-4)
     assert "floor" not in edge
