@@ -399,8 +399,10 @@ def test_chunked_64bit_scan_equals_the_item_by_item_scan(tile: int, ties: bool) 
         ql, dl_t, n_rel = retrieval._class_ids(labels)
         assert dl_t.dtype == np.uint8
         outs = []
+        # the 32-bit record word of these sizes, and the 64-bit one of big databases
+        word = np.uint64 if ties else retrieval._record_word(65, ndb)[0]
+        shift = ndb.bit_length()
         for scan in (kernels.scan_words, kernels.scan_words8):
-            word, shift = retrieval._record_word(65, ndb)
             hist = np.empty((4, 65), word)
             ap = np.empty(nq)
             h_all = np.zeros((nq, 65), np.int64)
