@@ -452,16 +452,16 @@ def _numba_kernels() -> SimpleNamespace:
         # position in its bucket is the bucket's count before the chunk plus the
         # earlier items of the chunk at its distance (a second mask); then the
         # chunk's items are counted. The same records and histogram as
-        # scan_words, without a store per irrelevant item.
+        # scan_words, without a store per irrelevant item; the tile's last
+        # partial chunk goes through scan_words itself.
         x = q[a, 0]
         lab = ql[a, 0]
         db = db_t[0, c0:c1]
         dl = dl_t[0, c0:c1]
-        m = c1 - c0
-        for i in range(m):
+        full = (c1 - c0) - (c1 - c0) % 64
+        for i in range(full):
             rel[i] = np.uint8(popcount(x ^ db[i]))
         one = hist.dtype.type(1)
-        full = m - m % 64
         for base in range(0, full, 64):
             found = eq_mask64(dl, base, lab)
             while found != 0:
@@ -474,13 +474,9 @@ def _numba_kernels() -> SimpleNamespace:
                 n += np.uint64(1)
             for i in range(base, base + 64):
                 hist[rel[i]] += one
-        for i in range(full, m):  # the tile's last partial chunk, item by item
-            t = rel[i]
-            v = hist[t] + one
-            hist[t] = v
-            rec[n] = v
-            n += np.uint64(dl[i] == lab)
-        return n
+        return scan_words(
+            q, a, db_t, ql, dl_t, single, c0 + full, c1, hist, rec, n, dist, rel
+        )
 
     @njit(**opts)
     def scan_rows(
