@@ -59,7 +59,7 @@ _NUMBA_MIN_PAIRS = 1 << 25
 _RANK_QUERY_BLOCK = 16
 #: Database items per tile of that kernel (each query of a block scans a tile
 #: while it is in cache).
-_RANK_TILE = 2048
+_RANK_TILE = 4096
 #: Database items per chunk in the numba top-k scan (multiple of 8).
 _TOPK_CHUNK = 4096
 #: Above this many (bits + 1) * k bucket slots, numba top-k switches to the
@@ -260,21 +260,71 @@ def _numba_kernels() -> SimpleNamespace:
         return sig, codegen
 
     @intrinsic
-    def _lowest_bit(typingctx: Any, x: Any) -> tuple[Any, Any]:
-        # index of the lowest set bit of a non-zero word (tzcnt)
-        sig = types.uint64(types.uint64)
+    def _distances64(
+        typingctx: Any, db: Any, off: Any, x: Any, out: Any, out_off: Any
+    ) -> tuple[Any, Any]:
+        # out[out_off + i] = popcount(db[off + i] ^ x) as bytes, i < 64: eight
+        # 8-lane vector popcounts (AVX-512 VPOPCNTDQ here), narrowed and stored
+        # as one 64-byte vector (LLVM picks the instructions for the machine).
+        # The caller keeps both ranges in bounds.
+        sig = types.void(db, types.intp, types.uint64, out, types.intp)
 
         def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
             from llvmlite import ir
 
-            return builder.cttz(args[0], ir.Constant(ir.IntType(1), 1))
+            db_v, off, x, out_v, out_off = args
+            src = context.make_array(signature.args[0])(context, builder, db_v)
+            dst = context.make_array(signature.args[3])(context, builder, out_v)
+            w_t = ir.VectorType(ir.IntType(64), 64)
+            b_t = ir.VectorType(ir.IntType(8), 64)
+            ptr = builder.bitcast(builder.gep(src.data, [off]), w_t.as_pointer())
+            words = builder.load(ptr, align=8)
+            undef = ir.Constant(w_t, ir.Undefined)
+            one = builder.insert_element(undef, x, ir.Constant(ir.IntType(32), 0))
+            zeros = ir.Constant(ir.VectorType(ir.IntType(32), 64), [0] * 64)
+            splat = builder.shuffle_vector(one, undef, zeros)
+            name = "llvm.ctpop.v64i64"
+            module = builder.module
+            ctpop = module.globals.get(name) or ir.Function(
+                module, ir.FunctionType(w_t, [w_t]), name=name
+            )
+            counts = builder.call(ctpop, [builder.xor(words, splat)])
+            # narrow to bytes by a tree of two-source byte shuffles (vpermt2b
+            # with VBMI): 7 shuffles instead of 8 two-uop truncations
+            i32 = ir.IntType(32)
+
+            def shuffle(a: Any, b: Any, idx: list[int]) -> Any:
+                mask = ir.Constant(ir.VectorType(i32, len(idx)), idx)
+                return builder.shuffle_vector(a, b, mask)
+
+            parts = [
+                builder.bitcast(shuffle(counts, undef, list(range(k, k + 8))), b_t)
+                for k in range(0, 64, 8)
+            ]
+            width = 8  # useful leading bytes of each part
+            while len(parts) > 1:
+                idx = list(range(width)) + list(range(64, 64 + width))
+                if width == 8:  # first level: byte 0 of each 64-bit lane
+                    idx = [8 * i for i in range(8)] + [64 + 8 * i for i in range(8)]
+                idx += list(range(len(idx), 64))
+                parts = [
+                    shuffle(parts[k], parts[k + 1], idx)
+                    for k in range(0, len(parts), 2)
+                ]
+                width *= 2
+            narrowed = parts[0]
+            out_ptr = builder.bitcast(
+                builder.gep(dst.data, [out_off]), b_t.as_pointer()
+            )
+            builder.store(narrowed, out_ptr, align=1)
+            return context.get_dummy_value()
 
         return sig, codegen
 
     # numba's stub types a call of an intrinsic with the typing context argument
     popcount = cast(Callable[[Any], Any], _popcount)
     eq_mask64 = cast(Callable[[Any, int, Any], Any], _eq_mask64)
-    lowest_bit = cast(Callable[[Any], Any], _lowest_bit)
+    distances64 = cast(Callable[[Any, int, Any, Any, int], None], _distances64)
     opts: dict[str, Any] = {"nogil": True, "boundscheck": False, "error_model": "numpy"}
 
     @njit(inline="always", **opts)
@@ -426,6 +476,7 @@ def _numba_kernels() -> SimpleNamespace:
     def scan_words(
         q: _U64, a: int, db_t: _U64, ql: Any, dl_t: Any, single: bool,
         c0: int, c1: int, hist: Any, rec: Any, n: Any, dist: _Dist, rel: Any,
+        table: Any, members: _I64, cursor: _I64, stop: _I64,
     ) -> Any:  # fmt: skip
         # 64-bit codes and class ids: popcount, bucket and relevance in one loop.
         x = q[a, 0]
@@ -445,43 +496,83 @@ def _numba_kernels() -> SimpleNamespace:
     def scan_words8(
         q: _U64, a: int, db_t: _U64, ql: Any, dl_t: Any, single: bool,
         c0: int, c1: int, hist: Any, rec: Any, n: Any, dist: _Dist, rel: Any,
+        table: Any, members: _I64, cursor: _I64, stop: _I64,
     ) -> Any:  # fmt: skip
-        # scan_words for uint8 class ids, by 64-item chunks: the distances of the
-        # tile first (vectorized, as bytes in rel), then per chunk a record only
-        # for each relevant item, found from a 64-bit mask of label matches; its
-        # position in its bucket is the bucket's count before the chunk plus the
-        # earlier items of the chunk at its distance (a second mask); then the
-        # chunk's items are counted. The same records and histogram as
-        # scan_words, without a store per irrelevant item; the tile's last
-        # partial chunk goes through scan_words itself.
+        # scan_words for uint8 class ids, without a store per item: the tile's
+        # distances first (64-lane vector popcounts, as bytes in rel); then,
+        # value by value over the tile's distance range, each bucket's count
+        # before every 64-item chunk (table[t, c]) from one 64-byte compare and
+        # popcount per chunk; then a record for each relevant item only, read
+        # from the query's class members (database indices in order; cursor[a]
+        # is the next one, stop[a] the end of the class): its bucket's count
+        # before its chunk plus the earlier items of the chunk at its distance
+        # (a second compare). The same records, in the same order, and
+        # histogram as scan_words; the tile's last partial chunk goes through
+        # scan_words itself.
         x = q[a, 0]
-        lab = ql[a, 0]
-        db = db_t[0, c0:c1]
-        dl = dl_t[0, c0:c1]
+        db = db_t[0]
         full = (c1 - c0) - (c1 - c0) % 64
-        for i in range(full):
-            rel[i] = np.uint8(popcount(x ^ db[i]))
+        chunks = full // 64
+        for c in range(chunks):
+            distances64(db, c0 + c * 64, x, rel, c * 64)
+        if chunks > 0:
+            lo = np.uint8(255)
+            hi = np.uint8(0)
+            for i in range(full):
+                lo = min(lo, rel[i])
+                hi = max(hi, rel[i])
+            for t in range(lo, hi + 1):
+                v = hist[t]
+                row = table[t]
+                for c in range(chunks):
+                    row[c] = v
+                    v += hist.dtype.type(popcount(eq_mask64(rel, c * 64, np.uint8(t))))
+                hist[t] = v
+        # unsigned indices: no negative-index wraparound in the loop
         one = hist.dtype.type(1)
-        for base in range(0, full, 64):
-            found = eq_mask64(dl, base, lab)
-            while found != 0:
-                j = lowest_bit(found)
-                found &= found - np.uint64(1)
-                t = rel[base + j]
-                below = (np.uint64(1) << j) - np.uint64(1)
-                earlier = popcount(eq_mask64(rel, base, t) & below)
-                rec[n] = hist[t] + hist.dtype.type(earlier) + one
-                n += np.uint64(1)
-            for i in range(base, base + 64):
-                hist[rel[i]] += one
+        k = cursor[a]
+        mine = members[k : stop[a]]
+        edge = c0 + full
+        for u in range(mine.shape[0]):
+            g = mine[u]
+            if g >= c1:
+                break
+            k += 1
+            if g >= edge:
+                continue  # the partial chunk's items: scan_words records them
+            i = np.uint64(g - c0)
+            t = rel[i]
+            off = i & np.uint64(63)
+            below = (np.uint64(1) << off) - np.uint64(1)
+            earlier = popcount(eq_mask64(rel, np.intp(i - off), t) & below)
+            rec[n] = table[t, i >> np.uint64(6)] + hist.dtype.type(earlier) + one
+            n += np.uint64(1)
+        cursor[a] = k
         return scan_words(
-            q, a, db_t, ql, dl_t, single, c0 + full, c1, hist, rec, n, dist, rel
+            q,
+            a,
+            db_t,
+            ql,
+            dl_t,
+            single,
+            edge,
+            c1,
+            hist,
+            rec,
+            n,
+            dist,
+            rel,
+            table,
+            members,
+            cursor,
+            stop,
         )
 
     @njit(**opts)
     def scan_rows(
         q: _U64, a: int, db_t: _U64, ql: Any, dl_t: Any, single: bool,
         c0: int, c1: int, hist: Any, rec: Any, n: Any, dist: _Dist, rel: Any,
+        table: Any, members: _I64, cursor: _I64, stop: _I64,
     ) -> Any:  # fmt: skip
         # Any code length and either label kind: vectorized distances and
         # relevance of the tile first.
@@ -521,7 +612,7 @@ def _numba_kernels() -> SimpleNamespace:
         low = (hist.dtype.type(1) << sh) - hist.dtype.type(1)
         seen[:] = 0
         for u in range(rec.shape[0]):
-            seen[np.int64(rec[u] >> sh)] += 1
+            seen[rec[u] >> sh] += 1  # unsigned index: no wraparound test
         x = np.int64(0)
         y = np.int64(0)
         for b in range(nbins):
@@ -538,7 +629,7 @@ def _numba_kernels() -> SimpleNamespace:
         total = 0.0
         for u in range(rec.shape[0]):
             e = rec[u]
-            t = np.int64(e >> sh)
+            t = e >> sh
             m = seen[t] + 1
             seen[t] = m
             total += (c_rel[t] + m) / (c_all[t] + np.int64(e & low))
@@ -559,14 +650,20 @@ def _numba_kernels() -> SimpleNamespace:
         out_ap: NDArray[np.float64],
         hist_all: _I64,
         hist_rel: _I64,
+        members: _I64,
+        member_start: _I64,
+        member_stop: _I64,
     ) -> None:
         # Per query: AP over the whole stable ranking and the distance histograms
         # of all / relevant items, by a counting sort in one pass over the
         # database. Queries go in blocks of hist.shape[0]; each block walks the
         # database in tiles that stay in cache while every query of the block
         # scans them (scan: scan_words or scan_rows). n_rel: relevant items per
-        # query; a block gives each query n_rel + 1 record slots.
+        # query; a block gives each query n_rel + 1 record slots. scan_words8
+        # reads query a's relevant items from members[member_start[a]:
+        # member_stop[a]] (see _class_members); the other scans ignore them.
         nq = q.shape[0]
+        cursor = member_start.copy()
         ndb = db_t.shape[1]
         nbins = hist.shape[1]
         qblock = hist.shape[0]
@@ -574,6 +671,8 @@ def _numba_kernels() -> SimpleNamespace:
         rec = np.empty(0, hist.dtype)
         dist = np.empty(tile, np.uint16)
         rel = np.empty(tile, np.uint8)
+        # scan_words8's bucket counts before each 64-item chunk of a tile
+        table = np.empty((nbins, tile // 64 + 1), hist.dtype)
         start = np.empty(qblock + 1, np.int64)
         cnt = np.empty(qblock, np.int64)
         seen = np.zeros(nbins, np.int64)
@@ -594,7 +693,8 @@ def _numba_kernels() -> SimpleNamespace:
                 for b in range(nb):
                     cnt[b] = scan(
                         q, q0 + b, db_t, ql, dl_t, single, c0, c1, hist[b], rec,
-                        np.uint64(cnt[b]), dist, rel,
+                        np.uint64(cnt[b]), dist, rel, table, members, cursor,
+                        member_stop,
                     )  # fmt: skip
             for b in range(nb):
                 a = q0 + b
@@ -642,6 +742,7 @@ def _numba_kernels() -> SimpleNamespace:
         scan_rows=scan_rows,
         count_relevant=count_relevant,
         distances=distances,
+        average_precision=_average_precision,
     )
 
 
@@ -713,9 +814,10 @@ def _rank_stats_impl(
             scan = kernels.scan_rows
         word, shift = _record_word(nbins, ndb)
         hist = np.empty((min(_RANK_QUERY_BLOCK, nq), nbins), word)
+        members = _class_members(ql, dl_t, scan is kernels.scan_words8)
         kernels.rank_stats(
             scan, q, np.ascontiguousarray(db.T), ql, dl_t, labels.single,
-            n_relevant, hist, shift, _RANK_TILE, ap, hist_all, hist_rel,
+            n_relevant, hist, shift, _RANK_TILE, ap, hist_all, hist_rel, *members,
         )  # fmt: skip
         return ap, hist_all, hist_rel
     block = max(1, _BLOCK_PAIRS // ndb)
@@ -763,6 +865,26 @@ def _class_ids(labels: _Labels) -> tuple[NDArray[Any], NDArray[Any], NDArray[np.
         d_ids.astype(dtype).reshape(1, -1),
         n_rel,
     )
+
+
+def _class_members(
+    ql: NDArray[Any], dl_t: NDArray[Any], needed: bool = True
+) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]:
+    """Database indices by class id (index order within a class), query slices.
+
+    Query a's relevant items (single labels) are members[start[a]:stop[a]].
+    Empty when not ``needed`` (only the chunked 64-bit scan reads them).
+    """
+    nq = ql.shape[0]
+    if not needed:
+        none = np.zeros(nq, np.int64)
+        return np.empty(0, np.int64), none, none
+    ids = dl_t[0].astype(np.int64)
+    q_ids = ql[:, 0].astype(np.int64)
+    counts = np.bincount(ids, minlength=int(max(ids.max(initial=0), q_ids.max())) + 1)
+    first = np.cumsum(counts) - counts
+    members = np.argsort(ids, kind="stable").astype(np.int64)
+    return members, first[q_ids], first[q_ids] + counts[q_ids]
 
 
 def _record_word(nbins: int, ndb: int) -> tuple[type[np.unsignedinteger], int]:
