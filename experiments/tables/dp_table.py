@@ -8,7 +8,11 @@ prototypes, prototypes uploaded with Random Flipping at ``--proto-eps`` per bit)
 for each noise multiplier in ``--noise`` and without DP. Each row reports the final
 mAP@ALL and, from the run's privacy ledger, the largest per-client composed epsilon
 per record (DP-SGD, basic composition over rounds, delta summed) and per code
-(flipped prototypes). Results: ``<out>/summary.json``, ``<out>/table.md``.
+(flipped prototypes). The untrained floor of a method and seed is the mAP of the model
+its runs start from (the server's round-0 evaluation of its non-private run);
+``--floor-only`` measures just the floors (one 1-round run per method and seed) and adds
+them to an existing ``summary.json``. Results: ``<out>/summary.json``,
+``<out>/table.md``.
 """
 
 from __future__ import annotations
@@ -70,11 +74,39 @@ def run_one(
         "eps_per_record": priv.get("per record", {}).get("max_client_epsilon"),
         "delta_per_record": priv.get("per record", {}).get("max_client_delta"),
         "eps_per_code": priv.get("per code", {}).get("max_client_epsilon"),
+        "floor_map_all": summary.get("initial_map_all"),
     }
 
 
-def table(rows: list[dict[str, Any]]) -> str:
-    """Markdown: method x noise, mAP and composed epsilons."""
+def floor_one(method: str, seed: int, args: argparse.Namespace) -> dict:
+    """Measure the untrained floor of one method and seed.
+
+    A 1-round non-private run's round-0 evaluation: the model every run of that
+    method and seed starts from.
+    """
+    cfg = {**config(method, None, args), "rounds": 1, "eval-every": 1, "seed": seed}
+    name = f"{METHODS[method]['strategy']}-floor-s{seed}"
+    summary = run_federated(cfg, args.clients, args.out / "runs" / name)
+    return {"method": method, "seed": seed, "map_all": summary["initial_map_all"]}
+
+
+def floors_from_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Floors recorded by the non-private runs themselves (``floor_map_all``)."""
+    return [
+        {"method": r["method"], "seed": r["seed"], "map_all": r["floor_map_all"]}
+        for r in rows
+        if r["noise"] is None and r.get("floor_map_all") is not None
+    ]
+
+
+def table(
+    rows: list[dict[str, Any]], floors: list[dict[str, Any]] | None = None
+) -> str:
+    """Markdown: method x noise, mAP and composed epsilons.
+
+    Under each method's rows, its untrained floor (``floors``: method, seed,
+    map_all), where measured.
+    """
     lines = table_head(
         "method",
         "sigma",
@@ -83,28 +115,37 @@ def table(rows: list[dict[str, Any]]) -> str:
         "delta",
         "eps per code (flipped prototypes)",
     )
-    keys = sorted(
-        {(r["method"], r["noise"]) for r in rows},
-        key=lambda k: (k[0], float("-inf") if k[1] is None else -k[1]),
-    )
-    for method, noise in keys:
-        rs = [r for r in rows if (r["method"], r["noise"]) == (method, noise)]
-        maps = mean_sd_cell([r["map_all"] for r in rs], scale=100)
-
-        def mean(key: str, rs: list = rs) -> str:
-            vals = [r[key] for r in rs if r[key] is not None]
-            return f"{statistics.fmean(vals):.3g}" if vals else "-"
-
-        lines.append(
-            table_row(
-                method,
-                "no DP" if noise is None else noise,
-                f"{maps} (n={len(rs)})",
-                mean("eps_per_record"),
-                mean("delta_per_record"),
-                mean("eps_per_code"),
-            )
+    for method in sorted({r["method"] for r in rows}):
+        noises = sorted(
+            {r["noise"] for r in rows if r["method"] == method},
+            key=lambda n: float("-inf") if n is None else -n,
         )
+        for noise in noises:
+            rs = [r for r in rows if (r["method"], r["noise"]) == (method, noise)]
+            maps = mean_sd_cell([r["map_all"] for r in rs], scale=100)
+
+            def mean(key: str, rs: list = rs) -> str:
+                vals = [r[key] for r in rs if r[key] is not None]
+                return f"{statistics.fmean(vals):.3g}" if vals else "-"
+
+            lines.append(
+                table_row(
+                    method,
+                    "no DP" if noise is None else noise,
+                    f"{maps} (n={len(rs)})",
+                    mean("eps_per_record"),
+                    mean("delta_per_record"),
+                    mean("eps_per_code"),
+                )
+            )
+        fl = [f["map_all"] for f in floors or [] if f["method"] == method]
+        if fl:
+            cell = mean_sd_cell(fl, scale=100)
+            lines.append(
+                table_row(
+                    method, "untrained (floor)", f"{cell} (n={len(fl)})", "-", "-", "-"
+                )
+            )
     return "\n".join(lines)
 
 
@@ -119,10 +160,18 @@ def main() -> None:
     parser.add_argument("--proto-eps", type=float, default=4.0)
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument(
+        "--floor-only",
+        action="store_true",
+        help="only the untrained floors, added to <out>/summary.json's rows",
+    )
+    parser.add_argument(
         "--out", type=Path, default=ROOT / "docs" / "results" / "dp_sgd"
     )
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
+    if args.floor_only:
+        _floor_only(seeds, args)
+        return
     noises: list[float | None] = [None] + [float(x) for x in args.noise.split(",")]
     cells = [(m, n, s) for s in seeds for m in METHODS for n in noises]
     rows: list[dict[str, Any]] = []
@@ -135,8 +184,26 @@ def main() -> None:
     print(_write(rows, args))
 
 
-def _write(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
-    text = table(rows)
+def _floor_only(seeds: list[int], args: argparse.Namespace) -> None:
+    path = args.out / "summary.json"
+    if not path.is_file():
+        raise SystemExit(f"--floor-only: {path} does not exist; run the table first")
+    rows = json.loads(path.read_text())["rows"]
+    floors = []
+    for method in METHODS:
+        for seed in seeds:
+            floors.append(floor_one(method, seed, args))
+            print(json.dumps(floors[-1]), flush=True)
+    print(_write(rows, args, floors))
+
+
+def _write(
+    rows: list[dict[str, Any]],
+    args: argparse.Namespace,
+    floors: list[dict[str, Any]] | None = None,
+) -> str:
+    floors = floors if floors is not None else floors_from_rows(rows)
+    text = table(rows, floors)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "summary.json").write_text(
         json.dumps(
@@ -144,6 +211,7 @@ def _write(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
                 "setting": {**COMMON, "clients": args.clients, "rounds": args.rounds},
                 "prototype_flip_epsilon_per_bit": args.proto_eps,
                 "rows": rows,
+                "floors": floors,
             },
             indent=2,
         )
