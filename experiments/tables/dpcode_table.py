@@ -9,7 +9,10 @@ sweeps of one-client releases (``privacy.dpcode``), each for seeds 0, 1, 2:
 
 Methods: DPcode as the paper specifies it, with the repairs that make its epsilon
 hold (Alg. 1 primitive noise, Eq. 6 on); DPcode (pruned): no primitive noise and
-Eq. 6 replaced by anti-monotone pruning (same epsilon); Direct; NoisyCut. Metrics:
+Eq. 6 replaced by anti-monotone pruning (same epsilon); Direct; NoisyCut; and the
+floor, a release that reads no data: k distinct patterns drawn uniformly from every
+pattern of at most the maximum length over the public vocabulary (epsilon 0, no
+supports, so no RE), in the epsilon and k sweeps. Metrics:
 F-score (Def. 3) and median relative error (Def. 4, absolute) against the exact
 top-k (mlxtend FP-growth). Datasets: digits (sklearn, 1,797 8x8 images, 9 patch
 primitives each, Hadamard-16 codebook, patterns of <= 3 words) and MIRFlickr-25K
@@ -55,6 +58,10 @@ from privacy.noise import NoiseSource
 ROOT = Path(__file__).resolve().parents[2]
 DATA_DIR = ROOT.parent / "shared" / "data"
 METHODS = ("DPcode", "DPcode (pruned)", "Direct", "NoisyCut")
+#: the untrained floor of a release: k patterns that depend on no frame
+FLOOR = "random patterns (floor)"
+#: the rows of the epsilon and k tables and plots
+WITH_FLOOR = (*METHODS, FLOOR)
 FIXED_EPS, FIXED_K, DPCODE_SPLIT = 4.0, 100, 0.65
 
 
@@ -116,6 +123,34 @@ def truth(name: str, data_dir: str, k: int) -> tuple[tuple[int, ...], ...]:
     return tuple(patterns)
 
 
+def random_patterns(
+    n_words: int, k: int, max_length: int, rng: np.random.Generator
+) -> tuple[tuple[int, ...], ...]:
+    """``k`` distinct patterns, uniform over all sets of 1..max_length of n_words.
+
+    The floor of a top-k release: it reads no data (every pattern of the universe
+    equally likely), so its F-score is what chance gives.
+    """
+    from math import comb  # noqa: PLC0415
+
+    sizes = np.arange(1, max_length + 1)
+    weight = np.array([comb(n_words, int(s)) for s in sizes], dtype=np.float64)
+    total = int(weight.sum())
+    if k > total:
+        raise ValueError(f"k={k}: only {total} patterns of <= {max_length} words exist")
+    chosen: set[tuple[int, ...]] = set()
+    out: list[tuple[int, ...]] = []
+    while len(out) < k:
+        size = int(rng.choice(sizes, p=weight / weight.sum()))
+        pattern = tuple(
+            sorted(int(w) for w in rng.choice(n_words, size, replace=False))
+        )
+        if pattern not in chosen:
+            chosen.add(pattern)
+            out.append(pattern)
+    return tuple(out)
+
+
 def release(job: Job, ds: Dataset) -> Release:
     """Run one method on one dataset with SEEDED noise (simulation only)."""
     noise = NoiseSource.seeded(
@@ -161,6 +196,23 @@ def run_job(job: Job, data_dir: str) -> dict[str, Any]:
     """One row: the job, F-score, RE, published count, epsilon spent, seconds."""
     ds = load(job.dataset, data_dir)
     true = truth(job.dataset, data_dir, job.k)
+    if job.method == FLOOR:
+        rng = NoiseSource.seeded(
+            "dpcode-table", job.dataset, job.method, job.k, job.seed
+        ).numpy_generator()
+        start = time.perf_counter()
+        n_words = ds.transactions.matrix.shape[1]
+        patterns = random_patterns(n_words, job.k, ds.max_length, rng)
+        return {
+            "name": job.name,
+            **asdict(job),
+            "f_score": f_score(true, patterns),
+            "re": float("nan"),  # no supports published
+            "published": len(patterns),
+            "epsilon_spent": 0.0,
+            "unit": "per frame",
+            "seconds": time.perf_counter() - start,
+        }
     start = time.perf_counter()
     r = release(job, ds)
     seconds = time.perf_counter() - start
@@ -187,7 +239,7 @@ def jobs(datasets: list[str], seeds: list[int], grids: dict[str, Any]) -> list[J
     out = []
     for ds in datasets:
         for seed in seeds:
-            for m in METHODS:
+            for m in WITH_FLOOR:
                 split = DPCODE_SPLIT if m.startswith("DPcode") else 0.5
                 out += [Job("eps", ds, m, e, FIXED_K, split, seed) for e in eps_grid]
                 out += [Job("k", ds, m, FIXED_EPS, k, split, seed) for k in k_grid]
@@ -281,7 +333,8 @@ def tables(rows: list[dict[str, Any]], seeds: list[int]) -> str:
         "published patterns of |noisy - true| / max(true, 1). DPcode: split "
         f"eps_1 / eps = {DPCODE_SPLIT}, Alg. 1 primitive noise (digits) and Eq. 6; "
         "DPcode (pruned): no primitive noise, Eq. 6 replaced by pruning; NoisyCut: "
-        "half of eps for the cut.",
+        "half of eps for the cut; random patterns (floor): k patterns drawn "
+        "uniformly, reading no data (epsilon 0, no supports).",
     ]
     datasets = [
         d for d in ("digits", "mirflickr") if any(r["dataset"] == d for r in rows)
@@ -295,7 +348,7 @@ def tables(rows: list[dict[str, Any]], seeds: list[int]) -> str:
             "",
             f"**F-score vs epsilon** (k = {FIXED_K})",
             "",
-            _grid(rows, ds, "eps", "eps", "f_score", METHODS),
+            _grid(rows, ds, "eps", "eps", "f_score", WITH_FLOOR),
             "",
             f"**RE vs epsilon** (k = {FIXED_K})",
             "",
@@ -303,7 +356,7 @@ def tables(rows: list[dict[str, Any]], seeds: list[int]) -> str:
             "",
             f"**F-score vs k** (epsilon = {FIXED_EPS:g})",
             "",
-            _grid(rows, ds, "k", "k", "f_score", METHODS),
+            _grid(rows, ds, "k", "k", "f_score", WITH_FLOOR),
             "",
             f"**RE vs k** (epsilon = {FIXED_EPS:g})",
             "",
@@ -337,7 +390,7 @@ def plots(agg: list[dict[str, Any]], out: Path) -> list[str]:
                 1, len(datasets), figsize=(5 * len(datasets), 3.6), squeeze=False
             )
             for ax, ds in zip(axes[0], datasets, strict=True):
-                for m in METHODS:
+                for m in WITH_FLOOR:
                     sel = [
                         a
                         for a in agg
@@ -349,7 +402,10 @@ def plots(agg: list[dict[str, Any]], out: Path) -> list[str]:
                     x = [a[column] for a in sel]
                     y = np.array([a[f"{metric}_mean"] for a in sel])
                     e = np.array([a[f"{metric}_std"] for a in sel])
-                    ax.errorbar(x, y, yerr=e, marker="o", capsize=3, label=m)
+                    style = "--" if m == FLOOR else "-"
+                    ax.errorbar(
+                        x, y, yerr=e, marker="o", capsize=3, label=m, linestyle=style
+                    )
                 if log:
                     ax.set_xscale("log")
                 if metric == "re":
