@@ -1085,7 +1085,110 @@ def grid(keys: dict, settings: RunSettings, args: argparse.Namespace) -> dict:
     }
 
 
-PARTS = ("cnn", "round", "avenues", "key3072", "security", "grid")
+def table2(keys: dict, settings: RunSettings, args: argparse.Namespace) -> dict:
+    """Measure the paper's Table 2 shape: encryption time against sparsity.
+
+    The paper's scheme (``dphe.packing = 1``, one value a ciphertext, element-wise
+    top-k, full obfuscators drawn online) on the app's ``mlp`` update (its values
+    plus the loss), for every seed in ``--table2-seeds`` (the seed draws the
+    updates) and sparsity in ``--table2-sparsities``, with ``--clients`` clients
+    (the keyholder decrypts no sum of fewer than 3). A row is a real round
+    (encrypt, aggregate, decrypt with every keyholder check, the decrypted average
+    compared with the plaintext one) when its estimate fits ``--table2-budget-s``;
+    otherwise (the dense update: about 25,000 full obfuscators a client) its times
+    are the seed's measured rows' per-ciphertext times times its ciphertext count,
+    marked ``"measured": false``. ``encrypt_s`` is one client's time, the paper's
+    "encryption time". Accuracy at each sparsity is the plaintext FedAvg's
+    (``experiments.dphe map``): DPHE's sums equal plaintext's.
+    """
+    fp = fixed_point(settings.dphe)
+    dim = model_dimension(settings, "mlp")
+    params = DPHEParams(dimension=dim, packing=1, fixed_point=fp)
+    clients = len(keys["clients"])
+    sparsities = sorted(
+        (float(x) for x in args.table2_sparsities.split(",")), reverse=True
+    )  # sparsest first: their measured per-ciphertext times price the rest
+    rows = []
+    for seed in [int(x) for x in args.table2_seeds.split(",")]:
+        unit: dict[str, float] = {}
+        for sparsity in sparsities:
+            tag = f"t2-{seed}-{sparsity}".encode()
+            ups = updates(dim, sparsity, clients, seed=zlib.crc32(tag))
+            blocks = [
+                plan_blocks(u, keys["clients"][i], params) for i, u in enumerate(ups)
+            ]
+            per_client = float(np.mean([len(b) for b in blocks]))
+            union = len(np.unique(np.concatenate(blocks)))
+            row: dict = {
+                "model": "mlp-32b",
+                "dimension": dim,
+                "sparsity": sparsity,
+                "seed": seed,
+                "packing": 1,
+                "clients": clients,
+                "nonzeros": float(np.mean([np.count_nonzero(u) for u in ups])),
+                "ciphertexts": per_client,
+                "decrypted": union,
+            }
+            estimate = (
+                None
+                if not unit
+                else clients * per_client * unit["encrypt"] + union * unit["decrypt"]
+            )
+            if estimate is None or estimate <= args.table2_budget_s:
+                row.update(_run("dphe", ups, params, keys), measured=True)
+                unit = {
+                    "encrypt": row["encrypt_s"] / per_client,
+                    "decrypt": row["decrypt_s"] * clients / union,
+                    "aggregate": row["aggregate_s"] / per_client,
+                }
+            else:
+                row.update(
+                    encrypt_s=per_client * unit["encrypt"],
+                    aggregate_s=per_client * unit["aggregate"],
+                    decrypt_s=union * unit["decrypt"] / clients,
+                    measured=False,
+                    estimated_s=estimate,
+                )
+            rows.append(row)
+            print(
+                f"table2 seed {seed} sparsity {sparsity:.0%}: {per_client:.0f} "
+                f"ciphertexts a client, encrypt {row['encrypt_s']:.1f} s, decrypt "
+                f"{row['decrypt_s']:.1f} s a client "
+                f"[{'measured' if row['measured'] else 'extrapolated'}]",
+                flush=True,
+            )
+    by: dict[float, list[dict]] = {}
+    for r in rows:
+        by.setdefault(r["sparsity"], []).append(r)
+    dense = by.get(0.0)
+    summary = {}
+    for sp, rs in sorted(by.items()):
+        enc = [r["encrypt_s"] for r in rs]
+        summary[str(sp)] = {
+            "encrypt_s_mean": float(np.mean(enc)),
+            "encrypt_s_std": float(np.std(enc, ddof=1)) if len(enc) > 1 else 0.0,
+            "ciphertexts_mean": float(np.mean([r["ciphertexts"] for r in rs])),
+            "seeds": len(rs),
+            "measured": all(r["measured"] for r in rs),
+            "dense_over_this": (
+                float(np.mean([r["encrypt_s"] for r in dense]) / np.mean(enc))
+                if dense
+                else None
+            ),
+        }
+    return {
+        "settings": {
+            "key_bits": args.key_bits,
+            "clients": clients,
+            "budget_s": args.table2_budget_s,
+        },
+        "rows": rows,
+        "summary": summary,
+    }
+
+
+PARTS = ("cnn", "round", "avenues", "key3072", "security", "grid", "table2")
 
 
 def main() -> None:
@@ -1106,6 +1209,16 @@ def main() -> None:
     )
     parser.add_argument(
         "--quick", action="store_true", help="cnn: skip the element-wise baseline row"
+    )
+    parser.add_argument("--table2-seeds", default="0,1,2", help="table2: seeds")
+    parser.add_argument(
+        "--table2-sparsities", default="0,0.9,0.99", help="table2: sparsities"
+    )
+    parser.add_argument(
+        "--table2-budget-s",
+        type=float,
+        default=600.0,
+        help="table2: a row whose estimate exceeds this is extrapolated",
     )
     parser.add_argument(
         "--reps", type=int, default=3, help="cnn: back-to-back CKKS / DPHE pairs"
@@ -1138,7 +1251,7 @@ def main() -> None:
     out = json.loads(out_path.read_text()) if out_path.is_file() else {}
     settings = RunSettings.from_config({"dphe.weighting": "uniform"})
     keys = None
-    if set(parts) & {"cnn", "avenues", "security", "grid"}:
+    if set(parts) & {"cnn", "avenues", "security", "grid", "table2"}:
         keys = _keys(args.clients, args.key_bits)
     out["benchmark"] = "dphe"
     out["machine"] = {
@@ -1176,6 +1289,8 @@ def main() -> None:
         }
     if "grid" in parts:
         out.update(grid(keys, settings, args))
+    if "table2" in parts:
+        out["table2"] = table2(keys, settings, args)
     summary = dict(out.get("summary", {}))
     if "cnn" in out:
         summary["cnn"] = cnn_summary(out["cnn"])
