@@ -323,7 +323,7 @@ def _numba_kernels() -> SimpleNamespace:
 
     # numba's stub types a call of an intrinsic with the typing context argument
     popcount = cast(Callable[[Any], Any], _popcount)
-    eq_mask64 = cast(Callable[[Any, int, Any], Any], _eq_mask64)
+    eq_mask64 = cast(Callable[[Any, Any, Any], Any], _eq_mask64)
     distances64 = cast(Callable[[Any, int, Any, Any, int], None], _distances64)
     opts: dict[str, Any] = {"nogil": True, "boundscheck": False, "error_model": "numpy"}
 
@@ -540,33 +540,18 @@ def _numba_kernels() -> SimpleNamespace:
             k += 1
             if g >= edge:
                 continue  # the partial chunk's items: scan_words records them
-            i = np.uint64(g - c0)
-            t = rel[i]
-            off = i & np.uint64(63)
+            j = np.uint64(g - c0)
+            t = rel[j]
+            off = j & np.uint64(63)
             below = (np.uint64(1) << off) - np.uint64(1)
-            earlier = popcount(eq_mask64(rel, np.intp(i - off), t) & below)
-            rec[n] = table[t, i >> np.uint64(6)] + hist.dtype.type(earlier) + one
+            earlier = popcount(eq_mask64(rel, np.intp(j - off), t) & below)
+            rec[n] = table[t, j >> np.uint64(6)] + hist.dtype.type(earlier) + one
             n += np.uint64(1)
         cursor[a] = k
         return scan_words(
-            q,
-            a,
-            db_t,
-            ql,
-            dl_t,
-            single,
-            edge,
-            c1,
-            hist,
-            rec,
-            n,
-            dist,
-            rel,
-            table,
-            members,
-            cursor,
-            stop,
-        )
+            q, a, db_t, ql, dl_t, single, edge, c1, hist, rec, n, dist, rel, table,
+            members, cursor, stop,
+        )  # fmt: skip
 
     @njit(**opts)
     def scan_rows(
