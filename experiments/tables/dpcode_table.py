@@ -31,6 +31,7 @@ import argparse
 import time
 from dataclasses import asdict, dataclass
 from functools import cache
+from math import comb
 from pathlib import Path
 from typing import Any
 
@@ -131,8 +132,6 @@ def random_patterns(
     The floor of a top-k release: it reads no data (every pattern of the universe
     equally likely), so its F-score is what chance gives.
     """
-    from math import comb  # noqa: PLC0415
-
     sizes = np.arange(1, max_length + 1)
     weight = np.array([comb(n_words, int(s)) for s in sizes], dtype=np.float64)
     total = int(weight.sum())
