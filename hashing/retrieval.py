@@ -234,6 +234,26 @@ def _numba_kernels() -> SimpleNamespace:
 
         return sig, codegen
 
+    def _vector_at(
+        context: Any, builder: Any, aryty: Any, ary: Any, off: Any, vec_t: Any
+    ) -> Any:
+        # load vec_t from &ary[off], aligned to one element; the caller keeps the
+        # range in bounds
+        data = context.make_array(aryty)(context, builder, ary).data
+        ptr = builder.bitcast(builder.gep(data, [off]), vec_t.as_pointer())
+        return builder.load(ptr, align=vec_t.element.width // 8)
+
+    def _splat(builder: Any, vec_t: Any, value: Any) -> Any:
+        # value in every lane of vec_t
+        from llvmlite import ir
+
+        undef = ir.Constant(vec_t, ir.Undefined)
+        one = builder.insert_element(undef, value, ir.Constant(ir.IntType(32), 0))
+        zeros = ir.Constant(
+            ir.VectorType(ir.IntType(32), vec_t.count), [0] * vec_t.count
+        )
+        return builder.shuffle_vector(one, undef, zeros)
+
     @intrinsic
     def _eq_mask64(typingctx: Any, arr: Any, off: Any, val: Any) -> tuple[Any, Any]:
         # Bit i of the result = (arr[off + i] == val), i < 64, for a uint8 array:
@@ -245,14 +265,9 @@ def _numba_kernels() -> SimpleNamespace:
             from llvmlite import ir
 
             data, off, val = args
-            ary = context.make_array(signature.args[0])(context, builder, data)
             vec_t = ir.VectorType(ir.IntType(8), 64)
-            ptr = builder.bitcast(builder.gep(ary.data, [off]), vec_t.as_pointer())
-            vec = builder.load(ptr, align=1)
-            undef = ir.Constant(vec_t, ir.Undefined)
-            one = builder.insert_element(undef, val, ir.Constant(ir.IntType(32), 0))
-            zeros = ir.Constant(ir.VectorType(ir.IntType(32), 64), [0] * 64)
-            splat = builder.shuffle_vector(one, undef, zeros)
+            vec = _vector_at(context, builder, signature.args[0], data, off, vec_t)
+            splat = _splat(builder, vec_t, val)
             return builder.bitcast(
                 builder.icmp_unsigned("==", vec, splat), ir.IntType(64)
             )
@@ -273,16 +288,12 @@ def _numba_kernels() -> SimpleNamespace:
             from llvmlite import ir
 
             db_v, off, x, out_v, out_off = args
-            src = context.make_array(signature.args[0])(context, builder, db_v)
             dst = context.make_array(signature.args[3])(context, builder, out_v)
             w_t = ir.VectorType(ir.IntType(64), 64)
             b_t = ir.VectorType(ir.IntType(8), 64)
-            ptr = builder.bitcast(builder.gep(src.data, [off]), w_t.as_pointer())
-            words = builder.load(ptr, align=8)
+            words = _vector_at(context, builder, signature.args[0], db_v, off, w_t)
             undef = ir.Constant(w_t, ir.Undefined)
-            one = builder.insert_element(undef, x, ir.Constant(ir.IntType(32), 0))
-            zeros = ir.Constant(ir.VectorType(ir.IntType(32), 64), [0] * 64)
-            splat = builder.shuffle_vector(one, undef, zeros)
+            splat = _splat(builder, w_t, x)
             name = "llvm.ctpop.v64i64"
             module = builder.module
             ctpop = module.globals.get(name) or ir.Function(
