@@ -9,6 +9,8 @@
   :func:`hashdata.load_dataset` expects for ``dataset="npz"``.
 * :func:`modules_after_import` - the modules a fresh interpreter holds after
   importing one module of this repository (what an import pulls in).
+* :func:`run_benchmark` - run ``benchmarks/<script>`` with ``--out`` in a fresh
+  interpreter and return the JSON it wrote (a smoke test's run).
 """
 
 from __future__ import annotations
@@ -247,3 +249,19 @@ def modules_after_import(module: str) -> set[str]:
         check=True,
     )
     return set(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def run_benchmark(script: str, out: Path, *args: str) -> dict:
+    """Run ``python benchmarks/<script> *args --out out``; return the JSON it wrote.
+
+    Fails the test with the tail of its stderr when the script exits non-zero.
+    """
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        [sys.executable, str(root / "benchmarks" / script), *args, "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(Path(out).read_text())

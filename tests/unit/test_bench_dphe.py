@@ -1,26 +1,15 @@
 """Smoke test of ``benchmarks/dphe.py --tiny``: it runs and writes its goal fields."""
 
 import importlib.util
-import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.fixtures import run_benchmark
 
 
 def test_dphe_benchmark_tiny_writes_the_default_summary(tmp_path):
     out = tmp_path / "dphe.json"
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks/dphe.py"), "--tiny", "--out", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    data = json.loads(out.read_text())
+    data = run_benchmark("dphe.py", out, "--tiny")
     default = data["summary"]["default"]
     row = data["cnn"]["dphe"][default["row"]]
     # the app's default: shared blocks, full obfuscators, the round's values pooled
@@ -64,28 +53,10 @@ def test_table2_part_measures_the_papers_scheme_per_sparsity_and_seed(tmp_path):
     # against the plaintext average; the dense row, over the budget, is priced from
     # the same seed's measured per-ciphertext times and says so
     out = tmp_path / "dphe.json"
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks/dphe.py"),
-            "--tiny",
-            "--part",
-            "table2",
-            "--table2-seeds",
-            "0,1",
-            "--table2-sparsities",
-            "0,0.99",
-            "--table2-budget-s",
-            "0.001",
-            "--out",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    t2 = json.loads(out.read_text())["table2"]
+    t2 = run_benchmark(
+        "dphe.py", out, "--tiny", "--part", "table2", "--table2-seeds", "0,1",
+        "--table2-sparsities", "0,0.99", "--table2-budget-s", "0.001",
+    )["table2"]  # fmt: skip
     assert [(r["seed"], r["sparsity"], r["measured"]) for r in t2["rows"]] == [
         (0, 0.99, True), (0, 0.0, False), (1, 0.99, True), (1, 0.0, False)
     ]  # fmt: skip
