@@ -1105,11 +1105,10 @@ def table2(keys: dict, settings: RunSettings, args: argparse.Namespace) -> dict:
     dim = model_dimension(settings, "mlp")
     params = DPHEParams(dimension=dim, packing=1, fixed_point=fp)
     clients = len(keys["clients"])
-    sparsities = sorted(
-        (float(x) for x in args.table2_sparsities.split(",")), reverse=True
-    )  # sparsest first: their measured per-ciphertext times price the rest
+    # sparsest first: their measured per-ciphertext times price the rest
+    sparsities = sorted(args.table2_sparsities, reverse=True)
     rows = []
-    for seed in [int(x) for x in args.table2_seeds.split(",")]:
+    for seed in args.table2_seeds:
         unit: dict[str, float] = {}
         for sparsity in sparsities:
             tag = f"t2-{seed}-{sparsity}".encode()
@@ -1191,6 +1190,32 @@ def table2(keys: dict, settings: RunSettings, args: argparse.Namespace) -> dict:
 PARTS = ("cnn", "round", "avenues", "key3072", "security", "grid", "table2")
 
 
+def _seed_list(text: str) -> list[int]:
+    """``--table2-seeds``: comma-separated non-negative integers."""
+    try:
+        seeds = [int(x) for x in text.split(",")]
+    except ValueError:
+        seeds = []
+    if not seeds or min(seeds) < 0:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: accepted are comma-separated integers >= 0, e.g. 0,1,2"
+        )
+    return seeds
+
+
+def _sparsity_list(text: str) -> list[float]:
+    """``--table2-sparsities``: comma-separated fractions in [0, 1)."""
+    try:
+        values = [float(x) for x in text.split(",")]
+    except ValueError:
+        values = []
+    if not values or not all(0.0 <= v < 1.0 for v in values):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: accepted are comma-separated sparsities in [0, 1), e.g. 0,0.9"
+        )
+    return values
+
+
 def main() -> None:
     """Run the chosen parts; merge them into the JSON; print the summary."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -1210,9 +1235,14 @@ def main() -> None:
     parser.add_argument(
         "--quick", action="store_true", help="cnn: skip the element-wise baseline row"
     )
-    parser.add_argument("--table2-seeds", default="0,1,2", help="table2: seeds")
     parser.add_argument(
-        "--table2-sparsities", default="0,0.9,0.99", help="table2: sparsities"
+        "--table2-seeds", type=_seed_list, default="0,1,2", help="table2: seeds"
+    )
+    parser.add_argument(
+        "--table2-sparsities",
+        type=_sparsity_list,
+        default="0,0.9,0.99",
+        help="table2: sparsities, each in [0, 1)",
     )
     parser.add_argument(
         "--table2-budget-s",

@@ -70,3 +70,18 @@ def test_table2_part_measures_the_papers_scheme_per_sparsity_and_seed(tmp_path):
     assert t2["summary"]["0.99"]["seeds"] == 2 and t2["summary"]["0.99"]["measured"]
     assert not t2["summary"]["0.0"]["measured"]
     assert t2["summary"]["0.99"]["dense_over_this"] > 10
+
+
+def test_table2_arguments_refuse_bad_seeds_and_sparsities_by_name():
+    import argparse
+
+    from benchmarks import dphe
+
+    assert dphe._seed_list("0,1,2") == [0, 1, 2]
+    assert dphe._sparsity_list("0,0.9,0.99") == [0.0, 0.9, 0.99]
+    for bad in ("", "a,b", "-1", "0,,1"):
+        with pytest.raises(argparse.ArgumentTypeError, match="integers >= 0"):
+            dphe._seed_list(bad)
+    for bad in ("", "x", "1", "0,1.5", "-0.1"):
+        with pytest.raises(argparse.ArgumentTypeError, match=r"in \[0, 1\)"):
+            dphe._sparsity_list(bad)
