@@ -25,7 +25,11 @@ same model and losses without prototypes, personalized: each client trains alone
 ``fedavg`` (``wo-p``'s model and losses, averaged every round, weighted by rows),
 ``central`` (the tuned centralized ceiling: one client holding every training row,
 the same epochs), and the Table 2 ablations ``wo-pe``, ``wo-ls``, ``wo-ll``
-(``pfmh.variant``). The untrained floor is each seed's initial model (0 rounds).
+(``pfmh.variant``), and ``pfmh-g0.3`` / ``pfmh-g0.1``: PFMH with both prototype
+terms weighted by gamma = 0.3 / 0.1 (``pfmh.prototype-weight``; the paper's is 1),
+each at its own tuned rate, so that the weight is chosen on validation too
+(``summary.json["tuning"]["prototype_weight"]``). The untrained floor is each seed's
+initial model (0 rounds).
 
 Each method's rate is the grid value with the best mean validation mAP over the
 seeds (``chosen_on_edge`` is recorded when it is a grid end); the reported numbers
@@ -64,6 +68,21 @@ METHODS: dict[str, tuple[dict[str, Any], int | None]] = {
     "wo-ls": ({"pfmh.mode": "personalized", "pfmh.variant": "wo-ls"}, None),
     "wo-ll": ({"pfmh.mode": "personalized", "pfmh.variant": "wo-ll"}, None),
 }
+#: PFMH with its prototype terms (Eqs. 9-10) weighted by gamma: the tuned weight.
+PROTOTYPE_WEIGHTS = (0.3, 0.1)
+METHODS.update(
+    {
+        f"pfmh-g{g:g}": (
+            {
+                "pfmh.mode": "personalized",
+                "pfmh.variant": "full",
+                "pfmh.prototype-weight": g,
+            },
+            None,
+        )
+        for g in PROTOTYPE_WEIGHTS
+    }
+)
 LABELS = {
     "floor": "untrained (initial model, floor)",
     "pfmh": "PFMH (personalized)",
@@ -73,6 +92,7 @@ LABELS = {
     "wo-pe": "w/o-PE (no prototype enhancement, FedProto-like)",
     "wo-ls": "w/o-Ls (no similarity matching)",
     "wo-ll": "w/o-Ll (no information preservation)",
+    **{f"pfmh-g{g:g}": f"PFMH, prototype terms x {g:g}" for g in PROTOTYPE_WEIGHTS},
 }
 PROTOCOLS = ("validation_map_all", "test_map_all", "paper_map_all")
 #: Job: (method, learning rate, seed); the floor's rate is 0 (no training).
@@ -130,6 +150,23 @@ def choose_rates(rows: list[dict], seeds: Sequence[int]) -> dict[str, dict]:
             "chosen_on_edge": len(means) > 1 and best in (min(means), max(means)),
         }
     return out
+
+
+def choose_prototype_weight(chosen: dict[str, dict]) -> dict[str, Any] | None:
+    """PFMH's prototype weight: the best validation mean, each at its chosen rate.
+
+    ``None`` unless PFMH ran at weight 1 and at least one other weight.
+    """
+    runs = {1.0: "pfmh", **{g: f"pfmh-g{g:g}" for g in PROTOTYPE_WEIGHTS}}
+    means = {
+        g: chosen[m]["validation_means"][f"{chosen[m]['chosen']:g}"]
+        for g, m in runs.items()
+        if m in chosen
+    }
+    if "pfmh" not in chosen or len(means) < 2:
+        return None
+    best = max(means, key=lambda g: (means[g], g))
+    return {"chosen": best, "validation": {f"{g:g}": v for g, v in means.items()}}
 
 
 def extension(chosen: dict[str, dict]) -> dict[str, float]:
@@ -206,6 +243,29 @@ def write(
                 v = paired_verdict(a, b, "greater")
                 verdicts[f"pfmh>{other} ({what})"] = v.to_dict()
                 lines += ["", f"PFMH > {LABELS[other]}, {what} protocol: {v.text()}."]
+    weight = choose_prototype_weight(chosen)
+    if weight:
+        lines += [
+            "",
+            f"PFMH's prototype weight chosen on validation (each weight at its own "
+            f"tuned rate): {weight['chosen']:g} (validation means "
+            + ", ".join(f"{g}: {100 * v:.2f}" for g, v in weight["validation"].items())
+            + ").",
+        ]
+    for g in PROTOTYPE_WEIGHTS:
+        method = f"pfmh-g{g:g}"
+        if "pfmh" not in chosen or method not in chosen:
+            continue
+        for metric, what in (("paper_map_all", "paper"), ("test_map_all", "global")):
+            a = {r["seed"]: 100 * r[metric] for r in picked if r["method"] == method}
+            b = {r["seed"]: 100 * r[metric] for r in picked if r["method"] == "pfmh"}
+            if set(a) & set(b):
+                v = paired_verdict(a, b, "greater")
+                verdicts[f"{method}>pfmh ({what})"] = v.to_dict()
+                lines += [
+                    "",
+                    f"{LABELS[method]} > PFMH (x 1), {what} protocol: {v.text()}.",
+                ]
     secs = sum(r["train_seconds"] for r in rows)
     lines += ["", f"Training wall time: {secs / 60:.1f} min over {len(rows)} runs."]
     summary = {
@@ -217,6 +277,7 @@ def write(
             "max_extensions": args.max_extensions,
             "seeds": sorted({r["seed"] for r in rows}),
             "chosen": chosen,
+            "prototype_weight": weight,
         },
         "rows": rows,
         "verdicts": verdicts,

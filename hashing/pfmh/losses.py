@@ -4,8 +4,12 @@ All functions are pure functions of one mini-batch; no Flower, no state.
 
 Total objective (Eq. 12; Eq. 13 is the out-of-sample encoding, not a loss)::
 
-    L = L_global + L_local + L_hash
+    L = gamma * (L_global + L_local) + L_hash
     L_hash = alpha * L_sim + beta * L_ip                                (Eq. 11)
+
+The paper weighs the prototype terms by 1 (gamma = 1, the default); gamma
+(``prototype_weight``, the run config's ``pfmh.prototype-weight``) is ours, so that
+the prototype terms' weight can be tuned like alpha and beta.
 
 Decisions where the paper's formulas are garbled or silent:
 
@@ -92,6 +96,8 @@ from hashing.pfmh.model import binary_codes
 DEFAULT_TAU = 0.07
 DEFAULT_ALPHA = 1e-2
 DEFAULT_BETA = 1e-3
+#: Eq. 12 adds the prototype terms with weight 1.
+DEFAULT_PROTOTYPE_WEIGHT = 1.0
 
 #: Names of the loss parts reported by :func:`pfmh_loss`, in order.
 LOSS_PARTS = ("global", "local", "hash_similarity", "information_preservation")
@@ -127,6 +133,9 @@ class PFMHLossConfig:
     contrast : str
         Form of Eqs. 9-10, one of :data:`CONTRASTS`: ``"infonce"`` (the positive
         in the denominator) or ``"decoupled"`` (as printed, positive left out).
+    prototype_weight : float
+        gamma, the weight of both prototype terms (Eqs. 9-10) in the total, >= 0
+        (paper: 1).
     """
 
     tau: float = DEFAULT_TAU
@@ -138,9 +147,10 @@ class PFMHLossConfig:
     use_information_preservation: bool = True
     use_completion: bool = True
     contrast: str = "infonce"
+    prototype_weight: float = DEFAULT_PROTOTYPE_WEIGHT
 
     def __post_init__(self) -> None:
-        """Validate tau > 0, alpha, beta >= 0 (all finite) and the contrast form."""
+        """Validate tau > 0, alpha, beta, gamma >= 0 (all finite), the contrast form."""
         if self.contrast not in CONTRASTS:
             raise ValueError(
                 f"contrast={self.contrast!r}: accepted are {', '.join(CONTRASTS)}"
@@ -150,7 +160,11 @@ class PFMHLossConfig:
                 f"tau={self.tau!r}: the temperature must be a finite number > 0 "
                 f"(paper: {DEFAULT_TAU})"
             )
-        for name, default in (("alpha", DEFAULT_ALPHA), ("beta", DEFAULT_BETA)):
+        for name, default in (
+            ("alpha", DEFAULT_ALPHA),
+            ("beta", DEFAULT_BETA),
+            ("prototype_weight", DEFAULT_PROTOTYPE_WEIGHT),
+        ):
             value = getattr(self, name)
             if not (_finite(value) and float(value) >= 0):
                 raise ValueError(
@@ -371,11 +385,11 @@ def pfmh_loss(
     zero = h.new_zeros(())
     parts = dict.fromkeys(LOSS_PARTS, zero)
     if config.use_global and centralized is not None:
-        parts["global"] = global_contrastive_loss(
+        parts["global"] = config.prototype_weight * global_contrastive_loss(
             h, labels, centralized, tau=config.tau, contrast=config.contrast
         )
     if config.use_local and personal is not None:
-        parts["local"] = local_contrastive_loss(
+        parts["local"] = config.prototype_weight * local_contrastive_loss(
             h, labels, personal, tau=config.tau, contrast=config.contrast
         )
     if config.use_hash_similarity:

@@ -51,6 +51,13 @@ class PFMHConfig(Section):
         "`decoupled`, left out as the paper prints it (keeps pushing at cos = 1)",
         choices=CONTRASTS,
     )
+    prototype_weight: float = option(
+        1.0,
+        "weight of the two prototype terms (Eqs. 9-10) in the total loss; the "
+        "paper's Eq. 12 adds them with weight 1 (ours, to tune them like alpha and "
+        "beta)",
+        low=0,
+    )
     k: int = option(512, "common latent dimension k = prototype dimension", low=1)
     dropout: float = option(
         0.1,

@@ -51,6 +51,7 @@ def pfmh_loss_config(settings: RunSettings) -> PFMHLossConfig:
         alpha=settings.pfmh.alpha,
         beta=settings.pfmh.beta,
         contrast=settings.pfmh.contrast,
+        prototype_weight=settings.pfmh.prototype_weight,
     )
 
 

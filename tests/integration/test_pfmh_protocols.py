@@ -24,7 +24,7 @@ def test_protocols_table_runs_every_method_and_tunes_on_validation(tmp_path):
             "--lr-grid",
             "1e-3",
             "--methods",
-            "pfmh,fedavg,central",
+            "pfmh,pfmh-g0.1,fedavg,central",
             "--clients",
             "2",
             "--rounds",
@@ -46,7 +46,13 @@ def test_protocols_table_runs_every_method_and_tunes_on_validation(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
     rows = summary["rows"]
-    assert {r["method"] for r in rows} == {"floor", "pfmh", "fedavg", "central"}
+    assert {r["method"] for r in rows} == {
+        "floor",
+        "pfmh",
+        "pfmh-g0.1",
+        "fedavg",
+        "central",
+    }
     for r in rows:
         for key in ("validation_map_all", "test_map_all", "paper_map_all"):
             assert 0.0 <= r[key] <= 1.0
@@ -58,6 +64,10 @@ def test_protocols_table_runs_every_method_and_tunes_on_validation(tmp_path):
     trained = [r for r in rows if r["method"] == "central"]
     assert floor and floor[0]["train_seconds"] < trained[0]["train_seconds"]
     assert "pfmh>fedavg (paper)" in summary["verdicts"]
+    assert "pfmh-g0.1>pfmh (global)" in summary["verdicts"]
+    weight = summary["tuning"]["prototype_weight"]
+    assert set(weight["validation"]) == {"1", "0.1"}
+    assert weight["chosen"] in (1.0, 0.1)
     table = (out / "table.md").read_text()
     assert "untrained (initial model, floor)" in table and "paper" in table
 
@@ -98,3 +108,29 @@ def test_rates_are_chosen_on_validation_and_edges_are_extended():
     assert lowest["pfmh"]["chosen"] == 1e-4 / 3 and lowest["pfmh"]["chosen_on_edge"]
     assert extension(lowest)["pfmh"] == pytest.approx((1e-4 / 3) ** 2 / 3e-4)
     assert "floor" not in edge
+
+
+def test_prototype_weight_is_chosen_on_validation_at_each_weights_rate():
+    from experiments.tables.pfmh_protocols import choose_prototype_weight
+
+    def tuned(rate, means):
+        return {"chosen": rate, "validation_means": means}
+
+    chosen = {
+        "pfmh": tuned(3e-4, {"0.0001": 0.30, "0.0003": 0.33}),
+        "pfmh-g0.3": tuned(1e-4, {"0.0001": 0.35, "0.0003": 0.20}),
+        "pfmh-g0.1": tuned(3e-4, {"0.0001": 0.10, "0.0003": 0.34}),
+        "fedavg": tuned(1e-4, {"0.0001": 0.99}),  # not a PFMH weight
+    }
+    got = choose_prototype_weight(chosen)
+    assert got == {
+        "chosen": 0.3,
+        "validation": {"1": 0.33, "0.3": 0.35, "0.1": 0.34},
+    }
+    # a tie keeps the larger weight (the paper's 1 over a smaller one)
+    chosen["pfmh-g0.3"] = tuned(1e-4, {"0.0001": 0.33})
+    chosen["pfmh-g0.1"] = tuned(1e-4, {"0.0001": 0.33})
+    assert choose_prototype_weight(chosen)["chosen"] == 1.0
+    # nothing to choose from without PFMH at weight 1 and another weight
+    assert choose_prototype_weight({"pfmh": chosen["pfmh"]}) is None
+    assert choose_prototype_weight({"pfmh-g0.1": chosen["pfmh-g0.1"]}) is None

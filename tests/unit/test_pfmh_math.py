@@ -390,6 +390,28 @@ def test_total_loss_is_the_sum_of_parts():
     )
 
 
+def test_prototype_weight_scales_only_the_prototype_terms():
+    h = T([[1.0, 0.0], [0.0, 1.0]])
+    b = T([[0.5, -0.5], [0.2, 0.9]])
+    y = T([0, 1])
+    personal = (T([[1.0, 0.0], [R2, R2]]), T([0, 1]))
+    kw = {"personal": personal, "centralized": PROTOS}
+    _, one = pfmh_loss(h, b, y, **kw, config=PFMHLossConfig())
+    total, tenth = pfmh_loss(h, b, y, **kw, config=PFMHLossConfig(prototype_weight=0.1))
+    assert float(one["global"]) != 0.0 and float(one["local"]) != 0.0
+    for key in ("global", "local"):
+        assert float(tenth[key]) == pytest.approx(0.1 * float(one[key]))
+    for key in ("hash_similarity", "information_preservation"):
+        assert float(tenth[key]) == float(one[key])
+    assert float(total) == pytest.approx(sum(float(v) for v in tenth.values()))
+    # weight 0 leaves exactly L_hash, as w/o-P (which also stops the exchange)
+    _, zero = pfmh_loss(h, b, y, **kw, config=PFMHLossConfig(prototype_weight=0.0))
+    _, wo_p = pfmh_loss(h, b, y, **kw, config=ablation_config("w/o-P"))
+    assert {k: float(v) for k, v in zero.items()} == {
+        k: float(v) for k, v in wo_p.items()
+    }
+
+
 def test_ablation_switches_change_exactly_the_intended_terms():
     h = T([[1.0, 0.0], [0.0, 1.0], [R2, -R2]])
     b = T([[0.5, -0.5], [0.2, 0.9], [-0.3, 0.1]])
@@ -438,6 +460,8 @@ def test_ablation_switches_change_exactly_the_intended_terms():
         ({"beta": -1e-3}, "beta=-0.001"),
         ({"beta": float("inf")}, "beta=inf"),
         ({"contrast": "supcon"}, "contrast='supcon'"),
+        ({"prototype_weight": -0.1}, "prototype_weight=-0.1"),
+        ({"prototype_weight": float("nan")}, "prototype_weight=nan"),
     ],
 )
 def test_loss_config_rejects_bad_values(kwargs, fragment):
@@ -448,6 +472,7 @@ def test_loss_config_rejects_bad_values(kwargs, fragment):
 def test_loss_config_defaults_are_the_papers():
     cfg = PFMHLossConfig()
     assert (cfg.tau, cfg.alpha, cfg.beta) == (0.07, 1e-2, 1e-3)
+    assert cfg.prototype_weight == 1.0  # Eq. 12 adds the prototype terms as they are
     assert PFMHLossConfig(alpha=0.0, beta=0.0).alpha == 0.0
 
 

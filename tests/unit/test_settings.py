@@ -157,6 +157,8 @@ def test_dphe_accepts_three_nodes_with_a_key_folder():
         ({"pfmh.alpha": -0.01}, "pfmh.alpha=-0.01"),
         ({"pfmh.beta": -0.001}, "pfmh.beta=-0.001"),
         ({"pfmh.beta": float("inf")}, "pfmh.beta=inf"),
+        ({"pfmh.prototype-weight": -1.0}, "pfmh.prototype-weight=-1.0"),
+        ({"pfmh.prototype-weight": float("inf")}, "pfmh.prototype-weight=inf"),
         ({"pfmh.k": 0}, "pfmh.k=0"),
         ({"pfmh.dropout": 1.0}, "pfmh.dropout=1.0"),
         ({"pfmh.mode": "local"}, "pfmh.mode='local'"),
@@ -200,11 +202,13 @@ def test_pfmh_settings_and_loss_config():
             "dataset": "multiview-digits",
             "pfmh.variant": "wo-pe",
             "pfmh.tau": 0.1,
+            "pfmh.prototype-weight": 0.3,
         }
     )
     assert s.pfmh.personalized and s.pfmh.ablation == "w/o-PE"
     cfg = pfmh_loss_config(s)
     assert (cfg.tau, cfg.alpha, cfg.beta) == (0.1, 0.01, 0.001)
+    assert cfg.prototype_weight == 0.3
     assert not cfg.use_completion and cfg.uses_prototypes
     assert pfmh_initial_state(s, model=None, num_classes=10) == {}  # no model
     fed = RunSettings.from_config(
