@@ -11,7 +11,8 @@ for each class prototype with its own class (``real``) and with another class
 signs (``sign``) with their own labels. The prototypes are Eq. 5's class
 prototypes over the whole database (sign of the class mean of the relaxed codes),
 what the server's aggregate approximates; the final round's aggregate itself is
-not stored. Writes ``<folder>/class_scores.jsonl`` (one line per run) and
+not stored. Writes ``<folder>/class_scores.jsonl`` (one line per run; the rows of
+runs no longer on disk are kept, a run audited again replaces its row) and
 ``<folder>/class_scores.md`` (the means per option, mean probabilities over seeds).
 """
 
@@ -72,6 +73,28 @@ def run_scores(run_dir: Path) -> dict[str, Any] | None:
     }
 
 
+def merge_scores(
+    old: list[dict[str, Any]], new: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Rows of ``old`` whose run is not in ``new``, then ``new``; sorted.
+
+    Run folders are not kept in git (``docs/results/**/runs/``), so the scores of
+    runs audited on another checkout stay in ``class_scores.jsonl``; a run audited
+    again replaces its row.
+    """
+    fresh = {r["run"] for r in new}
+    rows = [r for r in old if r["run"] not in fresh] + new
+    return sorted(
+        rows, key=lambda r: (r["discriminator"], r["discriminator_input"], r["seed"])
+    )
+
+
+def _read_rows(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line]
+
+
 def main() -> None:
     """CLI (see the module docstring)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -80,9 +103,13 @@ def main() -> None:
     runs = sorted(p.parent for p in (args.folder / "runs").glob("*/*/model.pt"))
     if not runs:
         parser.error(f"{args.folder}: no runs/*/*/model.pt under it")
-    rows = [r for r in map(run_scores, runs) if r is not None]
     out = args.folder / "class_scores.jsonl"
-    out.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    rows = merge_scores(
+        _read_rows(out), [r for r in map(run_scores, runs) if r is not None]
+    )
+    tmp = out.with_suffix(".jsonl.tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    tmp.replace(out)
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in rows:
         groups.setdefault((r["discriminator"], r["discriminator_input"]), []).append(r)
