@@ -233,16 +233,21 @@ def write(
             )
         )
     verdicts: dict[str, Any] = {}
-    for other in ("fedavg", "wo-p", "wo-pe", "wo-ls", "wo-ll"):
-        if "pfmh" not in chosen or other not in chosen:
-            continue
+
+    def claim(a: str, b: str, text: str) -> None:
+        """Paired verdict of ``a > b`` on both reported protocols, if both ran."""
+        if a not in chosen or b not in chosen:
+            return
         for metric, what in (("paper_map_all", "paper"), ("test_map_all", "global")):
-            a = {r["seed"]: 100 * r[metric] for r in picked if r["method"] == "pfmh"}
-            b = {r["seed"]: 100 * r[metric] for r in picked if r["method"] == other}
-            if set(a) & set(b):
-                v = paired_verdict(a, b, "greater")
-                verdicts[f"pfmh>{other} ({what})"] = v.to_dict()
-                lines += ["", f"PFMH > {LABELS[other]}, {what} protocol: {v.text()}."]
+            x = {r["seed"]: 100 * r[metric] for r in picked if r["method"] == a}
+            y = {r["seed"]: 100 * r[metric] for r in picked if r["method"] == b}
+            if set(x) & set(y):
+                v = paired_verdict(x, y, "greater")
+                verdicts[f"{a}>{b} ({what})"] = v.to_dict()
+                lines.extend(["", f"{text}, {what} protocol: {v.text()}."])
+
+    for other in ("fedavg", "wo-p", "wo-pe", "wo-ls", "wo-ll"):
+        claim("pfmh", other, f"PFMH > {LABELS[other]}")
     weight = choose_prototype_weight(chosen)
     if weight:
         lines += [
@@ -254,18 +259,7 @@ def write(
         ]
     for g in PROTOTYPE_WEIGHTS:
         method = f"pfmh-g{g:g}"
-        if "pfmh" not in chosen or method not in chosen:
-            continue
-        for metric, what in (("paper_map_all", "paper"), ("test_map_all", "global")):
-            a = {r["seed"]: 100 * r[metric] for r in picked if r["method"] == method}
-            b = {r["seed"]: 100 * r[metric] for r in picked if r["method"] == "pfmh"}
-            if set(a) & set(b):
-                v = paired_verdict(a, b, "greater")
-                verdicts[f"{method}>pfmh ({what})"] = v.to_dict()
-                lines += [
-                    "",
-                    f"{LABELS[method]} > PFMH (x 1), {what} protocol: {v.text()}.",
-                ]
+        claim(method, "pfmh", f"{LABELS[method]} > PFMH (x 1)")
     secs = sum(r["train_seconds"] for r in rows)
     lines += ["", f"Training wall time: {secs / 60:.1f} min over {len(rows)} runs."]
     summary = {
