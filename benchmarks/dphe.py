@@ -82,6 +82,7 @@ from crypto import (  # noqa: E402
     quantize,
 )
 from crypto.obfuscator_store import ObfuscatorStore, filler_command  # noqa: E402
+from experiments.lib.grids import BadItem, parse_csv  # noqa: E402
 from hashing.update_sparsity import (  # noqa: E402
     block_top_k_sparsify,
     keep_blocks,
@@ -1193,27 +1194,21 @@ PARTS = ("cnn", "round", "avenues", "key3072", "security", "grid", "table2")
 def _seed_list(text: str) -> list[int]:
     """``--table2-seeds``: comma-separated non-negative integers."""
     try:
-        seeds = [int(x) for x in text.split(",")]
-    except ValueError:
-        seeds = []
-    if not seeds or min(seeds) < 0:
+        return parse_csv(text, int, lambda seed: seed >= 0)
+    except BadItem:
         raise argparse.ArgumentTypeError(
             f"{text!r}: accepted are comma-separated integers >= 0, e.g. 0,1,2"
-        )
-    return seeds
+        ) from None
 
 
 def _sparsity_list(text: str) -> list[float]:
     """``--table2-sparsities``: comma-separated fractions in [0, 1)."""
     try:
-        values = [float(x) for x in text.split(",")]
-    except ValueError:
-        values = []
-    if not values or not all(0.0 <= v < 1.0 for v in values):
+        return parse_csv(text, float, lambda v: 0.0 <= v < 1.0)
+    except BadItem:
         raise argparse.ArgumentTypeError(
             f"{text!r}: accepted are comma-separated sparsities in [0, 1), e.g. 0,0.9"
-        )
-    return values
+        ) from None
 
 
 def main() -> None:

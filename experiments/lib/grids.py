@@ -7,14 +7,18 @@ reads, so a missing, unknown or malformed grid is refused with one line naming
 the file, the table, the key and what is accepted, before any run starts.
 
 Command-line flags still override every grid (:func:`csv` writes a grid as the
-flag's default).
+flag's default; :func:`parse_csv` reads a flag's comma-separated values back, item
+by item, and names the first bad one).
 """
 
 from __future__ import annotations
 
 import tomllib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
 
 #: where the grid files live
 GRIDS_DIR = Path(__file__).resolve().parents[1] / "grids"
@@ -24,6 +28,14 @@ Grid = list[int | float]
 
 class GridError(ValueError):
     """A grid file that is missing, not TOML, or not the grids a driver reads."""
+
+
+class BadItem(ValueError):
+    """One item of a comma-separated flag value that :func:`parse_csv` refused."""
+
+    def __init__(self, item: str) -> None:
+        super().__init__(item)
+        self.item = item
 
 
 def _is_grid(value: object) -> bool:
@@ -79,3 +91,27 @@ def load_grids(
 def csv(grid: Sequence[int | float]) -> str:
     """Write a grid as a comma-separated flag value: ``[0, 1, 2]`` -> ``"0,1,2"``."""
     return ",".join(str(v) for v in grid)
+
+
+def parse_csv(
+    text: str, convert: Callable[[str], T], accept: Callable[[T], bool]
+) -> list[T]:
+    """Read a comma-separated flag value: ``convert`` each item, ``accept`` it.
+
+    Raises
+    ------
+    BadItem
+        The first item (stripped) that ``convert`` refuses with a ValueError or
+        ``accept`` rejects; an empty item (``"1,,2"``, ``""``) is one. The caller
+        words the message: the flag, the item and what is accepted.
+    """
+    values = []
+    for item in text.split(","):
+        try:
+            value = convert(item)
+        except ValueError:
+            raise BadItem(item.strip()) from None
+        if not accept(value):
+            raise BadItem(item.strip())
+        values.append(value)
+    return values

@@ -59,7 +59,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from experiments.lib.grids import csv, load_grids
+from experiments.lib.grids import BadItem, csv, load_grids, parse_csv
 from experiments.lib.runner import (
     check_resume_setup,
     exit_if_failed,
@@ -458,19 +458,13 @@ def parse_epochs_grid(text: str) -> list[int]:
     ValueError
         Naming ``--epochs-grid``, the bad value and what is accepted.
     """
-    out = []
-    for item in text.split(","):
-        try:
-            epochs = int(item)
-        except ValueError:
-            epochs = 0
-        if epochs < 1:
-            raise ValueError(
-                f"--epochs-grid: {item.strip()!r} in {text!r} is not a number of "
-                "local epochs; accepted: comma-separated integers >= 1, e.g. 3,5"
-            )
-        out.append(epochs)
-    return out
+    try:
+        return parse_csv(text, int, lambda epochs: epochs >= 1)
+    except BadItem as bad:
+        raise ValueError(
+            f"--epochs-grid: {bad.item!r} in {text!r} is not a number of "
+            "local epochs; accepted: comma-separated integers >= 1, e.g. 3,5"
+        ) from None
 
 
 def _epochs(row: Mapping[str, Any]) -> int:
@@ -534,19 +528,13 @@ def parse_lr_grid(text: str, flag: str) -> list[float]:
     ValueError
         Naming ``flag``, the bad value and what is accepted.
     """
-    rates = []
-    for item in text.split(","):
-        try:
-            lr = float(item)
-        except ValueError:
-            lr = math.nan
-        if not (math.isfinite(lr) and lr > 0):
-            raise ValueError(
-                f"{flag}: {item.strip()!r} in {text!r} is not a learning rate; "
-                "accepted: comma-separated positive numbers, e.g. 0.002,0.005"
-            )
-        rates.append(lr)
-    return rates
+    try:
+        return parse_csv(text, float, lambda lr: math.isfinite(lr) and lr > 0)
+    except BadItem as bad:
+        raise ValueError(
+            f"{flag}: {bad.item!r} in {text!r} is not a learning rate; "
+            "accepted: comma-separated positive numbers, e.g. 0.002,0.005"
+        ) from None
 
 
 def tuned_lr(

@@ -53,3 +53,14 @@ def test_a_missing_grid_file_ends_a_driver_with_one_error_line(tmp_path, capsys)
     err = capsys.readouterr().err
     assert err.startswith("error: grid file ") and "cannot be read" in err
     assert err.count("\n") == 1
+
+
+def test_parse_csv_reads_each_item_and_names_the_first_bad_one():
+    from experiments.lib.grids import BadItem, parse_csv
+
+    assert parse_csv("3, 5", int, lambda e: e >= 1) == [3, 5]
+    assert parse_csv("0.5", float, lambda v: v < 1) == [0.5]
+    for text, item in (("3,x,0", "x"), ("3, 0 ,x", "0"), ("3,,5", ""), ("", "")):
+        with pytest.raises(BadItem) as err:
+            parse_csv(text, int, lambda e: e >= 1)
+        assert err.value.item == item
