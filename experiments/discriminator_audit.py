@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from clients.data import data_key, load_key_split
+from experiments.lib.runner import load_rows
 from hashing.fedhap.discriminator import class_scores
 from hashing.prototypes import class_prototypes
 from hashing.train import encode
@@ -89,12 +90,6 @@ def merge_scores(
     )
 
 
-def _read_rows(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line]
-
-
 def main() -> None:
     """CLI (see the module docstring)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -105,7 +100,7 @@ def main() -> None:
         parser.error(f"{args.folder}: no runs/*/*/model.pt under it")
     out = args.folder / "class_scores.jsonl"
     rows = merge_scores(
-        _read_rows(out), [r for r in map(run_scores, runs) if r is not None]
+        load_rows(out), [r for r in map(run_scores, runs) if r is not None]
     )
     tmp = out.with_suffix(".jsonl.tmp")
     tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))

@@ -70,9 +70,16 @@ METHODS: dict[str, tuple[dict[str, Any], int | None]] = {
 }
 #: PFMH with its prototype terms (Eqs. 9-10) weighted by gamma: the tuned weight.
 PROTOTYPE_WEIGHTS = (0.3, 0.1)
+
+
+def weighted(g: float) -> str:
+    """Return the method name of PFMH at prototype weight ``g`` (``pfmh-g0.3``)."""
+    return f"pfmh-g{g:g}"
+
+
 METHODS.update(
     {
-        f"pfmh-g{g:g}": (
+        weighted(g): (
             {
                 "pfmh.mode": "personalized",
                 "pfmh.variant": "full",
@@ -92,7 +99,7 @@ LABELS = {
     "wo-pe": "w/o-PE (no prototype enhancement, FedProto-like)",
     "wo-ls": "w/o-Ls (no similarity matching)",
     "wo-ll": "w/o-Ll (no information preservation)",
-    **{f"pfmh-g{g:g}": f"PFMH, prototype terms x {g:g}" for g in PROTOTYPE_WEIGHTS},
+    **{weighted(g): f"PFMH, prototype terms x {g:g}" for g in PROTOTYPE_WEIGHTS},
 }
 PROTOCOLS = ("validation_map_all", "test_map_all", "paper_map_all")
 #: Job: (method, learning rate, seed); the floor's rate is 0 (no training).
@@ -157,7 +164,7 @@ def choose_prototype_weight(chosen: dict[str, dict]) -> dict[str, Any] | None:
 
     ``None`` unless PFMH ran at weight 1 and at least one other weight.
     """
-    runs = {1.0: "pfmh", **{g: f"pfmh-g{g:g}" for g in PROTOTYPE_WEIGHTS}}
+    runs = {1.0: "pfmh", **{g: weighted(g) for g in PROTOTYPE_WEIGHTS}}
     means = {
         g: chosen[m]["validation_means"][f"{chosen[m]['chosen']:g}"]
         for g, m in runs.items()
@@ -258,7 +265,7 @@ def write(
             + ").",
         ]
     for g in PROTOTYPE_WEIGHTS:
-        method = f"pfmh-g{g:g}"
+        method = weighted(g)
         claim(method, "pfmh", f"{LABELS[method]} > PFMH (x 1)")
     secs = sum(r["train_seconds"] for r in rows)
     lines += ["", f"Training wall time: {secs / 60:.1f} min over {len(rows)} runs."]
