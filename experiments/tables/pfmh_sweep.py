@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.lib.grids import csv, load_grids
-from experiments.lib.runner import exit_if_failed, run_sweep, write_tables
+from experiments.lib.runner import exit_if_failed, load_rows, run_sweep, write_tables
 from experiments.lib.runs import ROOT, run_federated, set_flags
 from experiments.lib.tables import MISSING, mean_sd, n_note, pm, table_head, table_row
 from hashing.pfmh.evaluation import PRECISION_PREFIX
@@ -78,6 +78,10 @@ LOCAL_K = "local_map_at_k"
 SQ_CDB = "server_queries_client_db_map_all"
 UNION = "map_all"
 PRECISION = "precision_at_k"  # {K: global-protocol P@K averaged over clients}
+#: The form of the prototype contrast (Eqs. 9-10) and the prototype terms' weight
+#: a row ran with; rows written before ``pfmh.contrast`` existed lack both and ran
+#: the paper's printed (decoupled) form at weight 1.
+LOSS_FORM = {"contrast": "decoupled", "prototype_weight": 1.0}
 
 
 def preset() -> dict[str, Any]:
@@ -142,6 +146,37 @@ def loss_defaults(base: dict[str, Any]) -> tuple[float, float]:
     return pfmh.alpha, pfmh.beta
 
 
+def loss_form(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Return the contrast form and prototype weight the config ``cfg`` trains."""
+    from experiments.lib.overrides import resolved_settings
+
+    pfmh = resolved_settings(cfg).pfmh
+    return {"contrast": pfmh.contrast, "prototype_weight": pfmh.prototype_weight}
+
+
+def row_form(row: dict[str, Any]) -> dict[str, Any]:
+    """Return a row's loss form (``LOSS_FORM`` for rows that predate the keys)."""
+    return {k: row.get(k, v) for k, v in LOSS_FORM.items()}
+
+
+def form_text(form: dict[str, Any]) -> str:
+    """Return ``form`` as the protocol paragraph names it."""
+    return f"{form['contrast']}, weight {form['prototype_weight']:g}"
+
+
+def check_resumed_form(rows: list[dict[str, Any]], base: dict[str, Any]) -> None:
+    """Exit before any run if resumed rows ran another loss form than ``base``."""
+    want = loss_form(base)
+    for row in rows:
+        if row_form(row) != want:
+            raise SystemExit(
+                f"--resume: row {row['name']} ran the prototype contrast "
+                f"{form_text(row_form(row))}, the run config trains "
+                f"{form_text(want)}; accepted is one form per output folder "
+                "(use another --out)"
+            )
+
+
 def job_name(job: dict[str, Any]) -> str:
     """Directory name of one run."""
     method = job["method"].lower()
@@ -192,6 +227,7 @@ def run_job(job: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     return {
         "name": job_name(job),
         **job,
+        **loss_form(cfg),
         LOCAL: per_client.get(LOCAL),
         LOCAL_K: per_client.get(LOCAL_K),
         SQ_CDB: per_client.get(SQ_CDB),
@@ -265,7 +301,7 @@ def _cell(a: dict[str, Any] | None, key: str) -> str:
     return pm(*a[key], scale=100) + n_note(len(a["seeds"]), 3)
 
 
-def protocol(args: argparse.Namespace) -> str:
+def protocol(args: argparse.Namespace, rows: list[dict[str, Any]]) -> str:
     """Return the protocol paragraph above the tables (data, federation, floor)."""
     from experiments.lib.overrides import resolved_settings
     from server.experiment import prepare_data, protocol_text
@@ -273,24 +309,32 @@ def protocol(args: argparse.Namespace) -> str:
     settings = resolved_settings({**args.base, "seed": args.seeds[0]})
     data = prepare_data(settings)
     text = protocol_text(settings, data, args.clients).rstrip(".")
+    forms = "; ".join(
+        sorted(
+            {form_text(row_form(r)) for r in rows} or {form_text(loss_form(args.base))}
+        )
+    )
     return (
         f"Protocol: {text}. For the methods that are one model (fedavg mode, FedAvg, "
         "centralized) also the union protocol: the server's queries against all "
         f"partitions. Federation: {args.clients} clients, Dirichlet "
         f"{settings.dirichlet_alpha} (the seed also draws the partition), "
         f"{settings.rounds} rounds of {settings.local_epochs} local epochs, lr "
-        f"{settings.learning_rate:g}, batch {settings.batch_size}. Floor: the "
+        f"{settings.learning_rate:g}, batch {settings.batch_size}. Prototype "
+        f"contrast (Eqs. 9-10) and the prototype terms' weight: {forms}. Floor: the "
         "untrained network (round 0). Ceiling: 'centralized', the same network "
         "trained on the union of the clients' local databases for the same number "
         "of epochs."
     )
 
 
-def tables(agg: list[dict[str, Any]], args: argparse.Namespace) -> str:
+def tables(
+    agg: list[dict[str, Any]], args: argparse.Namespace, rows: list[dict[str, Any]]
+) -> str:
     """Markdown tables: one per metric, methods x bits; completion; cost."""
     main = {(a["method"], a["bits"]): a for a in agg if a["table"] == "main"}
     alpha = args.base["dirichlet-alpha"]
-    lines: list[str] = [protocol(args), ""]
+    lines: list[str] = [protocol(args, rows), ""]
     titles = (
         (LOCAL, "Ours (per-client, local queries): local queries vs local database"),
         (SQ_CDB, "Server queries vs each client's own database, averaged over clients"),
@@ -432,7 +476,7 @@ def write_outputs(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
         "rows": rows,
         "aggregate": agg,
     }
-    return write_tables(args.out, summary, tables(agg, args))
+    return write_tables(args.out, summary, tables(agg, args, rows))
 
 
 def _weights(flag: str, text: str) -> list[float]:
@@ -484,6 +528,8 @@ def main() -> None:
     args.base = checked_overrides(args.set, preset())  # fails before any run
     args.out = args.out or ROOT / "docs" / "results" / "pfmh"
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.resume:
+        check_resumed_form(load_rows(args.out / "rows.jsonl"), args.base)
     rows, failed = run_sweep(
         jobs(args),
         lambda job: run_job(job, args),

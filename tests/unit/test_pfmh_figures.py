@@ -50,11 +50,40 @@ def test_pfmh_tables_open_with_their_protocol() -> None:
     from experiments.tables.pfmh_sweep import preset, tables
 
     args = argparse.Namespace(seeds=[0], clients=10, bits=[32], base=preset())
-    text = tables([], args)
+    text = tables([], args, [])
     first = text.splitlines()[0]
     assert first.startswith("Protocol: PFMH global protocol")
     assert "Federation: 10 clients, Dirichlet 0.1" in first
     assert "Floor: the untrained network" in first and "Ceiling:" in first
+    # no rows yet: the form the run config trains; rows: the forms they ran
+    assert "weight: infonce, weight 1." in first
+    old = {"name": "pfmh-a0.1-32b-s0"}  # a row from before pfmh.contrast existed
+    first = tables([], args, [old]).splitlines()[0]
+    assert "weight: decoupled, weight 1." in first
+
+
+def test_pfmh_rows_record_their_loss_form_and_resume_refuses_another(
+    monkeypatch, tmp_path
+) -> None:
+    import pytest
+
+    import experiments.tables.pfmh_sweep as sweep
+
+    def fake(cfg, clients, run_dir, cpus):
+        return {"final_per_client": {}, "initial_per_client": {}, "final": None}
+
+    monkeypatch.setattr(sweep, "run_federated", fake)
+    args = _sens_args(out=tmp_path, cpus=1)
+    args.base = {**args.base, "pfmh.contrast": "decoupled"}
+    row = sweep.run_job(sweep.jobs(args)[0], args)
+    assert (row["contrast"], row["prototype_weight"]) == ("decoupled", 1.0)
+    sweep.check_resumed_form([row, {"name": "old"}], args.base)  # same form: fine
+    with pytest.raises(
+        SystemExit,
+        match=r"row old ran the prototype contrast "
+        r"decoupled, weight 1, the run config trains infonce",
+    ):
+        sweep.check_resumed_form([{"name": "old"}], sweep.preset())
 
 
 def _report(ks, precision):
