@@ -332,7 +332,10 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.rounds < 2:
         parser.error("--rounds must be >= 2 (round 1 is reported apart)")
-    counts = [int(c) for c in args.clients.split(",")]
+    sys.path.insert(0, str(ROOT))
+    from experiments.lib.grids import COUNTS, flag_list  # noqa: PLC0415
+
+    counts = flag_list(parser, "--clients", args.clients, COUNTS)
     if min(counts) < args.sampled:
         parser.error("--sampled must not exceed the smallest --clients")
     results = []

@@ -8,15 +8,20 @@ the file, the table, the key and what is accepted, before any run starts.
 
 Command-line flags still override every grid (:func:`csv` writes a grid as the
 flag's default; :func:`parse_csv` reads a flag's comma-separated values back, item
-by item, and names the first bad one).
+by item, and names the first bad one; :func:`flag_list` does so for a driver's
+flag of one :class:`Items` kind, ``SEEDS``, ``COUNTS``, ``POSITIVE``,
+``NON_NEGATIVE`` or ``FRACTIONS``, and stops the driver with one line).
 """
 
 from __future__ import annotations
 
+import argparse
+import math
 import tomllib
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -115,3 +120,43 @@ def parse_csv(
             raise BadItem(item.strip())
         values.append(value)
     return values
+
+
+@dataclass(frozen=True)
+class Items:
+    """What one comma-separated flag accepts, item by item."""
+
+    convert: Callable[[str], Any]
+    accept: Callable[[Any], bool]
+    accepted: str  # the words of the error line
+
+
+SEEDS = Items(int, lambda v: v >= 0, "comma-separated integers >= 0, e.g. 0,1,2")
+COUNTS = Items(int, lambda v: v >= 1, "comma-separated integers >= 1, e.g. 16,32,64")
+POSITIVE = Items(
+    float,
+    lambda v: math.isfinite(v) and v > 0,
+    "comma-separated positive numbers, e.g. 0.001,0.01",
+)
+NON_NEGATIVE = Items(
+    float,
+    lambda v: math.isfinite(v) and v >= 0,
+    "comma-separated numbers >= 0, e.g. 0,0.5,1",
+)
+FRACTIONS = Items(
+    float, lambda v: 0 <= v < 1, "comma-separated numbers in [0, 1), e.g. 0,0.9,0.99"
+)
+
+
+def flag_list(
+    parser: argparse.ArgumentParser, flag: str, text: str, items: Items
+) -> list[Any]:
+    """Read the comma-separated value ``text`` of ``flag``, or stop with one line.
+
+    ``parser.error`` names the flag, the first bad item, the whole value and what
+    ``items`` accepts (exit status 2), before the driver starts any work.
+    """
+    try:
+        return parse_csv(text, items.convert, items.accept)
+    except BadItem as bad:
+        parser.error(f"{flag}: {bad.item!r} in {text!r}; accepted: {items.accepted}")

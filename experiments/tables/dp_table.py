@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
-from experiments.lib.grids import csv, load_grids
+from experiments.lib.grids import POSITIVE, SEEDS, csv, flag_list, load_grids
 from experiments.lib.runs import ROOT, run_federated
 from experiments.lib.tables import mean_sd_cell, table_head, table_row
 
@@ -168,11 +168,12 @@ def main() -> None:
         "--out", type=Path, default=ROOT / "docs" / "results" / "dp_sgd"
     )
     args = parser.parse_args()
-    seeds = [int(s) for s in args.seeds.split(",")]
+    seeds = flag_list(parser, "--seeds", args.seeds, SEEDS)
     if args.floor_only:
         _floor_only(seeds, args)
         return
-    noises: list[float | None] = [None] + [float(x) for x in args.noise.split(",")]
+    noises: list[float | None] = [None]
+    noises += flag_list(parser, "--noise", args.noise, POSITIVE)
     cells = [(m, n, s) for s in seeds for m in METHODS for n in noises]
     rows: list[dict[str, Any]] = []
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:

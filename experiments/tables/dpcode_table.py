@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from experiments.lib.grids import csv, load_grids
+from experiments.lib.grids import SEEDS, csv, flag_list, load_grids
 from experiments.lib.runner import exit_if_failed, run_sweep, write_tables
 from experiments.lib.tables import MISSING, mean_sd, mean_sd_cell, table_head, table_row
 from privacy.dpcode import (
@@ -437,7 +437,7 @@ def main() -> None:
     parser.add_argument("--resume", action="store_true")
     parser.add_argument("--jobs", type=int, default=2, help="runs at once")
     args = parser.parse_args()
-    seeds = [int(s) for s in args.seeds.split(",")]
+    seeds = flag_list(parser, "--seeds", args.seeds, SEEDS)
     if args.quick:
         seeds = seeds[:1]
     out = args.out or (

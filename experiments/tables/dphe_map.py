@@ -42,7 +42,7 @@ from typing import Any
 
 from crypto import generate_keys
 from crypto.keys import PRODUCTION_KEY_BITS
-from experiments.lib.grids import csv, load_grids
+from experiments.lib.grids import FRACTIONS, SEEDS, csv, flag_list, load_grids
 from experiments.lib.runner import exit_if_failed, run_sweep
 from experiments.lib.runs import ROOT, run_centralized, run_federated
 from experiments.lib.tables import mean_sd_cell, table_head, table_row
@@ -326,18 +326,16 @@ def main() -> None:
         parser.error(
             f"--data-path {args.data_path}: no such file (an .npz is accepted)"
         )
+    seeds = flag_list(parser, "--seeds", args.seeds, SEEDS)
+    sparsities = flag_list(parser, "--sparsity", args.sparsity, FRACTIONS)
     args.out.mkdir(parents=True, exist_ok=True)
     refs = run_references(
-        sorted({int(seed) for seed in args.seeds.split(",")}),
+        sorted(set(seeds)),
         args.rounds,
         args.out,
         data_config(args),
     )
-    pairs = [
-        (int(seed), float(sparsity))
-        for sparsity in args.sparsity.split(",")
-        for seed in args.seeds.split(",")
-    ]
+    pairs = [(seed, sparsity) for sparsity in sparsities for seed in seeds]
     rows, failed = run_sweep(
         pairs,
         lambda pair: run_pair(*pair, args),

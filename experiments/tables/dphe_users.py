@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from crypto.keys import PRODUCTION_KEY_BITS
-from experiments.lib.grids import csv, load_grids
+from experiments.lib.grids import COUNTS, SEEDS, csv, flag_list, load_grids
 from experiments.lib.overrides import resolved_settings
 from experiments.lib.runner import exit_if_failed, load_rows, run_sweep
 from experiments.lib.runs import ROOT
@@ -217,10 +217,7 @@ def main() -> None:
     )
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
-    try:
-        users = [int(n) for n in args.users.split(",")]
-    except ValueError:
-        parser.error(f"--users {args.users!r}: expected integers, e.g. 5,10,25,50")
+    users = flag_list(parser, "--users", args.users, COUNTS)
     if min(users) < 3:
         parser.error(f"--users {args.users}: DPHE needs at least 3 users per round")
     if args.panel == "left" and any(n % LEFT_SPLIT for n in users):
@@ -246,7 +243,7 @@ def main() -> None:
     from server.experiment import prepare_data
 
     args.num_database = prepare_data(resolved_settings(COMMON)).num_database
-    seeds = [int(s) for s in args.seeds.split(",")]
+    seeds = flag_list(parser, "--seeds", args.seeds, SEEDS)
     refs = run_references(sorted(set(seeds)), args.rounds, args.out)
     jobs = [(n, s) for s in seeds for n in users]
 

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from experiments.lib.grids import csv, load_grids
+from experiments.lib.grids import SEEDS, csv, flag_list, load_grids
 from experiments.lib.runner import exit_if_failed, run_sweep, write_tables
 from experiments.lib.runs import ROOT, run_centralized, run_federated
 from experiments.lib.tables import MISSING, mean_sd_cell, pm, table_head, table_row
@@ -156,7 +156,7 @@ def main() -> None:
     )
     parser.add_argument("--resume", action="store_true")
     args = parser.parse_args()
-    args.seeds = [int(s) for s in args.seeds.split(",")]
+    args.seeds = flag_list(parser, "--seeds", args.seeds, SEEDS)
     args.failing = grids["failing"]
     args.base = {"rounds": args.rounds, "eval-every": args.rounds, "local-epochs": 3}
     args.out.mkdir(parents=True, exist_ok=True)

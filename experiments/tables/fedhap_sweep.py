@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from experiments.lib.grids import csv, load_grids
+from experiments.lib.grids import COUNTS, SEEDS, csv, flag_list, load_grids
 from experiments.lib.runner import exit_if_failed, run_sweep, write_tables
 from experiments.lib.runs import PARTITIONS, ROOT, run_federated
 from experiments.lib.tables import (
@@ -356,9 +356,11 @@ def main() -> None:
     args = parser.parse_args()
     from experiments.lib.overrides import checked_overrides
 
-    args.seeds = [int(s) for s in args.seeds.split(",")]
-    args.bits = [int(b) for b in args.bits.split(",")]
-    args.client_counts = [int(c) for c in args.client_counts.split(",")]
+    args.seeds = flag_list(parser, "--seeds", args.seeds, SEEDS)
+    args.bits = flag_list(parser, "--bits", args.bits, COUNTS)
+    args.client_counts = flag_list(
+        parser, "--client-counts", args.client_counts, COUNTS
+    )
     args.base = checked_overrides(args.set)  # fails before any run
     args.out = args.out or ROOT / "docs" / "results" / "fedhap"
     args.out.mkdir(parents=True, exist_ok=True)

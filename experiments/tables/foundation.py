@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from experiments.lib.grids import csv, load_grids
+from experiments.lib.grids import COUNTS, SEEDS, csv, flag_list, load_grids
 from experiments.lib.progress import SweepProgress
 from experiments.lib.runs import PARTITIONS, ROOT, run_centralized, run_federated
 from experiments.lib.tables import MISSING, mean_sd, pm, table_head, table_row
@@ -171,8 +171,8 @@ def main() -> None:
     from experiments.lib.overrides import parse_overrides
 
     args.grid = GRID
-    args.seeds = [int(s) for s in args.seeds.split(",")]
-    args.bits = [int(b) for b in args.bits.split(",")]
+    args.seeds = flag_list(parser, "--seeds", args.seeds, SEEDS)
+    args.bits = flag_list(parser, "--bits", args.bits, COUNTS)
     args.base = parse_overrides(args.set)
     args.out = args.out or ROOT / "docs" / "results" / args.grid
     args.out.mkdir(parents=True, exist_ok=True)

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.lib.grids import csv, load_grids
+from experiments.lib.grids import COUNTS, SEEDS, csv, flag_list, load_grids
 from experiments.lib.tables import MISSING, mean_sd_cell, table_head, table_row
 from hashdata import load_split, partition_indices
 from hashing.codes import sign_codes
@@ -237,8 +237,8 @@ def main() -> None:
     )
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results" / "itq")
     args = parser.parse_args()
-    seeds = [int(s) for s in args.seeds.split(",")]
-    bits_list = [int(b) for b in args.bits.split(",")]
+    seeds = flag_list(parser, "--seeds", args.seeds, SEEDS)
+    bits_list = flag_list(parser, "--bits", args.bits, COUNTS)
     rows = run(seeds, bits_list, args.clients, args.data_path)
     data = Path(args.data_path).name if args.data_path else "digits"
     text = f"Data: {data}.\n\n" + table(rows, bits_list)

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from clients.data import load_local_data
-from experiments.lib.grids import csv, load_grids
+from experiments.lib.grids import SEEDS, csv, flag_list, load_grids
 from experiments.lib.overrides import parse_overrides, resolved_settings
 from experiments.lib.runner import load_rows, run_sweep, write_tables
 from experiments.lib.tables import MISSING, table_head, table_row
@@ -200,7 +200,7 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    seeds = [int(s) for s in args.seeds.split(",")]
+    seeds = flag_list(parser, "--seeds", args.seeds, SEEDS)
     base = {**BASE, "rounds": args.rounds, **parse_overrides(args.set)}
     resolved_settings({**base, "seed": seeds[0]})  # a bad value fails here
     args.out.mkdir(parents=True, exist_ok=True)

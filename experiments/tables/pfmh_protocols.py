@@ -51,7 +51,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from experiments.lib.grids import csv, load_grids
+from experiments.lib.grids import POSITIVE, SEEDS, csv, flag_list, load_grids
 from experiments.lib.overrides import parse_overrides, resolved_settings
 from experiments.lib.runner import load_rows, run_sweep, write_tables
 from experiments.lib.tables import MISSING, mean_sd_cell, table_head, table_row
@@ -307,8 +307,8 @@ def main() -> None:
     parser.add_argument("--resume", action="store_true")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args()
-    seeds = [int(s) for s in args.seeds.split(",")]
-    grid = [float(v) for v in args.lr_grid.split(",")]
+    seeds = flag_list(parser, "--seeds", args.seeds, SEEDS)
+    grid = flag_list(parser, "--lr-grid", args.lr_grid, POSITIVE)
     methods = [m for m in args.methods.split(",") if m]
     unknown = sorted(set(methods) - set(METHODS))
     if unknown:

@@ -50,7 +50,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from experiments.lib.grids import csv, load_grids
+from experiments.lib.grids import COUNTS, POSITIVE, SEEDS, csv, flag_list, load_grids
 from experiments.lib.runner import exit_if_failed, load_rows, run_sweep, write_tables
 from experiments.lib.runs import ROOT, run_federated, set_flags
 from experiments.lib.tables import MISSING, mean_sd, n_note, pm, table_head, table_row
@@ -479,20 +479,6 @@ def write_outputs(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
     return write_tables(args.out, summary, tables(agg, args, rows))
 
 
-def _weights(flag: str, text: str) -> list[float]:
-    """Parse a comma-separated list of positive loss weights, or exit."""
-    try:
-        values = [float(tok) for tok in text.split(",")]
-    except ValueError:
-        values = []
-    if not values or any(not v > 0 for v in values):
-        raise SystemExit(
-            f"{flag}={text!r}: accepted is a comma-separated list of positive "
-            "numbers, e.g. 0.001,0.01,0.1"
-        )
-    return values
-
-
 def main() -> None:
     """CLI entry point."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -520,11 +506,13 @@ def main() -> None:
     args = parser.parse_args()
     from experiments.lib.overrides import checked_overrides
 
-    args.seeds = [int(s) for s in args.seeds.split(",")]
-    args.bits = [int(b) for b in args.bits.split(",")]
-    args.completion_alphas = [float(a) for a in args.completion_alphas.split(",")]
-    args.loss_alphas = _weights("--loss-alphas", args.loss_alphas)
-    args.loss_betas = _weights("--loss-betas", args.loss_betas)
+    args.seeds = flag_list(parser, "--seeds", args.seeds, SEEDS)
+    args.bits = flag_list(parser, "--bits", args.bits, COUNTS)
+    args.completion_alphas = flag_list(
+        parser, "--completion-alphas", args.completion_alphas, POSITIVE
+    )
+    args.loss_alphas = flag_list(parser, "--loss-alphas", args.loss_alphas, POSITIVE)
+    args.loss_betas = flag_list(parser, "--loss-betas", args.loss_betas, POSITIVE)
     args.base = checked_overrides(args.set, preset())  # fails before any run
     args.out = args.out or ROOT / "docs" / "results" / "pfmh"
     args.out.mkdir(parents=True, exist_ok=True)

@@ -52,7 +52,14 @@ import torch
 
 from clients.data import load_local_data
 from clients.publish import publish_codes
-from experiments.lib.grids import csv, load_grids
+from experiments.lib.grids import (
+    COUNTS,
+    NON_NEGATIVE,
+    SEEDS,
+    csv,
+    flag_list,
+    load_grids,
+)
 from experiments.lib.overrides import checked_overrides, resolved_settings
 from experiments.lib.runner import resume_refusal, setup_differences
 from experiments.lib.runs import ROOT, run_centralized, run_federated
@@ -500,9 +507,9 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args()
     args.base = checked_overrides(args.set)  # fails before any run
-    args.seeds_list = [int(s) for s in args.seeds.split(",")]
-    args.bits_list = [int(b) for b in args.bits.split(",")]
-    args.eps_list = [float(e) for e in args.epsilons.split(",")]
+    args.seeds_list = flag_list(parser, "--seeds", args.seeds, SEEDS)
+    args.bits_list = flag_list(parser, "--bits", args.bits, COUNTS)
+    args.eps_list = flag_list(parser, "--epsilons", args.epsilons, NON_NEGATIVE)
     if args.tune_bits is None:
         args.tune_bits = args.bits_list[0]
     elif args.tune_bits < 1:

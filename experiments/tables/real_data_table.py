@@ -59,7 +59,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from experiments.lib.grids import BadItem, csv, load_grids, parse_csv
+from experiments.lib.grids import SEEDS, BadItem, csv, flag_list, load_grids, parse_csv
 from experiments.lib.runner import (
     check_resume_setup,
     exit_if_failed,
@@ -199,7 +199,7 @@ def main() -> None:
         args.val_seed = args.tune_seed
     if not args.data_path.is_file():
         parser.error(f"--data-path {args.data_path}: no such file")
-    seeds = [int(s) for s in args.seeds.split(",")]
+    seeds = flag_list(parser, "--seeds", args.seeds, SEEDS)
     try:
         lr_grid = parse_lr_grid(args.lr_grid, "--lr-grid")
         ceiling_grid = parse_lr_grid(

@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from experiments.lib.grids import SEEDS, flag_list
 from experiments.lib.runner import (
     check_resume_setup,
     exit_if_failed,
@@ -273,7 +274,7 @@ def main() -> None:
             check_resume_setup(args.out, setup_of(args))
         except ValueError as exc:
             parser.error(str(exc))
-    seeds = [int(s) for s in args.seeds.split(",")]
+    seeds = flag_list(parser, "--seeds", args.seeds, SEEDS)
     base = base_config(
         args.data_path, args.bits, args.rounds, args.train_size, args.eval_every
     )

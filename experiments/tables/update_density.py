@@ -37,6 +37,7 @@ from clients.data import load_local_data
 from clients.train_reply import finish_train_reply
 from clients.trainers import TrainContext
 from experiments.centralized import split_retrieval, train_centralized
+from experiments.lib.grids import POSITIVE, flag_list
 from experiments.lib.overrides import parse_overrides, resolved_settings
 from experiments.lib.tables import MISSING, table_head, table_row
 from hashdata import load_split
@@ -137,7 +138,7 @@ def main() -> None:
         run("dense", {}),
         run("read-off only (l1=1e-12)", {**net, "updates.elastic-net-l1": 1e-12}),
     ]
-    for l1 in (float(v) for v in args.l1.split(",")):
+    for l1 in flag_list(parser, "--l1", args.l1, POSITIVE):
         net = {**net, "updates.elastic-net-l1": l1, "updates.elastic-net-l2": args.l2}
         elastic = run(f"elastic-net l1={l1:g} l2={args.l2:g}", net)
         rows.append(elastic)

@@ -180,7 +180,9 @@ def test_dphe_users_runs_each_n_in_its_own_folder_and_plots(
     monkeypatch.setattr(sys, "argv", [*argv[:2], "five", *argv[3:]])
     with pytest.raises(SystemExit):  # a parser error, not a traceback
         dphe_users.main()
-    assert "--users 'five': expected integers" in capsys.readouterr().err
+    assert "--users: 'five' in 'five'; accepted: comma-separated integers" in (
+        capsys.readouterr().err
+    )
     # the left panel: N = 5k users as k repeated five-way splits, in its own folder
     assert configs == [None, None]
     left = tmp_path / "left"

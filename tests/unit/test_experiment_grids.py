@@ -64,3 +64,68 @@ def test_parse_csv_reads_each_item_and_names_the_first_bad_one():
         with pytest.raises(BadItem) as err:
             parse_csv(text, int, lambda e: e >= 1)
         assert err.value.item == item
+
+
+def test_flag_list_reads_each_kind_and_stops_with_one_line_naming_the_item(capsys):
+    import argparse
+
+    from experiments.lib.grids import (
+        COUNTS,
+        FRACTIONS,
+        NON_NEGATIVE,
+        POSITIVE,
+        SEEDS,
+        flag_list,
+    )
+
+    parser = argparse.ArgumentParser(prog="driver")
+    assert flag_list(parser, "--seeds", "0, 2", SEEDS) == [0, 2]
+    assert flag_list(parser, "--bits", "16,32", COUNTS) == [16, 32]
+    assert flag_list(parser, "--lr", "1e-3", POSITIVE) == [0.001]
+    assert flag_list(parser, "--eps", "0,1.5", NON_NEGATIVE) == [0.0, 1.5]
+    assert flag_list(parser, "--sparsity", "0,0.9", FRACTIONS) == [0.0, 0.9]
+    bad = (
+        (SEEDS, "0,-1", "-1"),
+        (SEEDS, "0,x", "x"),
+        (COUNTS, "16,0", "0"),
+        (POSITIVE, "0.1,0", "0"),
+        (POSITIVE, "nan", "nan"),
+        (NON_NEGATIVE, "inf", "inf"),
+        (FRACTIONS, "0,1", "1"),
+        (SEEDS, "0,,1", ""),
+    )
+    for items, text, item in bad:
+        with pytest.raises(SystemExit) as end:
+            flag_list(parser, "--flag", text, items)
+        assert end.value.code == 2
+        err = capsys.readouterr().err.splitlines()
+        assert err[-1] == (
+            f"driver: error: --flag: {item!r} in {text!r}; accepted: {items.accepted}"
+        )
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["-m", "experiments.pfmh", "tables", "--seeds", "0,x"],
+        ["-m", "experiments.fedhap", "tables", "--bits", "16,0"],
+        ["benchmarks/scale.py", "--clients", "100,ten"],
+    ],
+)
+def test_drivers_refuse_a_bad_list_item_before_any_run(argv, tmp_path):
+    import subprocess
+    import sys
+
+    from experiments.lib.runs import ROOT
+
+    proc = subprocess.run(
+        [sys.executable, *argv, "--out", str(tmp_path / "out")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "accepted: comma-separated integers" in proc.stderr.splitlines()[-1]
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())

@@ -248,14 +248,3 @@ def test_sensitivity_and_precision_tables_and_plots(tmp_path) -> None:
     assert path == tmp_path / "sensitivity-64b.png"
     assert path.read_bytes()[:4] == b"\x89PNG"
     assert plot_sensitivity(agg, tmp_path, bits=32, defaults=(0.01, 0.001)) is None
-
-
-def test_loss_weight_lists_are_checked() -> None:
-    import pytest
-
-    from experiments.tables.pfmh_sweep import _weights
-
-    assert _weights("--loss-alphas", "0.1,1") == [0.1, 1.0]
-    for bad in ("0", "-1", "a", "", "nan"):
-        with pytest.raises(SystemExit, match="--loss-alphas"):
-            _weights("--loss-alphas", bad)
