@@ -95,6 +95,24 @@ def read_tuned_epochs(folder: Path) -> dict[str, int]:
     return {m: int(e) for m, e in epochs.items()}
 
 
+def sweep_setup(args: argparse.Namespace) -> dict[str, Any]:
+    """Return this table's setup, with the tuning of the table its rates come from.
+
+    A ``--tuned-from`` table tuned on a validation split records it (``tuning``);
+    one without that entry chose its rates on the queries it reports. The setup
+    carries it on, so :mod:`experiments.tables.across_table` combines this table
+    only with tables tuned the same way.
+    """
+    inherited = args.tuned_setup.get("tuning")
+    return {**setup_of(args), **({"tuning": inherited} if inherited else {})}
+
+
+def tuning_words(tuned_setup: dict[str, Any]) -> str:
+    """Return where the ``--tuned-from`` table scored its tuning runs."""
+    tuning = tuned_setup.get("tuning")
+    return f"on its {tuning}" if tuning else "on the queries it reports"
+
+
 def retuning_note(tuned: dict[str, Any], args: argparse.Namespace) -> str:
     """Return ``", at 48 bits, not retuned at 12 bits"`` where the setups differ."""
     keys = [
@@ -131,11 +149,19 @@ def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
             else ""
         )
         + "learning rates: the baselines' and the ceiling's tuned in "
-        f"{args.tuned_from} (its tune seed{retuning_note(args.tuned_setup, args)}), "
+        f"{args.tuned_from} (its tune seed, scored {tuning_words(args.tuned_setup)}"
+        f"{retuning_note(args.tuned_setup, args)}), "
         + (
             "FedHAP's tuned there too; "
             if "FedHAP" in args.tuned
             else f"FedHAP's the default {DEFAULT_LR:g}; "
+        )
+        + (
+            "local epochs tuned there too ("
+            + ", ".join(f"{m} {e}" for m, e in sorted(args.tuned_epochs.items()))
+            + "); "
+            if args.tuned_epochs
+            else ""
         )
         + "non-iid = "
         f"{args.classes_per_client} label shards per client; centralized = the same "
@@ -262,7 +288,7 @@ def main() -> None:
             parser.error(f"--methods: unknown {m!r}; accepted: {', '.join(FEDERATED)}")
     tuned, args.tuned_setup = read_tuned(args.tuned_from)
     args.tuned = tuned
-    tuned_epochs = read_tuned_epochs(args.tuned_from)
+    tuned_epochs = args.tuned_epochs = read_tuned_epochs(args.tuned_from)
     untuned = [m for m in methods if m in BASELINES and m not in tuned]
     if untuned:
         parser.error(
@@ -271,7 +297,7 @@ def main() -> None:
         )
     if args.resume:
         try:
-            check_resume_setup(args.out, setup_of(args))
+            check_resume_setup(args.out, sweep_setup(args))
         except ValueError as exc:
             parser.error(str(exc))
     seeds = flag_list(parser, "--seeds", args.seeds, SEEDS)
@@ -339,7 +365,7 @@ def main() -> None:
         # stay in rows.jsonl, out of the table
         current = [r for r in rows if r["learning_rate"] == lr_of(r["method"])]
         summary = {
-            "setup": setup_of(args),
+            "setup": sweep_setup(args),
             "rows": current,
             "tuned_learning_rates": tuned,
             "tuned_local_epochs": tuned_epochs,

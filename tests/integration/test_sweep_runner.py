@@ -402,7 +402,10 @@ def test_rounds_sweep_records_its_setup_and_says_when_rates_come_from_another_le
     monkeypatch.setattr(sys, "argv", [*argv, "--bits", "12"])
     rounds_sweep.main()
     text = (out / "table.md").read_text()
-    assert "(its tune seed, at 48 bits, not retuned at 12 bits)" in text
+    assert (
+        "(its tune seed, scored on the queries it reports, at 48 bits, not retuned "
+        "at 12 bits)" in text
+    )
     setup = json.loads((out / "summary.json").read_text())["setup"]
     assert setup == {
         "data": "x.npz",
@@ -416,7 +419,10 @@ def test_rounds_sweep_records_its_setup_and_says_when_rates_come_from_another_le
     other = tmp_path / "out48"
     monkeypatch.setattr(sys, "argv", [*argv, "--bits", "48", "--out", str(other)])
     rounds_sweep.main()
-    assert "(its tune seed)" in (other / "table.md").read_text()
+    assert (
+        "(its tune seed, scored on the queries it reports)"
+        in (other / "table.md").read_text()
+    )
     # Table 6's shape: more clients than the rates were tuned with
     other = tmp_path / "out40"
     monkeypatch.setattr(
@@ -424,7 +430,42 @@ def test_rounds_sweep_records_its_setup_and_says_when_rates_come_from_another_le
     )
     rounds_sweep.main()
     text = (other / "table.md").read_text()
-    assert "(its tune seed, at 20 clients, not retuned at 40 clients)" in text
+    assert "reports, at 20 clients, not retuned at 40 clients)" in text
+
+
+def test_rounds_sweep_carries_the_validation_tuning_of_the_table_it_reads(
+    tmp_path, monkeypatch
+):
+    from experiments.tables import rounds_sweep
+
+    tuned = tmp_path / "tuned"
+    tuned.mkdir()
+    tuning = "validation split 0.1, seed 99"
+    (tuned / "summary.json").write_text(
+        json.dumps(
+            {
+                "setup": {"bits": 48, "clients": 20, "tuning": tuning},
+                "tuned_learning_rates": {"DPSH (FedAvg)": 0.005, "FedHAP": 5e-4},
+                "tuned_local_epochs": {"DPSH (FedAvg)": 7, "FedHAP": 7},
+            }
+        )
+    )
+    out = tmp_path / "out"
+    argv = _fake_rounds_sweep(tmp_path, monkeypatch, tuned, rounds=2, out=out)
+    monkeypatch.setattr(sys, "argv", [*argv, "--bits", "12"])
+    rounds_sweep.main()
+    text = (out / "table.md").read_text()
+    assert (
+        "(its tune seed, scored on its validation split 0.1, seed 99, at 48 bits, "
+        "not retuned at 12 bits)" in text
+    )
+    assert "local epochs tuned there too (DPSH (FedAvg) 7, FedHAP 7)" in text
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["setup"]["tuning"] == tuning  # across_table keeps it apart
+    assert summary["tuned_local_epochs"] == {"DPSH (FedAvg)": 7, "FedHAP": 7}
+    # resuming checks the same setup: nothing runs again, nothing is refused
+    monkeypatch.setattr(sys, "argv", [*argv, "--bits", "12", "--resume"])
+    rounds_sweep.main()
 
 
 def test_resume_into_a_folder_of_another_setup_is_refused_before_any_run(
