@@ -14,15 +14,20 @@ on the queries a table reports:
 A chosen value on the edge of its grid says the grid was too narrow:
 :func:`grid_extension` returns the next value beyond that edge (geometric for
 learning rates, arithmetic for epochs), which the driver runs before choosing.
+
+A driver keeps one :class:`Grid` (learning rates times local epochs) per tuned
+method; :func:`tuned_setting` picks the best setting from its tuning rows and
+:func:`extend_grids` grows every grid whose choice sits on an edge.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -31,6 +36,9 @@ from hashdata import SPLIT_ARRAY, fixed_split_mask, split_query_database
 #: Share of the database rows drawn as validation queries (the file's query share
 #: in MIRFlickr-25K tags: 2,000 of 20,015).
 VALIDATION_FRACTION = 0.1
+#: Local epochs of a tuning row that records none (tuned before epochs were): the
+#: run config's default (pyproject.toml).
+DEFAULT_EPOCHS = 3
 
 
 @dataclass(frozen=True)
@@ -215,6 +223,87 @@ def grid_extension(
     # 3 significant digits: 2e-3 * 4 is 0.008, not 0.008000000000000002
     nxt = float(f"{edge * edge / near:.3g}") if geometric else edge + (edge - near)
     return nxt if nxt > lowest else None
+
+
+@dataclass
+class Grid:
+    """One method's tuning grid: learning rates times local epochs.
+
+    ``extended`` lists the values added because the choice sat on an edge,
+    as ``(axis, value)`` with axis ``"lr"`` or ``"epochs"``.
+    """
+
+    lrs: list[float]
+    epochs: list[int] = field(default_factory=lambda: [DEFAULT_EPOCHS])
+    extended: list[tuple[str, float]] = field(default_factory=list)
+
+    def settings(self) -> list[tuple[float, int]]:
+        """Every ``(lr, epochs)`` of the grid."""
+        return [(lr, e) for e in self.epochs for lr in self.lrs]
+
+
+def as_grid(grid: Grid | Sequence[float]) -> Grid:
+    """Return a :class:`Grid`; a plain sequence is rates at the default epochs."""
+    return grid if isinstance(grid, Grid) else Grid(list(grid))
+
+
+def tuning_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Return the tuning runs among ``rows`` (``kind`` "tune")."""
+    return [r for r in rows if r.get("kind") == "tune"]
+
+
+def row_epochs(row: Mapping[str, Any]) -> int:
+    """Return a row's local epochs (``DEFAULT_EPOCHS`` where it records none)."""
+    return int(row.get("local_epochs", DEFAULT_EPOCHS))
+
+
+def tuned_setting(
+    rows: list[dict[str, Any]], method: str, grid: Grid | Sequence[float]
+) -> tuple[float, int] | None:
+    """``method``'s tuned ``(lr, local epochs)`` over ``grid`` (``None`` until all run).
+
+    Only tuning rows at a setting of the grid count; the best validation mAP@ALL
+    wins, ties to the smallest learning rate, then the fewest epochs.
+    """
+    grid = as_grid(grid)
+    want = set(grid.settings())
+    mine = {
+        (r["learning_rate"], row_epochs(r)): r["map_all"]
+        for r in tuning_rows(rows)
+        if r["method"] == method and (r["learning_rate"], row_epochs(r)) in want
+    }
+    if set(mine) != want:
+        return None
+    return max(sorted(mine), key=lambda s: mine[s])
+
+
+def extend_grids(
+    rows: list[dict[str, Any]], grids: Mapping[str, Grid]
+) -> list[tuple[str, str, float, int]]:
+    """Grow every grid whose choice sits on an edge; return the new tuning jobs.
+
+    A learning rate on an edge adds the next rate beyond it
+    (:func:`grid_extension`, geometric) at every epoch count of
+    the grid; epochs on an edge add the next count (arithmetic, >= 1) at every
+    rate. ``grids`` is changed in place (``Grid.extended`` records the additions).
+    """
+    jobs: list[tuple[str, str, float, int]] = []
+    for method, grid in grids.items():
+        chosen = tuned_setting(rows, method, grid)
+        if chosen is None:
+            continue
+        lr, epochs = chosen
+        new_lr = grid_extension(grid.lrs, lr, geometric=True)
+        new_epochs = grid_extension(grid.epochs, epochs, geometric=False, lowest=0)
+        if new_lr is not None and new_lr not in grid.lrs:
+            grid.lrs.append(new_lr)
+            grid.extended.append(("lr", new_lr))
+            jobs += [("tune", method, new_lr, e) for e in grid.epochs]
+        if new_epochs is not None and int(new_epochs) not in grid.epochs:
+            grid.epochs.append(int(new_epochs))
+            grid.extended.append(("epochs", int(new_epochs)))
+            jobs += [("tune", method, r, int(new_epochs)) for r in grid.lrs]
+    return jobs
 
 
 def _sha256(path: Path) -> str:

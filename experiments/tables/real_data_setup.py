@@ -46,8 +46,6 @@ PARTITIONS = ("iid", "non-iid")
 #: P@K / recall@K list lengths of every run (the curves' x axis).
 CURVE_KS = "10,50,100,200,500,1000,2000,5000"
 DEFAULT_LR = 5e-4
-#: The run config's local epochs (pyproject.toml), where no epochs grid is tuned.
-DEFAULT_EPOCHS = 3
 
 
 def safe_name(name: str) -> str:

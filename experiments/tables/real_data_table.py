@@ -55,7 +55,6 @@ import math
 import statistics
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -71,15 +70,19 @@ from experiments.lib.runner import (
 from experiments.lib.runs import ROOT, check_partitions, run_centralized, run_federated
 from experiments.lib.tables import MISSING, mean_sd_cell, table_head, table_row
 from experiments.lib.tuning import (
+    DEFAULT_EPOCHS,
     VALIDATION_FRACTION,
+    Grid,
     ValidationSplit,
-    grid_extension,
+    extend_grids,
+    row_epochs,
+    tuned_setting,
+    tuning_rows,
     write_validation_file,
 )
 from experiments.tables.real_data_figures import plot_curves, report_curves
 from experiments.tables.real_data_setup import (
     CENTRALIZED,
-    DEFAULT_EPOCHS,
     DEFAULT_LR,
     DEFAULT_METHODS,
     METHODS,
@@ -90,28 +93,6 @@ from experiments.tables.real_data_setup import (
     safe_name,
     setup_of,
 )
-
-
-@dataclass
-class Grid:
-    """One method's tuning grid: learning rates times local epochs.
-
-    ``extended`` lists the values added because the choice sat on an edge,
-    as ``(axis, value)`` with axis ``"lr"`` or ``"epochs"``.
-    """
-
-    lrs: list[float]
-    epochs: list[int] = field(default_factory=lambda: [DEFAULT_EPOCHS])
-    extended: list[tuple[str, float]] = field(default_factory=list)
-
-    def settings(self) -> list[tuple[float, int]]:
-        """Every ``(lr, epochs)`` of the grid."""
-        return [(lr, e) for e in self.epochs for lr in self.lrs]
-
-
-def as_grid(grid: Grid | Sequence[float]) -> Grid:
-    """Return a :class:`Grid`; a plain sequence is rates at the default epochs."""
-    return grid if isinstance(grid, Grid) else Grid(list(grid))
 
 
 def main() -> None:
@@ -385,7 +366,7 @@ def main() -> None:
         shown = shown_in_table(METHODS, methods, table_rows, "method")
         args.grids = grids
         args.tuned_epochs = {m: s[1] for m, s in chosen.items()}
-        _write(table_rows, _tuning(rows), tuned, args, shown, partitions, started)
+        _write(table_rows, tuning_rows(rows), tuned, args, shown, partitions, started)
 
     sweep = {
         "run": run,
@@ -434,7 +415,7 @@ def check_fedhap_tuning(
         Naming the folder's FedHAP rates and the flag to pass.
     """
     tuned = sorted(
-        {r["learning_rate"] for r in _tuning(rows) if r.get("method") == "FedHAP"}
+        {r["learning_rate"] for r in tuning_rows(rows) if r.get("method") == "FedHAP"}
     )
     if tuned and fedhap_grid is None:
         raise ValueError(
@@ -444,10 +425,6 @@ def check_fedhap_tuning(
             + ",".join(f"{lr:g}" for lr in tuned)
             + ")"
         )
-
-
-def _tuning(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [r for r in rows if r.get("kind") == "tune"]
 
 
 def parse_epochs_grid(text: str) -> list[int]:
@@ -465,59 +442,6 @@ def parse_epochs_grid(text: str) -> list[int]:
             f"--epochs-grid: {bad.item!r} in {text!r} is not a number of "
             "local epochs; accepted: comma-separated integers >= 1, e.g. 3,5"
         ) from None
-
-
-def _epochs(row: Mapping[str, Any]) -> int:
-    return int(row.get("local_epochs", DEFAULT_EPOCHS))
-
-
-def tuned_setting(
-    rows: list[dict[str, Any]], method: str, grid: Grid | Sequence[float]
-) -> tuple[float, int] | None:
-    """``method``'s tuned ``(lr, local epochs)`` over ``grid`` (``None`` until all run).
-
-    Only tuning rows at a setting of the grid count; the best validation mAP@ALL
-    wins, ties to the smallest learning rate, then the fewest epochs.
-    """
-    grid = as_grid(grid)
-    want = set(grid.settings())
-    mine = {
-        (r["learning_rate"], _epochs(r)): r["map_all"]
-        for r in _tuning(rows)
-        if r["method"] == method and (r["learning_rate"], _epochs(r)) in want
-    }
-    if set(mine) != want:
-        return None
-    return max(sorted(mine), key=lambda s: mine[s])
-
-
-def extend_grids(
-    rows: list[dict[str, Any]], grids: Mapping[str, Grid]
-) -> list[tuple[str, str, float, int]]:
-    """Grow every grid whose choice sits on an edge; return the new tuning jobs.
-
-    A learning rate on an edge adds the next rate beyond it
-    (:func:`experiments.lib.tuning.grid_extension`, geometric) at every epoch count of
-    the grid; epochs on an edge add the next count (arithmetic, >= 1) at every
-    rate. ``grids`` is changed in place (``Grid.extended`` records the additions).
-    """
-    jobs: list[tuple[str, str, float, int]] = []
-    for method, grid in grids.items():
-        chosen = tuned_setting(rows, method, grid)
-        if chosen is None:
-            continue
-        lr, epochs = chosen
-        new_lr = grid_extension(grid.lrs, lr, geometric=True)
-        new_epochs = grid_extension(grid.epochs, epochs, geometric=False, lowest=0)
-        if new_lr is not None and new_lr not in grid.lrs:
-            grid.lrs.append(new_lr)
-            grid.extended.append(("lr", new_lr))
-            jobs += [("tune", method, new_lr, e) for e in grid.epochs]
-        if new_epochs is not None and int(new_epochs) not in grid.epochs:
-            grid.epochs.append(int(new_epochs))
-            grid.extended.append(("epochs", int(new_epochs)))
-            jobs += [("tune", method, r, int(new_epochs)) for r in grid.lrs]
-    return jobs
 
 
 def parse_lr_grid(text: str, flag: str) -> list[float]:
@@ -571,7 +495,7 @@ def supersede_stale_rows(
         if row.get("kind", "table") != "table" or row.get("method") not in grids:
             continue
         setting = tuned_setting(rows, row["method"], grids[row["method"]])
-        if setting is not None and (row["learning_rate"], _epochs(row)) != setting:
+        if setting is not None and (row["learning_rate"], row_epochs(row)) != setting:
             stale.append(row["name"])
             row["kind"] = "superseded"
             row["name"] = f"superseded: {row['name']} (lr {row['learning_rate']:g})"
@@ -714,7 +638,7 @@ def _write(
                 table_row(
                     method,
                     f"{mine[0]['learning_rate']:g}",
-                    _epochs(mine[0]),
+                    row_epochs(mine[0]),
                     mean_sd_cell([r["map_all"] for r in mine], scale=100),
                     mean_sd_cell([r["map_at_k"] for r in mine], scale=100),
                     mean_sd_cell([v for v in rec if v is not None], scale=100),
@@ -766,13 +690,13 @@ def setting_grid_lines(
     for method in methods:
         mine = [r for r in tuning if r["method"] == method]
         edge = " *edge*" if grids.get(method, {}).get("chosen_on_edge") else ""
-        for epochs in sorted({_epochs(r) for r in mine}):
+        for epochs in sorted({row_epochs(r) for r in mine}):
             cells = []
             for lr in lrs:
                 got = [
                     r["map_all"]
                     for r in mine
-                    if r["learning_rate"] == lr and _epochs(r) == epochs
+                    if r["learning_rate"] == lr and row_epochs(r) == epochs
                 ]
                 txt = f"{100 * got[0]:.2f}" if got else MISSING
                 best = tuned.get(method) == lr and tuned_epochs.get(method) == epochs

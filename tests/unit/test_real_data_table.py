@@ -315,7 +315,7 @@ def test_tuned_setting_covers_learning_rates_times_epochs() -> None:
     assert rdt.tuned_setting(rows, "FedHAP", grid) == (2e-3, 3)
     # rows without local_epochs are at the default epochs (older folders)
     old = [{"kind": "tune", "method": "X", "learning_rate": 1e-3, "map_all": 0.5}]
-    assert rdt.tuned_setting(old, "X", [1e-3]) == (1e-3, rds.DEFAULT_EPOCHS)
+    assert rdt.tuned_setting(old, "X", [1e-3]) == (1e-3, rdt.DEFAULT_EPOCHS)
 
 
 def test_a_choice_on_a_grid_edge_extends_that_axis() -> None:
