@@ -160,14 +160,16 @@ def table(
     record one.
     """
     with_lr = any("learning_rate" in r for r in rows)
+    # older ledgers charged the flipped prototypes per code, newer ones per record
+    per_code = any(r.get("eps_per_code") is not None for r in rows)
     lines = table_head(
         "method",
         "sigma",
         *(["lr"] if with_lr else []),
         "mAP@ALL %",
-        "eps per record (DP-SGD, all rounds)",
+        "eps per record (all rounds)",
         "delta",
-        "eps per code (flipped prototypes)",
+        *(["eps per code (flipped prototypes)"] if per_code else []),
     )
     for method in sorted({r["method"] for r in rows}):
         noises = sorted(
@@ -193,7 +195,7 @@ def table(
                     f"{maps} (n={len(rs)})",
                     mean("eps_per_record"),
                     mean("delta_per_record"),
-                    mean("eps_per_code"),
+                    *([mean("eps_per_code")] if per_code else []),
                 )
             )
         fl = [f["map_all"] for f in floors or [] if f["method"] == method]
@@ -207,7 +209,7 @@ def table(
                     f"{cell} (n={len(fl)})",
                     "-",
                     "-",
-                    "-",
+                    *(["-"] if per_code else []),
                 )
             )
     return "\n".join(lines)
@@ -236,10 +238,14 @@ def protocol(args: argparse.Namespace) -> str:
         f"Protocol: {data}, {args.clients} IID clients, {run.code_length} bits, "
         f"`{run.model}`, {args.rounds} rounds of {run.local_epochs} local epochs, "
         f"batch {run.batch_size}, DP-SGD clip {run.dp_sgd.max_grad_norm:g} and delta "
-        f"{run.dp_sgd.delta:g} per round; {tuning}. Floor: the untrained network "
-        f"(each non-private run's round 0). Ceiling: '{CEILING}', the same network "
-        f"trained with CSQ's loss on the union of the training rows for "
-        f"{args.rounds} x {run.local_epochs} epochs, without DP"
+        f"{run.dp_sgd.delta:g} per round; {tuning}. Epsilon per record: the largest "
+        "client total of the run's privacy ledger, basic composition over rounds "
+        "(epsilons and deltas summed) of DP-SGD's per-round RDP epsilon and, for "
+        f"FedHAP, of its prototypes flipped at {args.proto_eps:g} per bit "
+        f"({args.proto_eps * run.code_length:g} per record a round). Floor: the "
+        "untrained network (each non-private run's round 0). Ceiling: "
+        f"'{CEILING}', the same network trained with CSQ's loss on the union of "
+        f"the training rows for {args.rounds} x {run.local_epochs} epochs, without DP"
         + (", tuned the same way." if args.validation is not None else ".")
     )
 
