@@ -306,6 +306,36 @@ def extend_grids(
     return jobs
 
 
+def run_tuning(
+    jobs: Sequence[tuple[Any, ...]],
+    known: list[dict[str, Any]],
+    grids: Mapping[str, Grid],
+    *,
+    max_extensions: int,
+    resume: bool,
+    **sweep: Any,
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """Run the tuning ``jobs``, then grow every grid whose choice sits on an edge.
+
+    ``sweep`` is :func:`experiments.lib.runner.run_sweep`'s other arguments (its
+    ``run`` appends each row to ``known``, which :func:`extend_grids` reads). At most
+    ``max_extensions`` rounds of extension runs follow, each resumed into the same
+    rows file. Returns the rows and the failed runs' names, as ``run_sweep``.
+    """
+    from experiments.lib.runner import run_sweep
+
+    rows, failed = run_sweep(jobs, resume=resume, **sweep)
+    for _ in range(max_extensions):
+        more = extend_grids(known, grids)
+        if not more:
+            break
+        names = [sweep["name"](job) for job in more]
+        print(f"grid edge: {len(more)} more tuning runs {names}")
+        rows, more_failed = run_sweep(more, resume=True, **sweep)
+        failed += more_failed
+    return rows, failed
+
+
 def _sha256(path: Path) -> str:
     h = hashlib.sha256()
     with path.open("rb") as f:

@@ -55,7 +55,7 @@ from experiments.lib.tables import mean_sd_cell, table_head, table_row
 from experiments.lib.tuning import (
     VALIDATION_FRACTION,
     Grid,
-    extend_grids,
+    run_tuning,
     tuned_setting,
     write_validation_file,
 )
@@ -373,14 +373,14 @@ def main() -> None:
         "after_row": write,
     }
     tune_jobs = [("tune", c, lr, e) for c, g in tuned.items() for lr, e in g.settings()]
-    rows, failed = run_sweep(tune_jobs, resume=args.resume, **sweep)
-    for _ in range(args.max_extensions):
-        more = extend_grids(known, tuned)
-        if not more:
-            break
-        print(f"grid edge: {len(more)} more tuning runs {[job_name(j) for j in more]}")
-        rows, more_failed = run_sweep(more, resume=True, **sweep)
-        failed += more_failed
+    rows, failed = run_tuning(
+        tune_jobs,
+        known,
+        tuned,
+        max_extensions=args.max_extensions,
+        resume=args.resume,
+        **sweep,
+    )
     table_jobs = [("table", c, s) for s in seeds for c in cells]
     rows, more_failed = run_sweep(table_jobs, resume=True, **sweep)
     failed += more_failed

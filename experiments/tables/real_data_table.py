@@ -74,8 +74,8 @@ from experiments.lib.tuning import (
     VALIDATION_FRACTION,
     Grid,
     ValidationSplit,
-    extend_grids,
     row_epochs,
+    run_tuning,
     tuned_setting,
     tuning_rows,
     write_validation_file,
@@ -375,15 +375,15 @@ def main() -> None:
         "describe": lambda r: f"mAP@ALL {r['map_all']:.4f} ({r['seconds']:.0f} s)",
         "after_row": tables,
     }
-    rows, failed = run_sweep(tune_jobs, resume=args.resume, **sweep)
     # a choice on a grid's edge extends that axis (every value of the other axis)
-    for _ in range(args.max_extensions):
-        more = extend_grids(known, grids)
-        if not more:
-            break
-        print(f"grid edge: {len(more)} more tuning runs {[job_name(j) for j in more]}")
-        rows, more_failed = run_sweep(more, resume=True, **sweep)
-        failed += more_failed
+    rows, failed = run_tuning(
+        tune_jobs,
+        known,
+        grids,
+        max_extensions=args.max_extensions,
+        resume=args.resume,
+        **sweep,
+    )
     # a table run whose learning rate is no longer its method's tuned one (the grid
     # grew on --resume) is superseded: kept in rows.jsonl, and run again
     stale = supersede_stale_rows(rows_path, grids)

@@ -382,26 +382,33 @@ def _fake_rounds_sweep(
     return [*argv, "--out", str(out)]
 
 
+def _sweep_at_12_bits(tmp_path, monkeypatch, summary) -> tuple[list[str], Path, str]:
+    """Run rounds_sweep at 12 bits (fake runs) from a --tuned-from ``summary``.
+
+    Returns its argv (without ``--bits``), the output folder and its table.
+    """
+    from experiments.tables import rounds_sweep
+
+    tuned = tmp_path / "tuned"
+    tuned.mkdir()
+    (tuned / "summary.json").write_text(json.dumps(summary))
+    out = tmp_path / "out"
+    argv = _fake_rounds_sweep(tmp_path, monkeypatch, tuned, rounds=2, out=out)
+    monkeypatch.setattr(sys, "argv", [*argv, "--bits", "12"])
+    rounds_sweep.main()
+    return argv, out, (out / "table.md").read_text()
+
+
 def test_rounds_sweep_records_its_setup_and_says_when_rates_come_from_another_length(
     tmp_path, monkeypatch
 ):
     from experiments.tables import rounds_sweep
 
-    tuned = tmp_path / "tuned"
-    tuned.mkdir()
-    (tuned / "summary.json").write_text(
-        json.dumps(
-            {
-                "setup": {"bits": 48, "clients": 20},
-                "tuned_learning_rates": {"DPSH (FedAvg)": 0.01},
-            }
-        )
-    )
-    out = tmp_path / "out"
-    argv = _fake_rounds_sweep(tmp_path, monkeypatch, tuned, rounds=2, out=out)
-    monkeypatch.setattr(sys, "argv", [*argv, "--bits", "12"])
-    rounds_sweep.main()
-    text = (out / "table.md").read_text()
+    summary = {
+        "setup": {"bits": 48, "clients": 20},
+        "tuned_learning_rates": {"DPSH (FedAvg)": 0.01},
+    }
+    argv, out, text = _sweep_at_12_bits(tmp_path, monkeypatch, summary)
     assert (
         "(its tune seed, scored on the queries it reports, at 48 bits, not retuned "
         "at 12 bits)" in text
@@ -438,23 +445,13 @@ def test_rounds_sweep_carries_the_validation_tuning_of_the_table_it_reads(
 ):
     from experiments.tables import rounds_sweep
 
-    tuned = tmp_path / "tuned"
-    tuned.mkdir()
     tuning = "validation split 0.1, seed 99"
-    (tuned / "summary.json").write_text(
-        json.dumps(
-            {
-                "setup": {"bits": 48, "clients": 20, "tuning": tuning},
-                "tuned_learning_rates": {"DPSH (FedAvg)": 0.005, "FedHAP": 5e-4},
-                "tuned_local_epochs": {"DPSH (FedAvg)": 7, "FedHAP": 7},
-            }
-        )
-    )
-    out = tmp_path / "out"
-    argv = _fake_rounds_sweep(tmp_path, monkeypatch, tuned, rounds=2, out=out)
-    monkeypatch.setattr(sys, "argv", [*argv, "--bits", "12"])
-    rounds_sweep.main()
-    text = (out / "table.md").read_text()
+    summary = {
+        "setup": {"bits": 48, "clients": 20, "tuning": tuning},
+        "tuned_learning_rates": {"DPSH (FedAvg)": 0.005, "FedHAP": 5e-4},
+        "tuned_local_epochs": {"DPSH (FedAvg)": 7, "FedHAP": 7},
+    }
+    argv, out, text = _sweep_at_12_bits(tmp_path, monkeypatch, summary)
     assert (
         "(its tune seed, scored on its validation split 0.1, seed 99, at 48 bits, "
         "not retuned at 12 bits)" in text

@@ -6,6 +6,7 @@ import json
 import numpy as np
 import pytest
 
+from experiments.lib import tuning as tun
 from experiments.tables import real_data_setup as rds
 from experiments.tables import real_data_table as rdt
 from experiments.tables.real_data_figures import mean_curves, plot_curves
@@ -62,7 +63,7 @@ def test_tables_state_protocol_tuning_ceiling_and_floor(tmp_path) -> None:
         out=tmp_path,
         train_size=0,
         fedhap_lr_grid=None,
-        grids={"DPSH (FedAvg)": rdt.Grid([5e-4, 2e-3], [3])},
+        grids={"DPSH (FedAvg)": tun.Grid([5e-4, 2e-3], [3])},
         tuned_epochs={"DPSH (FedAvg)": 3},
     )
     methods = ["DPSH (FedAvg)", "FedHAP", rds.CENTRALIZED]
@@ -305,23 +306,23 @@ def _tune(method: str, lr: float, epochs: int, m: float) -> dict:
 
 
 def test_tuned_setting_covers_learning_rates_times_epochs() -> None:
-    grid = rdt.Grid([5e-4, 2e-3], [3, 5])
+    grid = tun.Grid([5e-4, 2e-3], [3, 5])
     rows = [
         _tune("FedHAP", lr, e, m)
         for lr, e, m in ((5e-4, 3, 0.60), (2e-3, 3, 0.64), (5e-4, 5, 0.62))
     ]
-    assert rdt.tuned_setting(rows, "FedHAP", grid) is None  # (2e-3, 5) not run
+    assert tun.tuned_setting(rows, "FedHAP", grid) is None  # (2e-3, 5) not run
     rows.append(_tune("FedHAP", 2e-3, 5, 0.64))  # a tie: the fewer epochs win
-    assert rdt.tuned_setting(rows, "FedHAP", grid) == (2e-3, 3)
+    assert tun.tuned_setting(rows, "FedHAP", grid) == (2e-3, 3)
     # rows without local_epochs are at the default epochs (older folders)
     old = [{"kind": "tune", "method": "X", "learning_rate": 1e-3, "map_all": 0.5}]
-    assert rdt.tuned_setting(old, "X", [1e-3]) == (1e-3, rdt.DEFAULT_EPOCHS)
+    assert tun.tuned_setting(old, "X", [1e-3]) == (1e-3, tun.DEFAULT_EPOCHS)
 
 
 def test_a_choice_on_a_grid_edge_extends_that_axis() -> None:
     grids = {
-        "FedHAP": rdt.Grid([5e-4, 2e-3, 5e-3], [3, 5]),
-        "DCH (FedAvg)": rdt.Grid([5e-4, 2e-3, 5e-3], [3, 5]),
+        "FedHAP": tun.Grid([5e-4, 2e-3, 5e-3], [3, 5]),
+        "DCH (FedAvg)": tun.Grid([5e-4, 2e-3, 5e-3], [3, 5]),
     }
     rows = [_tune("FedHAP", lr, e, 0.5) for lr, e in grids["FedHAP"].settings()]
     rows[4]["map_all"] = 0.7  # (2e-3, 5): interior rate, top epochs
@@ -329,7 +330,7 @@ def test_a_choice_on_a_grid_edge_extends_that_axis() -> None:
         _tune("DCH (FedAvg)", lr, e, 0.5 + lr)
         for lr, e in grids["DCH (FedAvg)"].settings()
     ]
-    jobs = rdt.extend_grids(rows, grids)
+    jobs = tun.extend_grids(rows, grids)
     # FedHAP: epochs 5 is the top edge -> 7 epochs at every rate
     assert ("tune", "FedHAP", 2e-3, 7) in jobs
     assert grids["FedHAP"].extended == [("epochs", 7)]
@@ -340,7 +341,7 @@ def test_a_choice_on_a_grid_edge_extends_that_axis() -> None:
     assert ("tune", "DCH (FedAvg)", 0.0125, 1) in jobs
     assert grids["DCH (FedAvg)"].extended == [("lr", 0.0125), ("epochs", 1)]
     # nothing decided until the new runs are in
-    assert rdt.tuned_setting(rows, "FedHAP", grids["FedHAP"]) is None
+    assert tun.tuned_setting(rows, "FedHAP", grids["FedHAP"]) is None
 
 
 @pytest.mark.parametrize("bad", ["", "0", "-1", "3.5", "x", "3,,5"])
