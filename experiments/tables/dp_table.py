@@ -329,9 +329,17 @@ def main() -> None:
         return setting[0]
 
     def job_name(job: Job) -> str:
+        # a table run is named with its cell's current rate: when a resumed
+        # sweep's grid grows and the choice moves, the run is new
         if job[0] == "tune":
             return f"tune {job[1]} lr={job[2]:g}"
-        return f"{job[1]} s{job[2]}"
+        return f"{job[1]} s{job[2]} lr={rate(job[1]):g}"
+
+    def row_name(row: dict[str, Any]) -> str:
+        lr = row["learning_rate"]
+        if row["kind"] == "tune":
+            return f"tune {row['method']} lr={lr:g}"
+        return f"{cell_name(row['method'], row['noise'])} s{row['seed']} lr={lr:g}"
 
     def run(job: Job) -> dict[str, Any]:
         t0 = time.perf_counter()
@@ -369,6 +377,7 @@ def main() -> None:
         "run": run,
         "rows_path": rows_path,
         "name": job_name,
+        "row_name": row_name,
         "describe": lambda r: f"mAP@ALL {r['map_all']:.4f} ({r['seconds']:.0f} s)",
         "after_row": write,
     }
@@ -431,9 +440,19 @@ def _write(
     grids: dict[str, Grid],
     started: float,
 ) -> None:
-    table_rows = [r for r in rows if r.get("kind", "table") == "table"]
-    floors = floors_from_rows(table_rows)
     chosen = {c: tuned_setting(rows, c, g) for c, g in grids.items()}
+    # rows run at a rate that is no longer their cell's choice (its grid grew on a
+    # resumed sweep) stay in rows.jsonl, out of the table
+    table_rows = [
+        r
+        for r in rows
+        if r.get("kind", "table") == "table"
+        and (
+            chosen.get(cell_name(r["method"], r["noise"])) is None
+            or chosen[cell_name(r["method"], r["noise"])][0] == r["learning_rate"]
+        )
+    ]
+    floors = floors_from_rows(table_rows)
     summary = {
         "setup": setup_of(args),
         "setting": {**COMMON, "clients": args.clients, "rounds": args.rounds},

@@ -111,6 +111,20 @@ def test_dp_table_tunes_every_cell_and_the_ceiling_on_validation(
     monkeypatch.setattr(sys, "argv", [*argv, "--resume"])
     dp.main()
     assert seen == []
+    # a second extension moves every choice: the table runs again at the new
+    # rates; the old rows stay in rows.jsonl, out of the table
+    monkeypatch.setattr(sys, "argv", [*argv, "--resume", "--max-extensions", "2"])
+    dp.main()
+    assert sorted({s[3] for s in seen if s[2] == 99}) == [0.00125, 0.04]
+    assert {(s[0], s[3]) for s in seen if s[2] != 99} == {
+        ("fed", 0.04),
+        ("central", 0.00125),
+    }
+    text = (out / "table.md").read_text()
+    assert "| FedAvg (CSQ) | 1.0 | 0.04 | 54.00 ± 0.00 (n=2) |" in text
+    assert "| 0.02 |" not in text
+    rows = [json.loads(x) for x in (out / "rows.jsonl").read_text().splitlines()]
+    assert sum(r["kind"] == "table" for r in rows) == 2 * 5 * 2
 
 
 def test_dp_table_without_a_fixed_split_runs_untuned_and_says_so(
