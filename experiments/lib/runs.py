@@ -27,6 +27,11 @@ PARTITIONS = {
 }
 
 
+def safe_name(name: str) -> str:
+    """Return a run name as a folder name (no spaces, parentheses or commas)."""
+    return name.replace(" ", "_").translate(str.maketrans("", "", "(),"))
+
+
 def set_flags(cfg: dict[str, Any]) -> list[str]:
     """Return ``cfg`` as ``--set key=value`` flags (strings JSON-quoted)."""
     out = []

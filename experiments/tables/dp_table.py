@@ -50,7 +50,7 @@ from experiments.lib.runner import (
     run_sweep,
     write_tables,
 )
-from experiments.lib.runs import ROOT, run_centralized, run_federated
+from experiments.lib.runs import ROOT, run_centralized, run_federated, safe_name
 from experiments.lib.tables import mean_sd_cell, table_head, table_row
 from experiments.lib.tuning import (
     VALIDATION_FRACTION,
@@ -316,7 +316,6 @@ def main() -> None:
     tuned: dict[str, Grid] = (
         {c: Grid(list(args.lr_grid)) for c in cells} if args.validation else {}
     )
-    started = time.perf_counter()
     rows_path = args.out / "rows.jsonl"
     known: list[dict[str, Any]] = load_rows(rows_path) if args.resume else []
 
@@ -354,7 +353,7 @@ def main() -> None:
             method, noise = cells[cell]
             lr, data, kind = rate(cell), data_config(args.data_path), "table"
         cfg = {**config(method, noise, args), **data, "seed": seed, "learning-rate": lr}
-        run_dir = args.out / "runs" / job_name(job).replace(" ", "_").replace(",", "")
+        run_dir = args.out / "runs" / safe_name(job_name(job))
         metrics = run_cell(method, noise, cfg, run_dir, args.clients)
         row = {
             "kind": kind,
@@ -371,7 +370,7 @@ def main() -> None:
         return row
 
     def write(rows: list[dict[str, Any]]) -> None:
-        _write(rows, args, tuned, started)
+        _write(rows, args, tuned)
 
     sweep = {
         "run": run,
@@ -438,7 +437,6 @@ def _write(
     rows: list[dict[str, Any]],
     args: argparse.Namespace,
     grids: dict[str, Grid],
-    started: float,
 ) -> None:
     chosen = {c: tuned_setting(rows, c, g) for c, g in grids.items()}
     # rows run at a rate that is no longer their cell's choice (its grid grew on a
@@ -467,16 +465,21 @@ def _write(
             }
             for c, g in grids.items()
         },
-        "wall_s": round(time.perf_counter() - started, 1),
+        # every run of the folder, resumed invocations included
+        "run_seconds_summed": round(sum(r["seconds"] for r in rows), 1),
         "rows": rows,
         "floors": floors,
     }
     text = protocol(args) + "\n\n" + table(table_rows, floors)
-    text += tuning_table(rows, grids)
+    text += tuning_table(rows, grids, chosen)
     write_tables(args.out, summary, text)
 
 
-def tuning_table(rows: list[dict[str, Any]], grids: dict[str, Grid]) -> str:
+def tuning_table(
+    rows: list[dict[str, Any]],
+    grids: dict[str, Grid],
+    chosen: dict[str, tuple[float, int] | None],
+) -> str:
     """Markdown: each cell's validation mAP@ALL per learning rate, the choice marked."""
     if not grids:
         return ""
@@ -490,7 +493,7 @@ def tuning_table(rows: list[dict[str, Any]], grids: dict[str, Grid]) -> str:
         *table_head("cell", *(f"lr {lr:g}" for lr in lrs)),
     ]
     for cell, grid in grids.items():
-        best = tuned_setting(rows, cell, grid)
+        best = chosen[cell]
         score = {
             r["learning_rate"]: r["map_all"]
             for r in rows

@@ -19,7 +19,7 @@ from typing import Any
 
 from experiments.lib.grids import SEEDS, csv, flag_list, load_grids
 from experiments.lib.runner import exit_if_failed, run_sweep, write_tables
-from experiments.lib.runs import ROOT, run_centralized, run_federated
+from experiments.lib.runs import ROOT, run_centralized, run_federated, safe_name
 from experiments.lib.tables import MISSING, mean_sd_cell, pm, table_head, table_row
 
 METHODS: dict[str, dict[str, Any]] = {
@@ -69,7 +69,7 @@ def run_one(job: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
         "faults.kind": args.kind,
     }
     t0 = time.perf_counter()
-    run_dir = args.runs / name(job).replace(" ", "_").replace("(", "").replace(")", "")
+    run_dir = args.runs / safe_name(name(job))
     summary = run_federated(cfg, CLIENTS, run_dir)
     return {
         "name": name(job),

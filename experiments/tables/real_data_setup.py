@@ -48,11 +48,6 @@ CURVE_KS = "10,50,100,200,500,1000,2000,5000"
 DEFAULT_LR = 5e-4
 
 
-def safe_name(name: str) -> str:
-    """Return a run name as a folder name (no spaces or parentheses)."""
-    return name.replace(" ", "_").replace("(", "").replace(")", "")
-
-
 def setup_of(args: argparse.Namespace) -> dict[str, Any]:
     """Return the settings a table's numbers depend on (``summary.json["setup"]``).
 

@@ -67,7 +67,13 @@ from experiments.lib.runner import (
     shown_in_table,
     write_tables,
 )
-from experiments.lib.runs import ROOT, check_partitions, run_centralized, run_federated
+from experiments.lib.runs import (
+    ROOT,
+    check_partitions,
+    run_centralized,
+    run_federated,
+    safe_name,
+)
 from experiments.lib.tables import MISSING, mean_sd_cell, table_head, table_row
 from experiments.lib.tuning import (
     DEFAULT_EPOCHS,
@@ -90,7 +96,6 @@ from experiments.tables.real_data_setup import (
     TUNED,
     base_config,
     partition_configs,
-    safe_name,
     setup_of,
 )
 

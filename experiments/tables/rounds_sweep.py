@@ -40,7 +40,13 @@ from experiments.lib.runner import (
     shown_in_table,
     write_tables,
 )
-from experiments.lib.runs import ROOT, check_partitions, run_centralized, run_federated
+from experiments.lib.runs import (
+    ROOT,
+    check_partitions,
+    run_centralized,
+    run_federated,
+    safe_name,
+)
 from experiments.lib.tables import mean_sd_cell, table_head, table_row
 from experiments.tables.real_data_setup import (
     BASELINES,
@@ -50,7 +56,6 @@ from experiments.tables.real_data_setup import (
     PARTITIONS,
     base_config,
     partition_configs,
-    safe_name,
     setup_of,
 )
 
