@@ -68,7 +68,7 @@ SLOWEST_FIRST = (
 
 
 def file_rank(relative: str) -> int:
-    """A test file's place in the run: its index in :data:`SLOWEST_FIRST`, else after."""
+    """Return a test file's place in the run: its index in :data:`SLOWEST_FIRST`."""
     try:
         return SLOWEST_FIRST.index(relative)
     except ValueError:
@@ -76,9 +76,12 @@ def file_rank(relative: str) -> int:
 
 
 def pytest_collection_modifyitems(config, items):
-    """Mark every test by its folder (tests/unit, tests/integration, tests/e2e), and
-    put the slowest files first (:data:`SLOWEST_FIRST`; a stable sort, so every file
-    keeps its tests in order and the others keep pytest's order)."""
+    """Mark every test by its folder; put the slowest files first.
+
+    Markers: tests/unit, tests/integration, tests/e2e. Order: :data:`SLOWEST_FIRST`,
+    by a stable sort, so every file keeps its tests in order and the other files
+    keep pytest's order, after the listed ones.
+    """
     ranks = {}
     for item in items:
         relative = Path(item.fspath).resolve().relative_to(_TESTS)
@@ -87,4 +90,3 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(getattr(pytest.mark, top))
         ranks[item.nodeid] = file_rank(relative.as_posix())
     items.sort(key=lambda item: ranks[item.nodeid])
-

@@ -140,6 +140,14 @@ def rounds_of(run_dir: str) -> dict[int, float]:
     return out
 
 
+def seeds_run(rows: list[dict[str, Any]]) -> str:
+    """Return the rows' seeds, e.g. ``0, 1, 2, 3, 4``.
+
+    A resumed folder may hold more seeds than the last invocation's ``--seeds``.
+    """
+    return ", ".join(str(s) for s in sorted({int(r["seed"]) for r in rows})) or "none"
+
+
 def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
     """Markdown: the protocol, then per partitioning mAP@ALL % per method and round."""
     evals = sorted({int(r) for row in rows for r in row.get("map_per_round", {})})
@@ -172,7 +180,7 @@ def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
         f"{args.classes_per_client} label shards per client; centralized = the same "
         f"network trained with DPSH's loss on the training rows for {args.rounds} x "
         "local-epochs epochs (the longest run's budget); mean ± sample std over "
-        f"the seeds run of {args.seeds} (column seeds).",
+        f"the seeds run (seeds {seeds_run(rows)}; each row's count in column seeds).",
     ]
     for part in shown_in_table(PARTITIONS, args.partitions, rows, "partitioning"):
         mine = [r for r in rows if r.get("partitioning") == part]

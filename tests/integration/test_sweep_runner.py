@@ -343,6 +343,14 @@ def test_rounds_sweep_reads_each_runs_curve_and_uses_the_tuned_rates(
     text = (tmp_path / "out" / "table.md").read_text()
     assert "| FedHAP | 0.002 |" in text and "| FedHAP | 0.0005 |" not in text
     assert "FedHAP's tuned there too" in text and "FedHAP's the default" not in text
+    assert "(seeds 0; each row's count in column seeds)" in text
+    # a seed added by a resumed sweep: the protocol names the rows' seeds, not the
+    # last invocation's --seeds
+    monkeypatch.setattr(sys, "argv", [*argv, "--resume", "--seeds", "1"])
+    rounds_sweep.main()
+    text = (tmp_path / "out" / "table.md").read_text()
+    assert "(seeds 0, 1; each row's count in column seeds)" in text
+    assert "| FedHAP | 0.002 | 2 |" in text
     # a baseline without a tuned rate is refused before anything runs
     monkeypatch.setattr(sys, "argv", [*argv[:-5], "HashNet (FedAvg)", *argv[-4:]])
     with pytest.raises(SystemExit):
