@@ -36,6 +36,7 @@ from experiments.lib.tables import (
     table_head,
     table_row,
 )
+from experiments.tables.real_data_setup import DISCRIMINATOR_OPTIONS
 
 METHODS: dict[str, dict[str, Any]] = {
     "DPSH (FedAvg)": {"strategy": "fedavg"},
@@ -49,29 +50,12 @@ METHODS: dict[str, dict[str, Any]] = {
         "fedhap.variant": "full",
         "fedhap.triplet-distance": "euclidean",
     },
-    "FedHAP (projection D, sign input)": {
-        "strategy": "fedhap",
-        "fedhap.variant": "full",
-        "fedhap.discriminator": "projection",
-        "fedhap.discriminator-input": "sign",
-    },
-    "FedHAP (projection D)": {
-        "strategy": "fedhap",
-        "fedhap.variant": "full",
-        "fedhap.discriminator": "projection",
-    },
-    "FedHAP (sign input)": {
-        "strategy": "fedhap",
-        "fedhap.variant": "full",
-        "fedhap.discriminator-input": "sign",
+    **{
+        m: {"strategy": "fedhap", "fedhap.variant": "full", **keys}
+        for m, keys in DISCRIMINATOR_OPTIONS.items()
     },
 }
-DISCRIMINATOR_METHODS = (
-    "FedHAP",
-    "FedHAP (projection D, sign input)",
-    "FedHAP (projection D)",
-    "FedHAP (sign input)",
-)
+DISCRIMINATOR_METHODS = ("FedHAP", *DISCRIMINATOR_OPTIONS)
 MAIN_METHODS = tuple(
     m for m in METHODS if "Euclidean" not in m and m not in DISCRIMINATOR_METHODS[1:]
 )

@@ -19,6 +19,20 @@ from typing import Any
 from experiments.lib.tables import MISSING, table_head, table_row
 
 CENTRALIZED = "centralized (DPSH)"
+#: Our discriminator options for FedHAP, not the paper's (docs/methods/fedhap.md, the
+#: discriminator audit): name -> the config keys they set beside FedHAP's. Defined
+#: once: this driver runs them only when named in ``--methods`` and tunes them as
+#: FedHAP (``--fedhap-lr-grid``); the digits ablation (``fedhap_sweep``) uses them too.
+DISCRIMINATOR_OPTIONS: dict[str, dict[str, Any]] = {
+    "FedHAP (projection D, sign input)": {
+        "fedhap.discriminator": "projection",
+        "fedhap.discriminator-input": "sign",
+    },
+    "FedHAP (projection D)": {"fedhap.discriminator": "projection"},
+    "FedHAP (sign input)": {"fedhap.discriminator-input": "sign"},
+}
+#: FedHAP and its options: tuned over FedHAP's grid, never counted as baselines.
+FEDHAP_METHODS = ("FedHAP", *DISCRIMINATOR_OPTIONS)
 #: Method -> the config keys that make it (``None``: the centralized ceiling).
 METHODS: dict[str, dict[str, Any] | None] = {
     "DPSH (FedAvg)": {"strategy": "fedavg", "loss": "dpsh"},
@@ -34,13 +48,17 @@ METHODS: dict[str, dict[str, Any] | None] = {
     "CSQ (FedProx)": {"strategy": "fedprox", "loss": "csq"},
     "DCH (FedProx)": {"strategy": "fedprox", "loss": "dch"},
     "GreedyHash (FedProx)": {"strategy": "fedprox", "loss": "greedyhash"},
+    **{m: {"strategy": "fedhap", **keys} for m, keys in DISCRIMINATOR_OPTIONS.items()},
 }
-#: What ``--methods`` runs by default (the FedProx baselines only when named).
-DEFAULT_METHODS = tuple(m for m in METHODS if "(FedProx)" not in m)
-BASELINES = tuple(m for m in METHODS if m not in ("FedHAP", CENTRALIZED))
+#: What ``--methods`` runs by default (the FedProx baselines and FedHAP's
+#: discriminator options only when named).
+DEFAULT_METHODS = tuple(
+    m for m in METHODS if "(FedProx)" not in m and m not in DISCRIMINATOR_OPTIONS
+)
+BASELINES = tuple(m for m in METHODS if m not in (*FEDHAP_METHODS, CENTRALIZED))
 #: The methods whose learning rate and local epochs are tuned: the baselines and the
-#: centralized ceiling (a ceiling at an untuned rate would be no ceiling); FedHAP is
-#: tuned too, over ``--fedhap-lr-grid`` (default: ``--lr-grid``).
+#: centralized ceiling (a ceiling at an untuned rate would be no ceiling); FedHAP and
+#: its options are tuned too, over ``--fedhap-lr-grid`` (default: ``--lr-grid``).
 TUNED = (*BASELINES, CENTRALIZED)
 PARTITIONS = ("iid", "non-iid")
 #: P@K / recall@K list lengths of every run (the curves' x axis).

@@ -91,6 +91,7 @@ from experiments.tables.real_data_setup import (
     CENTRALIZED,
     DEFAULT_LR,
     DEFAULT_METHODS,
+    FEDHAP_METHODS,
     METHODS,
     PARTITIONS,
     TUNED,
@@ -126,8 +127,8 @@ def main() -> None:
     parser.add_argument(
         "--fedhap-lr-grid",
         default=None,
-        help="learning rates tried for FedHAP (default: --lr-grid; the paper's "
-        "Adam rate is 5e-3)",
+        help="learning rates tried for FedHAP and its discriminator options "
+        "(default: --lr-grid; the paper's Adam rate is 5e-3)",
     )
     parser.add_argument(
         "--epochs-grid",
@@ -202,7 +203,8 @@ def main() -> None:
         m: Grid(list(ceiling_grid if m == CENTRALIZED else lr_grid), list(epochs_grid))
         for m in TUNED
     }
-    grids["FedHAP"] = Grid(list(fedhap_grid), list(epochs_grid))
+    for m in FEDHAP_METHODS:
+        grids[m] = Grid(list(fedhap_grid), list(epochs_grid))
     if args.untuned:
         grids = {}  # best setting: DEFAULT_LR, DEFAULT_EPOCHS for every method
         fedhap_grid = None
@@ -420,7 +422,11 @@ def check_fedhap_tuning(
         Naming the folder's FedHAP rates and the flag to pass.
     """
     tuned = sorted(
-        {r["learning_rate"] for r in tuning_rows(rows) if r.get("method") == "FedHAP"}
+        {
+            r["learning_rate"]
+            for r in tuning_rows(rows)
+            if r.get("method") in FEDHAP_METHODS
+        }
     )
     if tuned and fedhap_grid is None:
         raise ValueError(
@@ -666,7 +672,7 @@ def _write(
             f"{getattr(args, 'max_extensions', 0)} extensions is marked *edge*)",
             "",
             *setting_grid_lines(
-                tuned_rows, ("FedHAP", *TUNED), tuned, tuned_epochs, summary
+                tuned_rows, (*FEDHAP_METHODS, *TUNED), tuned, tuned_epochs, summary
             ),
         ]
         lines.append("")

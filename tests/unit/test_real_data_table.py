@@ -372,10 +372,12 @@ def test_a_resume_into_a_folder_tuned_on_the_queries_is_refused(tmp_path) -> Non
         rdt.check_resume_setup(tmp_path, setup)
 
 
-def test_the_driver_tunes_on_the_validation_file_and_grows_an_edge(
-    tmp_path, monkeypatch
-) -> None:
-    """The whole driver with fake runs: tuning sees only the validation file."""
+def _fake_driver(tmp_path, monkeypatch) -> tuple[list, list[str]]:
+    """Point the driver at a toy file and fake runs; return its calls and argv.
+
+    Each call is (data path, learning rate, local epochs, the run config); the
+    fake's mAP is best at the largest rate and the fewest epochs.
+    """
     rng = np.random.default_rng(0)
     n = 120
     split = np.zeros(n, dtype=np.int8)
@@ -387,17 +389,16 @@ def test_the_driver_tunes_on_the_validation_file_and_grows_an_edge(
         labels=np.tile(np.arange(4), n // 4),
         split=split,
     )
-    seen = []
+    seen: list = []
 
     def final(lr: float, epochs: int) -> dict:
-        # best at the largest rate and the fewest epochs: the rate's edge grows
         m = 0.5 + 10 * lr - 0.01 * epochs
         pr = {"radius": [0, 1], "precision": [1.0, 0.5], "recall": [0.1, 1.0]}
         curves = {"ks": [10], "precision_at_k": [0.5], "recall_at_k": [0.1]}
         return {"map_all": m, "map_at_k": m, "pr": pr, **curves}
 
     def fake_federated(cfg, clients, run_dir):
-        seen.append((cfg["data-path"], cfg["learning-rate"], cfg["local-epochs"]))
+        seen.append((cfg["data-path"], cfg["learning-rate"], cfg["local-epochs"], cfg))
         return {
             "final": final(cfg["learning-rate"], cfg["local-epochs"]),
             "initial_map_all": 0.1,
@@ -405,23 +406,32 @@ def test_the_driver_tunes_on_the_validation_file_and_grows_an_edge(
         }
 
     def fake_centralized(cfg, out):
-        seen.append((cfg["data-path"], cfg["learning-rate"], cfg["local-epochs"]))
+        seen.append((cfg["data-path"], cfg["learning-rate"], cfg["local-epochs"], cfg))
         return {"final": final(cfg["learning-rate"], cfg["local-epochs"])}
 
     monkeypatch.setattr(rdt, "run_federated", fake_federated)
     monkeypatch.setattr(rdt, "run_centralized", fake_centralized)
     monkeypatch.setattr(rdt, "check_partitions", lambda cfgs, clients: None)
     monkeypatch.setattr(rdt, "plot_curves", lambda *a, **k: None)
-    out = tmp_path / "out"
     argv = ["real_data_table", "--data-path", str(data), "--seeds", "0"]
-    argv += ["--partitions", "iid", "--methods", "FedHAP", "--out", str(out)]
-    argv += ["--runs", str(tmp_path / "runs"), "--lr-grid", "0.001,0.002"]
+    argv += ["--partitions", "iid", "--out", str(tmp_path / "out")]
+    argv += ["--runs", str(tmp_path / "runs")]
+    return seen, argv
+
+
+def test_the_driver_tunes_on_the_validation_file_and_grows_an_edge(
+    tmp_path, monkeypatch
+) -> None:
+    """The whole driver with fake runs: tuning sees only the validation file."""
+    seen, argv = _fake_driver(tmp_path, monkeypatch)
+    data, out = tmp_path / "toy.npz", tmp_path / "out"
+    argv += ["--methods", "FedHAP", "--lr-grid", "0.001,0.002"]
     argv += ["--epochs-grid", "1,2", "--max-extensions", "1"]
     monkeypatch.setattr("sys.argv", argv)
     rdt.main()
     summary = json.loads((out / "summary.json").read_text())
     split_rec = summary["tuning_split"]
-    tune_paths = {p for p, _, _ in seen[:-1]}
+    tune_paths = {c[0] for c in seen[:-1]}
     assert tune_paths == {split_rec["path"]}  # every tuning run: validation file
     assert seen[-1][0] == str(data.resolve())  # the table run: the real file
     val = np.load(split_rec["path"])
@@ -432,5 +442,35 @@ def test_the_driver_tunes_on_the_validation_file_and_grows_an_edge(
     assert grid["extended"] == [["lr", 0.004]]
     assert grid["chosen"] == {"learning_rate": 4e-3, "local_epochs": 1}
     assert grid["chosen_on_edge"] is True  # one extension allowed, still the edge
-    assert seen[-1][1:] == (4e-3, 1)
+    assert seen[-1][1:3] == (4e-3, 1)
     assert summary["setup"]["tuning"] == "validation split 0.1, seed 99"
+
+
+def test_fedhaps_discriminator_options_are_tuned_as_fedhap_never_as_baselines(
+    tmp_path, monkeypatch
+) -> None:
+    """Defined once (the digits ablation uses the same keys), run only when named,
+    tuned over --fedhap-lr-grid, and out of every "best baseline"."""
+    from experiments.tables import fedhap_sweep
+
+    options = set(rds.DISCRIMINATOR_OPTIONS)
+    assert options == {m for m in fedhap_sweep.DISCRIMINATOR_METHODS if m != "FedHAP"}
+    for m in options:
+        assert rds.METHODS[m] == {"strategy": "fedhap", **rds.DISCRIMINATOR_OPTIONS[m]}
+        assert fedhap_sweep.METHODS[m] == {
+            "fedhap.variant": "full",
+            **rds.METHODS[m],  # type: ignore[dict-item]
+        }
+    assert not options & {*rds.BASELINES, *rds.TUNED, *rds.DEFAULT_METHODS}
+    assert options < set(rds.FEDHAP_METHODS)
+    seen, argv = _fake_driver(tmp_path, monkeypatch)
+    argv += ["--methods", "FedHAP (projection D)", "--epochs-grid", "1"]
+    argv += ["--lr-grid", "0.01", "--fedhap-lr-grid", "0.001,0.003"]
+    argv += ["--max-extensions", "0"]
+    monkeypatch.setattr("sys.argv", argv)
+    rdt.main()
+    assert [c[1] for c in seen] == [1e-3, 3e-3, 3e-3]  # 2 tuning runs, the table's
+    assert {c[3]["fedhap.discriminator"] for c in seen} == {"projection"}
+    assert {c[3]["strategy"] for c in seen} == {"fedhap"}
+    text = (tmp_path / "out" / "table.md").read_text()
+    assert "| FedHAP (projection D) *edge* | 1 | 50.00 | **52.00** |" in text
