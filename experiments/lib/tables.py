@@ -14,7 +14,8 @@ its "mean ± std" cells read the same in every result file:
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 #: the cell of a table entry without any value
 MISSING = "-"
@@ -79,3 +80,12 @@ def paired_interval(mean: float, low: float, high: float) -> str:
     For example ``+1.20 points, 95% CI [+0.40, +2.00]``.
     """
     return f"{mean:+.2f} points, 95% CI [{low:+.2f}, {high:+.2f}]"
+
+
+def seeds_run(rows: Sequence[Mapping[str, Any]]) -> str:
+    """Return the rows' seeds, e.g. ``0, 1, 2, 3, 4`` (``none`` without rows).
+
+    A table's protocol names these, not its last invocation's ``--seeds``: a
+    resumed folder may hold more seeds, or some methods at fewer.
+    """
+    return ", ".join(str(s) for s in sorted({int(r["seed"]) for r in rows})) or "none"

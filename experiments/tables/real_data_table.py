@@ -74,7 +74,13 @@ from experiments.lib.runs import (
     run_federated,
     safe_name,
 )
-from experiments.lib.tables import MISSING, mean_sd_cell, table_head, table_row
+from experiments.lib.tables import (
+    MISSING,
+    mean_sd_cell,
+    seeds_run,
+    table_head,
+    table_row,
+)
 from experiments.lib.tuning import (
     DEFAULT_EPOCHS,
     VALIDATION_FRACTION,
@@ -572,7 +578,8 @@ def _write(
         f"multi-label sample under its lowest label); {tuning}"
         "centralized = the same network trained with DPSH's loss on the union of "
         "the database, same epoch budget; untrained floor = the federated runs' "
-        f"round-0 mAP; mean ± sample std over seeds {args.seeds}."
+        "round-0 mAP; mean ± sample std over the seeds run (seeds "
+        f"{seeds_run(rows)}; each row's count in column seeds)."
     )
     lines = [head, ""]
     grids: Mapping[str, Grid] = getattr(args, "grids", {})

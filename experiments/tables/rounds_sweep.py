@@ -47,7 +47,7 @@ from experiments.lib.runs import (
     run_federated,
     safe_name,
 )
-from experiments.lib.tables import mean_sd_cell, table_head, table_row
+from experiments.lib.tables import mean_sd_cell, seeds_run, table_head, table_row
 from experiments.tables.real_data_setup import (
     BASELINES,
     CENTRALIZED,
@@ -138,14 +138,6 @@ def rounds_of(run_dir: str) -> dict[int, float]:
         if row.get("map_all") is not None:
             out[int(row["round"])] = float(row["map_all"])
     return out
-
-
-def seeds_run(rows: list[dict[str, Any]]) -> str:
-    """Return the rows' seeds, e.g. ``0, 1, 2, 3, 4``.
-
-    A resumed folder may hold more seeds than the last invocation's ``--seeds``.
-    """
-    return ", ".join(str(s) for s in sorted({int(r["seed"]) for r in rows})) or "none"
 
 
 def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:

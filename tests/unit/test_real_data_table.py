@@ -474,3 +474,12 @@ def test_fedhaps_discriminator_options_are_tuned_as_fedhap_never_as_baselines(
     assert {c[3]["strategy"] for c in seen} == {"fedhap"}
     text = (tmp_path / "out" / "table.md").read_text()
     assert "| FedHAP (projection D) *edge* | 1 | 50.00 | **52.00** |" in text
+    assert "over the seeds run (seeds 0; each row's count in column seeds)" in text
+    # FedHAP added with two seeds by a resume: the protocol names the rows' seeds,
+    # not the last --seeds
+    argv[argv.index("--seeds") + 1] = "1,2"
+    argv[argv.index("--methods") + 1] = "FedHAP"
+    monkeypatch.setattr("sys.argv", [*argv, "--resume"])
+    rdt.main()
+    text = (tmp_path / "out" / "table.md").read_text()
+    assert "(seeds 0, 1, 2; each row's count in column seeds)" in text
