@@ -98,10 +98,8 @@ clean-superlink:
 # order, on one worker (the loopback deployment's tests share one deployment; every
 # test that starts Flower's local SuperLink is in tests/e2e/test_flwr_run.py). Not
 # loadgroup: with pytest 9.2, xdist 3.8's groups are never formed (docs/tests.md).
-# --no-loadscope-reorder: files go out in pytest's order, which tests/conftest.py
-# starts with the slowest files (xdist's default, most tests first, ran them last).
 TEST_WORKERS ?= 2
-XDIST = $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
+XDIST = $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
 test: install
 	$(PY) -m pytest -q -m "not scale" $(XDIST)
 
