@@ -57,7 +57,7 @@ METHODS: dict[str, dict[str, Any]] = {
 }
 DISCRIMINATOR_METHODS = ("FedHAP", *DISCRIMINATOR_OPTIONS)
 MAIN_METHODS = tuple(
-    m for m in METHODS if "Euclidean" not in m and m not in DISCRIMINATOR_METHODS[1:]
+    m for m in METHODS if "Euclidean" not in m and m not in DISCRIMINATOR_OPTIONS
 )
 CLIENT_SWEEP_METHODS = ("DPSH (FedAvg)", "DPSH (FedProx)", "FedHAP")
 
