@@ -1086,7 +1086,12 @@ def grid(keys: dict, settings: RunSettings, args: argparse.Namespace) -> dict:
     }
 
 
-def table2(keys: dict, settings: RunSettings, args: argparse.Namespace) -> dict:
+def table2(
+    keys: dict,
+    settings: RunSettings,
+    args: argparse.Namespace,
+    previous: dict | None = None,
+) -> dict:
     """Measure the paper's Table 2 shape: encryption time against sparsity.
 
     The paper's scheme (``dphe.packing = 1``, one value a ciphertext, element-wise
@@ -1101,6 +1106,10 @@ def table2(keys: dict, settings: RunSettings, args: argparse.Namespace) -> dict:
     marked ``"measured": false``. ``encrypt_s`` is one client's time, the paper's
     "encryption time". Accuracy at each sparsity is the plaintext FedAvg's
     (``experiments.dphe map``): DPHE's sums equal plaintext's.
+
+    ``previous`` (``--table2-resume``): an earlier ``table2`` of the same key size and
+    clients (``main`` checks); its rows of the (seed, sparsity) pairs not run now
+    are kept, and the summary is over every row.
     """
     fp = fixed_point(settings.dphe)
     dim = model_dimension(settings, "mlp")
@@ -1158,6 +1167,27 @@ def table2(keys: dict, settings: RunSettings, args: argparse.Namespace) -> dict:
                 f"[{'measured' if row['measured'] else 'extrapolated'}]",
                 flush=True,
             )
+    run = {(r["seed"], r["sparsity"]) for r in rows}
+    kept = [
+        r
+        for r in (previous or {}).get("rows", [])
+        if (r["seed"], r["sparsity"]) not in run
+    ]
+    rows = sorted(kept + rows, key=lambda r: (r["seed"], -r["sparsity"]))
+    return {
+        "settings": {
+            "key_bits": args.key_bits,
+            "clients": clients,
+            "budget_s": args.table2_budget_s,
+            "rows_kept_from_before": len(kept),
+        },
+        "rows": rows,
+        "summary": table2_summary(rows),
+    }
+
+
+def table2_summary(rows: list[dict]) -> dict:
+    """Return encryption time per sparsity over seeds, and dense over each."""
     by: dict[float, list[dict]] = {}
     for r in rows:
         by.setdefault(r["sparsity"], []).append(r)
@@ -1177,15 +1207,7 @@ def table2(keys: dict, settings: RunSettings, args: argparse.Namespace) -> dict:
                 else None
             ),
         }
-    return {
-        "settings": {
-            "key_bits": args.key_bits,
-            "clients": clients,
-            "budget_s": args.table2_budget_s,
-        },
-        "rows": rows,
-        "summary": summary,
-    }
+    return summary
 
 
 PARTS = ("cnn", "round", "avenues", "key3072", "security", "grid", "table2")
@@ -1246,6 +1268,11 @@ def main() -> None:
         help="table2: a row whose estimate exceeds this is extrapolated",
     )
     parser.add_argument(
+        "--table2-resume",
+        action="store_true",
+        help="table2: keep --out's rows of the (seed, sparsity) pairs not run now",
+    )
+    parser.add_argument(
         "--reps", type=int, default=3, help="cnn: back-to-back CKKS / DPHE pairs"
     )
     parser.add_argument(
@@ -1274,6 +1301,14 @@ def main() -> None:
         parser.error(f"unknown parts {sorted(unknown)}; accepted: {PARTS}")
     out_path = Path(args.out)
     out = json.loads(out_path.read_text()) if out_path.is_file() else {}
+    previous = out.get("table2") if args.table2_resume else None
+    if previous:
+        had = {k: previous["settings"].get(k) for k in ("key_bits", "clients")}
+        if had != {"key_bits": args.key_bits, "clients": args.clients}:
+            parser.error(
+                f"--table2-resume: {out_path}'s table2 has {had}; this run has "
+                f"key_bits={args.key_bits}, clients={args.clients}; accepted: the same"
+            )
     settings = RunSettings.from_config({"dphe.weighting": "uniform"})
     keys = None
     if set(parts) & {"cnn", "avenues", "security", "grid", "table2"}:
@@ -1315,7 +1350,7 @@ def main() -> None:
     if "grid" in parts:
         out.update(grid(keys, settings, args))
     if "table2" in parts:
-        out["table2"] = table2(keys, settings, args)
+        out["table2"] = table2(keys, settings, args, previous)
     summary = dict(out.get("summary", {}))
     if "cnn" in out:
         summary["cnn"] = cnn_summary(out["cnn"])

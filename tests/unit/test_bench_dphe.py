@@ -1,10 +1,15 @@
 """Smoke test of ``benchmarks/dphe.py --tiny``: it runs and writes its goal fields."""
 
 import importlib.util
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from tests.fixtures import run_benchmark
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_dphe_benchmark_tiny_writes_the_default_summary(tmp_path):
@@ -70,6 +75,27 @@ def test_table2_part_measures_the_papers_scheme_per_sparsity_and_seed(tmp_path):
     assert t2["summary"]["0.99"]["seeds"] == 2 and t2["summary"]["0.99"]["measured"]
     assert not t2["summary"]["0.0"]["measured"]
     assert t2["summary"]["0.99"]["dense_over_this"] > 10
+    # --table2-resume reruns one pair and keeps the others; the summary is over all
+    again = run_benchmark(
+        "dphe.py", out, "--tiny", "--part", "table2", "--table2-seeds", "1",
+        "--table2-sparsities", "0.99", "--table2-resume",
+    )["table2"]  # fmt: skip
+    assert again["settings"]["rows_kept_from_before"] == 3
+    assert [(r["seed"], r["sparsity"]) for r in again["rows"]] == [
+        (0, 0.99), (0, 0.0), (1, 0.99), (1, 0.0)
+    ]  # fmt: skip
+    assert again["rows"][:2] == t2["rows"][:2] and again["rows"][3] == t2["rows"][3]
+    assert again["rows"][2]["encrypt_s"] != t2["rows"][2]["encrypt_s"]  # rerun
+    assert again["summary"]["0.99"]["seeds"] == again["summary"]["0.0"]["seeds"] == 2
+    # another table's rows are never mixed in: one line, before any key is made
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "dphe.py"), "--tiny", "--part",
+         "table2", "--clients", "4", "--table2-resume", "--out", str(out)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "--table2-resume" in done.stderr and "clients=4" in done.stderr
+    assert "accepted: the same" in done.stderr.strip().splitlines()[-1]
 
 
 def test_table2_arguments_refuse_bad_seeds_and_sparsities_by_name():
