@@ -101,10 +101,7 @@ clean-superlink:
 TEST_WORKERS ?= 2
 XDIST = $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
 test: install
-	@status=0; \
-	$(PY) -m pytest -q -m "not e2e and not scale" $(XDIST) || status=$$?; \
-	$(PY) -m pytest -q -m "e2e and not scale" $(XDIST) || status=$$?; \
-	exit $$status
+	$(PY) -m pytest -q -m "not scale" $(XDIST)
 
 # The fast subset: unit + integration, no real Flower run (pytest marker e2e).
 test-fast: install
