@@ -98,6 +98,22 @@ def csv(grid: Sequence[int | float]) -> str:
     return ",".join(str(v) for v in grid)
 
 
+def split_names(text: str) -> list[str]:
+    """Split a comma-separated list of method names, stripped, empty items dropped.
+
+    A comma inside parentheses belongs to the name: ``"FedHAP (projection D, sign
+    input),FedHAP"`` is two names.
+    """
+    names, depth, start = [], 0, 0
+    for i, char in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if char == "," and depth <= 0:
+            names.append(text[start:i])
+            start = i + 1
+    names.append(text[start:])
+    return [n.strip() for n in names if n.strip()]
+
+
 def parse_csv(
     text: str, convert: Callable[[str], T], accept: Callable[[T], bool]
 ) -> list[T]:

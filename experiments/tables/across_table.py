@@ -22,6 +22,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from experiments.lib.grids import split_names
 from experiments.lib.runner import write_tables
 from experiments.lib.tables import MISSING, mean_sd_cell, table_head, table_row
 from experiments.tables.real_data_setup import BASELINES, CENTRALIZED
@@ -262,10 +263,6 @@ def plot(rows: list[dict[str, Any]], path: Path, across: str) -> None:
     save_figure(fig, path)
 
 
-def _names(text: str) -> list[str]:
-    return [x.strip() for x in text.split(",") if x.strip()]
-
-
 def keep_only(
     rows: list[dict[str, Any]], partitions: list[str], methods: list[str]
 ) -> list[dict[str, Any]]:
@@ -342,7 +339,7 @@ def main() -> None:
         for row in table_rows
     ]
     try:
-        rows = keep_only(rows, _names(args.partitions), _names(args.methods))
+        rows = keep_only(rows, split_names(args.partitions), split_names(args.methods))
     except ValueError as exc:
         parser.error(str(exc))
     args.out.mkdir(parents=True, exist_ok=True)

@@ -58,7 +58,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from experiments.lib.grids import SEEDS, BadItem, csv, flag_list, load_grids, parse_csv
+from experiments.lib.grids import (
+    SEEDS,
+    BadItem,
+    csv,
+    flag_list,
+    load_grids,
+    parse_csv,
+    split_names,
+)
 from experiments.lib.runner import (
     check_resume_setup,
     exit_if_failed,
@@ -214,7 +222,7 @@ def main() -> None:
     if args.untuned:
         grids = {}  # best setting: DEFAULT_LR, DEFAULT_EPOCHS for every method
         fedhap_grid = None
-    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    methods = split_names(args.methods)
     partitions = [p.strip() for p in args.partitions.split(",") if p.strip()]
     for m in methods:
         if m not in METHODS:

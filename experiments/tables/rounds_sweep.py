@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from experiments.lib.grids import SEEDS, flag_list
+from experiments.lib.grids import SEEDS, flag_list, split_names
 from experiments.lib.runner import (
     check_resume_setup,
     exit_if_failed,
@@ -283,7 +283,7 @@ def main() -> None:
             "and 1 <= eval-every <= rounds"
         )
     args.partitions = [p.strip() for p in args.partitions.split(",") if p.strip()]
-    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    methods = split_names(args.methods)
     for p in args.partitions:
         if p not in PARTITIONS:
             accepted = ", ".join(PARTITIONS)

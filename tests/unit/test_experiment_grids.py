@@ -129,3 +129,19 @@ def test_drivers_refuse_a_bad_list_item_before_any_run(argv, tmp_path):
     assert proc.returncode == 2, proc.stderr
     assert "accepted: comma-separated integers" in proc.stderr.splitlines()[-1]
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_method_names_keep_their_parenthesised_commas():
+    # "FedHAP (projection D, sign input)" is one method: split on "," it was two,
+    # and --methods refused it as unknown "FedHAP (projection D"
+    from experiments.lib.grids import split_names
+    from experiments.tables.real_data_setup import DISCRIMINATOR_OPTIONS, METHODS
+
+    every = ",".join(METHODS)
+    assert split_names(every) == list(METHODS)
+    assert split_names(f" FedHAP , {','.join(DISCRIMINATOR_OPTIONS)},,") == [
+        "FedHAP",
+        *DISCRIMINATOR_OPTIONS,
+    ]
+    assert split_names("iid,non-iid") == ["iid", "non-iid"]
+    assert split_names("") == []
