@@ -99,10 +99,10 @@ def csv(grid: Sequence[int | float]) -> str:
 
 
 def split_names(text: str) -> list[str]:
-    """Split a comma-separated list of method names, stripped, empty items dropped.
+    """Split a comma-separated flag of names (methods, partitionings), stripped.
 
-    A comma inside parentheses belongs to the name: ``"FedHAP (projection D, sign
-    input),FedHAP"`` is two names.
+    Empty items are dropped. A comma inside parentheses belongs to the name:
+    ``"FedHAP (projection D, sign input),FedHAP"`` is two names.
     """
     names, depth, start = [], 0, 0
     for i, char in enumerate(text):

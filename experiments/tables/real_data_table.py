@@ -223,7 +223,7 @@ def main() -> None:
         grids = {}  # best setting: DEFAULT_LR, DEFAULT_EPOCHS for every method
         fedhap_grid = None
     methods = split_names(args.methods)
-    partitions = [p.strip() for p in args.partitions.split(",") if p.strip()]
+    partitions = split_names(args.partitions)
     for m in methods:
         if m not in METHODS:
             parser.error(f"--methods: unknown {m!r}; accepted: {', '.join(METHODS)}")

@@ -282,7 +282,7 @@ def main() -> None:
             f"--rounds {args.rounds} --eval-every {args.eval_every}: need rounds >= 1 "
             "and 1 <= eval-every <= rounds"
         )
-    args.partitions = [p.strip() for p in args.partitions.split(",") if p.strip()]
+    args.partitions = split_names(args.partitions)
     methods = split_names(args.methods)
     for p in args.partitions:
         if p not in PARTITIONS:
