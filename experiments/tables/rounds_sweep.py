@@ -8,9 +8,9 @@ baselines) once per seed and partitioning for ``--rounds`` rounds, evaluating ev
 ``--eval-every`` rounds, with the learning rates that table tuned (read from
 ``<tuned-from>/summary.json``; FedHAP keeps its default unless that table tuned it
 too) and the same data, clients and code length. Beside them, the centralized
-ceiling of the same network and loss as the table's (DPSH) at the same epoch budget
-as the longest run, at the table's tuned rate for it (the default where that table
-did not tune it).
+ceiling of the same network and loss as the table's (DPSH) for ``--rounds`` x its
+local epochs, at the table's tuned rate and local epochs for it (the defaults where
+that table did not tune them; tuned epochs can differ from the federated methods').
 
 One long run per method gives its whole curve: the mAP after r rounds of a 30-round
 run is the mAP a run stopped at r would have (the learning rate is constant, and
@@ -140,6 +140,26 @@ def rounds_of(run_dir: str) -> dict[int, float]:
     return out
 
 
+def ceiling_budget(rounds: int, tuned_epochs: dict[str, int]) -> str:
+    """Return the ceiling's epoch budget in words, against the federated runs'.
+
+    The ceiling trains ``rounds`` x its own local epochs: its tuned ones where the
+    ``--tuned-from`` table tuned them, which need not be the longest federated run's.
+    """
+    if CENTRALIZED in tuned_epochs:
+        epochs = tuned_epochs[CENTRALIZED]
+        return (
+            f"{rounds} x {epochs} = {rounds * epochs} epochs (its local epochs tuned "
+            f"there; each federated method trains {rounds} rounds x its own)"
+        )
+    if tuned_epochs:
+        return (
+            f"{rounds} x the run config's local-epochs epochs (the methods with "
+            f"tuned local epochs train {rounds} rounds x their own)"
+        )
+    return f"{rounds} x local-epochs epochs (the federated runs' budget)"
+
+
 def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
     """Markdown: the protocol, then per partitioning mAP@ALL % per method and round."""
     evals = sorted({int(r) for row in rows for r in row.get("map_per_round", {})})
@@ -170,8 +190,8 @@ def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
         )
         + "non-iid = "
         f"{args.classes_per_client} label shards per client; centralized = the same "
-        f"network trained with DPSH's loss on the training rows for {args.rounds} x "
-        "local-epochs epochs (the longest run's budget); mean ± sample std over "
+        "network trained with DPSH's loss on the training rows for "
+        f"{ceiling_budget(args.rounds, args.tuned_epochs)}; mean ± sample std over "
         f"the seeds run (seeds {seeds_run(rows)}; each row's count in column seeds).",
     ]
     for part in shown_in_table(PARTITIONS, args.partitions, rows, "partitioning"):

@@ -311,6 +311,7 @@ def test_rounds_sweep_reads_each_runs_curve_and_uses_the_tuned_rates(
     assert checked == [(0, "iid", 20, 0)]
     text = (tmp_path / "out" / "table.md").read_text()
     assert "| r = 0 | r = 2 | r = 4 |" in text
+    assert "for 4 x local-epochs epochs (the federated runs' budget)" in text
     assert (
         "| DPSH (FedAvg) | 0.01 | 1 | 30.00 ± 0.00 | 32.00 ± 0.00 | 34.00 ± 0.00 |"
         in text
@@ -460,6 +461,9 @@ def test_rounds_sweep_carries_the_validation_tuning_of_the_table_it_reads(
         "tuned_local_epochs": {"DPSH (FedAvg)": 7, "FedHAP": 7},
     }
     argv, out, text = _sweep_at_12_bits(tmp_path, monkeypatch, summary)
+    # the ceiling trains rounds x the run config's epochs, not the longest run's
+    assert "the longest run's" not in text and "federated runs' budget" not in text
+    assert "for 2 x the run config's local-epochs epochs (the methods" in text
     assert (
         "(its tune seed, scored on its validation split 0.1, seed 99, at 48 bits, "
         "not retuned at 12 bits)" in text
@@ -627,3 +631,18 @@ def test_dphe_map_names_a_feature_file_and_passes_it_to_every_run():
     )
     args.data_path = ""
     assert dphe_map.data_config(args) == {}
+
+
+def test_the_ceilings_budget_is_stated_as_trained_not_as_the_longest_runs():
+    from experiments.tables.real_data_setup import CENTRALIZED
+    from experiments.tables.rounds_sweep import ceiling_budget
+
+    assert (
+        ceiling_budget(30, {})
+        == "30 x local-epochs epochs (the federated runs' budget)"
+    )
+    tuned = {"FedHAP": 7, "DCH (FedAvg)": 3, CENTRALIZED: 3}
+    assert ceiling_budget(30, tuned).startswith(
+        "30 x 3 = 90 epochs (its local epochs tuned there; each federated method "
+        "trains 30 rounds x its own)"
+    )
