@@ -5,7 +5,13 @@ digits with 20 clients and 12/24/48 bits, DPSH (FedAvg), DPSH (FedProx), FedHAP-
 and FedHAP under IID and pathological non-IID (3 classes per client) partitions, then
 the client-count sweep (20/40/60/100 clients, IID, 48 bits) for DPSH (FedAvg),
 DPSH (FedProx) and FedHAP, and FedHAP with the Euclidean triplet distance
-(non-IID, 48 bits; the paper's Table 7). ``--only discriminator`` runs FedHAP
+(non-IID, 48 bits; the paper's Table 7). Beside the main table, its bounds
+(``--only bounds`` adds them to a finished table): the untrained floor of each
+partitioning, code length and seed (the round-0 mAP of a 1-round DPSH (FedAvg) run:
+every method of a seed starts from the same network) and the centralized ceiling
+(the same network trained with DPSH's loss on the whole database for rounds x
+local-epochs epochs, at the table's learning rate like every row: not tuned; the
+tuned table is ``experiments.fedhap real-data``). ``--only discriminator`` runs FedHAP
 against FedHAP with our discriminator options, not the paper's: the projection
 discriminator (``fedhap.discriminator``), sign codes through a straight-through
 estimator (``fedhap.discriminator-input``), and both (non-IID, 48 bits; only when
@@ -26,7 +32,7 @@ from typing import Any
 
 from experiments.lib.grids import COUNTS, SEEDS, csv, flag_list, load_grids
 from experiments.lib.runner import exit_if_failed, run_sweep, write_tables
-from experiments.lib.runs import PARTITIONS, ROOT, run_federated
+from experiments.lib.runs import PARTITIONS, ROOT, run_centralized, run_federated
 from experiments.lib.tables import (
     MISSING,
     mean_sd,
@@ -36,7 +42,7 @@ from experiments.lib.tables import (
     table_head,
     table_row,
 )
-from experiments.tables.real_data_setup import DISCRIMINATOR_OPTIONS
+from experiments.tables.real_data_setup import CENTRALIZED, DISCRIMINATOR_OPTIONS
 
 METHODS: dict[str, dict[str, Any]] = {
     "DPSH (FedAvg)": {"strategy": "fedavg"},
@@ -60,6 +66,9 @@ MAIN_METHODS = tuple(
     m for m in METHODS if "Euclidean" not in m and m not in DISCRIMINATOR_OPTIONS
 )
 CLIENT_SWEEP_METHODS = ("DPSH (FedAvg)", "DPSH (FedProx)", "FedHAP")
+#: the main table's bounds, below its methods in each partitioning's table
+FLOOR = "untrained (floor)"
+BOUNDS = (FLOOR, CENTRALIZED)
 
 
 def jobs(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -80,6 +89,11 @@ def jobs(args: argparse.Namespace) -> list[dict[str, Any]]:
                             "cfg": {**part, "code-length": bits},
                         }
                     )
+    for seed in args.seeds:  # the main table's floor and ceiling
+        for bits in args.bits:
+            for part_name, part in PARTITIONS.items():
+                out.append(_bound(FLOOR, part_name, bits, seed, args, part))
+            out.append(_bound(CENTRALIZED, "-", bits, seed, args, {}))
     for seed in args.seeds:
         for clients in args.client_counts:
             if clients == args.clients:
@@ -130,17 +144,40 @@ def jobs(args: argparse.Namespace) -> list[dict[str, Any]]:
     return out
 
 
+def _bound(
+    method: str,
+    part_name: str,
+    bits: int,
+    seed: int,
+    args: argparse.Namespace,
+    part: dict[str, Any],
+) -> dict[str, Any]:
+    """Return the job of one floor (per partitioning) or ceiling (``part_name`` "-")."""
+    return {
+        "table": "bounds",
+        "method": method,
+        "partitioning": part_name,
+        "bits": bits,
+        "clients": args.clients,
+        "seed": seed,
+        "cfg": {**part, "code-length": bits},
+    }
+
+
 def job_name(job: dict[str, Any]) -> str:
     """Directory name of one run."""
     method = job["method"].lower().replace(" ", "").replace("(", "-").replace(")", "")
-    part = job["cfg"]["partitioning"]
+    part = job["cfg"].get("partitioning", "central")
     method = method.replace(",", "")
     name = f"{method}-{part}-{job['bits']}b-{job['clients']}c-s{job['seed']}"
     return name if job["table"] != "discriminator" else f"discriminator-{name}"
 
 
 def run_job(job: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
-    """Run one simulation; return its row."""
+    """Run one simulation (or a bound of the main table); return its row."""
+    t0 = time.perf_counter()
+    if job["method"] in BOUNDS:
+        return _run_bound(job, args) | {"seconds": time.perf_counter() - t0}
     cfg = {
         **args.base,
         **job["cfg"],
@@ -148,7 +185,6 @@ def run_job(job: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
         "seed": job["seed"],
         "min-train-nodes": min(job["clients"], 2),
     }
-    t0 = time.perf_counter()
     summary = run_federated(cfg, job["clients"], args.out / "runs" / job_name(job))
     final = summary["final"]
     return {
@@ -161,6 +197,29 @@ def run_job(job: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
         "down_bytes_per_client_mean": summary.get("down_bytes_per_client_mean"),
         "up_bytes_per_client_mean": summary.get("up_bytes_per_client_mean"),
         "seconds": time.perf_counter() - t0,
+    }
+
+
+def _run_bound(job: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    """Run one floor (a 1-round DPSH (FedAvg) run) or ceiling; return its row."""
+    name = job_name(job)
+    cfg = {**args.base, **job["cfg"], "seed": job["seed"]}
+    if job["method"] == FLOOR:
+        cfg |= {**METHODS["DPSH (FedAvg)"], "rounds": 1, "eval-every": 1}
+        cfg["min-train-nodes"] = min(job["clients"], 2)
+        summary = run_federated(cfg, job["clients"], args.out / "runs" / name)
+        result = {"map_all": summary["initial_map_all"], "map_at_k": None}
+    else:
+        out = run_centralized(
+            {**cfg, "loss": "dpsh"}, args.out / "runs" / f"{name}.json"
+        )
+        result = {k: out["final"][k] for k in ("map_all", "map_at_k")}
+        result["epochs"] = out["epochs"]
+    return {
+        "name": name,
+        **{k: v for k, v in job.items() if k != "cfg"},
+        **result,
+        "top_k": None,
     }
 
 
@@ -224,7 +283,15 @@ def tables(agg: list[dict[str, Any]], args: argparse.Namespace) -> str:
                 _cell(find.get((method, part_name, b, args.clients))) for b in args.bits
             ]
             lines.append(table_row(method, *cells))
+        for method, part in ((FLOOR, part_name), (CENTRALIZED, "-")):
+            cells = [
+                _cell(find.get((method, part, b, args.clients))) for b in args.bits
+            ]
+            if any(c != MISSING for c in cells):
+                lines.append(table_row(method, *cells))
         lines.append("")
+    if any(a["method"] in BOUNDS for a in agg):
+        lines += [BOUNDS_NOTE, ""]
     counts = args.client_counts
     lines += [
         f"**Clients (IID, {args.sweep_bits} bits)** (mAP@ALL %, mean ± std)",
@@ -275,6 +342,16 @@ def tables(agg: list[dict[str, Any]], args: argparse.Namespace) -> str:
                 table_row(method, b, f"{secs:.2f}", f"{down:.1f}", f"{up:.1f}")
             )
     return "\n".join(lines)
+
+
+#: what the main table's bound rows are (printed under it)
+BOUNDS_NOTE = (
+    "untrained (floor): the round-0 mAP of a 1-round DPSH (FedAvg) run of the same "
+    "partitioning, code length and seed (every method of a seed starts from the "
+    "same network); centralized (DPSH): the same network trained with DPSH's loss "
+    "on the whole database for rounds x local-epochs epochs at the table's learning "
+    "rate, like every row here (not tuned; a tuned ceiling is in the tuned table)."
+)
 
 
 def discriminator_table(args: argparse.Namespace) -> list[str]:
@@ -330,9 +407,9 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument(
         "--only",
-        choices=["main", "clients", "distance", "discriminator"],
+        choices=["main", "bounds", "clients", "distance", "discriminator"],
         default=None,
-        help="one table (default: main, clients and distance)",
+        help="one table (default: main with its bounds, clients and distance)",
     )
     parser.add_argument("--resume", action="store_true")
     parser.add_argument("--out", type=Path, default=None)

@@ -646,3 +646,47 @@ def test_the_ceilings_budget_is_stated_as_trained_not_as_the_longest_runs():
         "30 x 3 = 90 epochs (its local epochs tuned there; each federated method "
         "trains 30 rounds x its own)"
     )
+
+
+def test_fedhap_sweep_adds_the_main_tables_floor_and_ceiling(tmp_path, monkeypatch):
+    asked = []
+
+    def fake_federated(cfg, clients, run_dir):
+        asked.append(("federated", cfg["partitioning"], cfg["rounds"], cfg["strategy"]))
+        initial = 0.3 if cfg["partitioning"] == "iid" else 0.32
+        return {"initial_map_all": initial, "final": {"map_all": 0.4}}
+
+    def fake_centralized(cfg, out):
+        asked.append(("centralized", cfg["loss"], cfg["rounds"], cfg["code-length"]))
+        return {"epochs": 45, "final": {"map_all": 0.99, "map_at_k": 0.98}}
+
+    monkeypatch.setattr(fedhap_sweep, "run_federated", fake_federated)
+    monkeypatch.setattr(fedhap_sweep, "run_centralized", fake_centralized)
+    argv = ["fedhap_sweep", "--seeds", "0", "--bits", "48", "--only", "bounds"]
+    argv += ["--set", "rounds=15", "--out", str(tmp_path)]
+    monkeypatch.setattr(sys, "argv", argv)
+    fedhap_sweep.main()
+    # one 1-round run per partitioning for the floor (its round-0 mAP, not its
+    # final one), one centralized DPSH run at the table's rounds for the ceiling
+    assert asked == [
+        ("federated", "iid", 1, "fedavg"),
+        ("federated", "pathological", 1, "fedavg"),
+        ("centralized", "dpsh", 15, 48),
+    ]
+    text = (tmp_path / "table.md").read_text()
+    iid, non_iid = text.split("**non-iid")
+    assert "| untrained (floor) | 30.00 ± 0.00 (n=1) |" in iid
+    assert "| untrained (floor) | 32.00 ± 0.00 (n=1) |" in non_iid
+    assert text.count("| centralized (DPSH) | 99.00 ± 0.00 (n=1) |") == 2
+    assert "at the table's learning rate, like every row here (not tuned" in text
+    rows = load_rows(tmp_path / "rows.jsonl")
+    assert {r["name"] for r in rows} == {
+        "untrained-floor-iid-48b-20c-s0",
+        "untrained-floor-pathological-48b-20c-s0",
+        "centralized-dpsh-central-48b-20c-s0",
+    }
+    # resumed: nothing runs again
+    asked.clear()
+    monkeypatch.setattr(sys, "argv", [*argv, "--resume"])
+    fedhap_sweep.main()
+    assert asked == []
