@@ -31,8 +31,14 @@ DISCRIMINATOR_OPTIONS: dict[str, dict[str, Any]] = {
     "FedHAP (projection D)": {"fedhap.discriminator": "projection"},
     "FedHAP (sign input)": {"fedhap.discriminator-input": "sign"},
 }
-#: FedHAP and its options: tuned over FedHAP's grid, never counted as baselines.
-FEDHAP_METHODS = ("FedHAP", *DISCRIMINATOR_OPTIONS)
+#: FedHAP's ablations run beside it on the real-data tables, only when named in
+#: ``--methods``: name -> the config keys they set beside FedHAP's (the paper's
+#: FedHAP-3: its prototype triplet term without the discriminator).
+FEDHAP_VARIANTS: dict[str, dict[str, Any]] = {
+    "FedHAP-3 (no discriminator)": {"fedhap.variant": "fedhap-3"},
+}
+#: FedHAP, its options and ablations: tuned over FedHAP's grid, never baselines.
+FEDHAP_METHODS = ("FedHAP", *DISCRIMINATOR_OPTIONS, *FEDHAP_VARIANTS)
 #: Method -> the config keys that make it (``None``: the centralized ceiling).
 METHODS: dict[str, dict[str, Any] | None] = {
     "DPSH (FedAvg)": {"strategy": "fedavg", "loss": "dpsh"},
@@ -49,11 +55,14 @@ METHODS: dict[str, dict[str, Any] | None] = {
     "DCH (FedProx)": {"strategy": "fedprox", "loss": "dch"},
     "GreedyHash (FedProx)": {"strategy": "fedprox", "loss": "greedyhash"},
     **{m: {"strategy": "fedhap", **keys} for m, keys in DISCRIMINATOR_OPTIONS.items()},
+    **{m: {"strategy": "fedhap", **keys} for m, keys in FEDHAP_VARIANTS.items()},
 }
 #: What ``--methods`` runs by default (the FedProx baselines and FedHAP's
-#: discriminator options only when named).
+#: discriminator options and ablations only when named).
 DEFAULT_METHODS = tuple(
-    m for m in METHODS if "(FedProx)" not in m and m not in DISCRIMINATOR_OPTIONS
+    m
+    for m in METHODS
+    if "(FedProx)" not in m and m not in (*DISCRIMINATOR_OPTIONS, *FEDHAP_VARIANTS)
 )
 BASELINES = tuple(m for m in METHODS if m not in (*FEDHAP_METHODS, CENTRALIZED))
 #: The methods whose learning rate and local epochs are tuned: the baselines and the

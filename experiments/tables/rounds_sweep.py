@@ -29,6 +29,7 @@ import argparse
 import json
 import statistics
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,7 @@ from experiments.tables.real_data_setup import (
     BASELINES,
     CENTRALIZED,
     DEFAULT_LR,
+    FEDHAP_METHODS,
     METHODS,
     PARTITIONS,
     base_config,
@@ -112,6 +114,18 @@ def sweep_setup(args: argparse.Namespace) -> dict[str, Any]:
     return {**setup_of(args), **({"tuning": inherited} if inherited else {})}
 
 
+def setting_of(method: str, tuned: Mapping[str, Any]) -> str:
+    """Return whose tuned setting ``method`` runs at: its own, else FedHAP's.
+
+    A FedHAP option or ablation the ``--tuned-from`` table did not tune runs at
+    FedHAP's tuned rate and epochs (an ablation at FedHAP's setting); every other
+    method at its own (a baseline without one is refused before any run).
+    """
+    if method in tuned or method not in FEDHAP_METHODS:
+        return method
+    return "FedHAP"
+
+
 def tuning_words(tuned_setup: dict[str, Any]) -> str:
     """Return where the ``--tuned-from`` table scored its tuning runs."""
     tuning = tuned_setup.get("tuning")
@@ -160,6 +174,16 @@ def ceiling_budget(rounds: int, tuned_epochs: dict[str, int]) -> str:
     return f"{rounds} x local-epochs epochs (the federated runs' budget)"
 
 
+def _inherited_words(rows: list[dict[str, Any]], tuned: Mapping[str, Any]) -> str:
+    """Name the FedHAP options and ablations run at FedHAP's setting, if any."""
+    names = sorted(
+        {r["method"] for r in rows if setting_of(r["method"], tuned) != r["method"]}
+    )
+    if not names:
+        return ""
+    return f"{', '.join(names)} at FedHAP's rate and epochs (not tuned on their own); "
+
+
 def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
     """Markdown: the protocol, then per partitioning mAP@ALL % per method and round."""
     evals = sorted({int(r) for row in rows for r in row.get("map_per_round", {})})
@@ -181,6 +205,7 @@ def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
             if "FedHAP" in args.tuned
             else f"FedHAP's the default {DEFAULT_LR:g}; "
         )
+        + _inherited_words(rows, args.tuned)
         + (
             "local epochs tuned there too ("
             + ", ".join(f"{m} {e}" for m, e in sorted(args.tuned_epochs.items()))
@@ -342,7 +367,7 @@ def main() -> None:
     jobs += [("-", seed, CENTRALIZED) for seed in seeds]
 
     def lr_of(method: str) -> float:
-        return float(tuned.get(method, DEFAULT_LR))
+        return float(tuned.get(setting_of(method, tuned), DEFAULT_LR))
 
     def key(method: str, part: str, seed: int, lr: float) -> str:
         return f"{method} {part} s{seed} lr={lr:g}"
@@ -359,8 +384,8 @@ def main() -> None:
     def run(job: tuple[str, int, str]) -> dict[str, Any]:
         part, seed, method = job
         cfg = {**base, "seed": seed, "learning-rate": lr_of(method)}
-        if method in tuned_epochs:
-            cfg["local-epochs"] = tuned_epochs[method]
+        if setting_of(method, tuned_epochs) in tuned_epochs:
+            cfg["local-epochs"] = tuned_epochs[setting_of(method, tuned_epochs)]
         label = f"{method} {part} s{seed}"
         safe = safe_name(label)
         t0 = time.perf_counter()

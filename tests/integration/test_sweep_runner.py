@@ -469,6 +469,7 @@ def test_rounds_sweep_carries_the_validation_tuning_of_the_table_it_reads(
         "not retuned at 12 bits)" in text
     )
     assert "local epochs tuned there too (DPSH (FedAvg) 7, FedHAP 7)" in text
+    assert "at FedHAP's rate and epochs" not in text
     summary = json.loads((out / "summary.json").read_text())
     assert summary["setup"]["tuning"] == tuning  # across_table keeps it apart
     assert summary["tuned_local_epochs"] == {"DPSH (FedAvg)": 7, "FedHAP": 7}
@@ -690,3 +691,43 @@ def test_fedhap_sweep_adds_the_main_tables_floor_and_ceiling(tmp_path, monkeypat
     monkeypatch.setattr(sys, "argv", [*argv, "--resume"])
     fedhap_sweep.main()
     assert asked == []
+
+
+def test_a_fedhap_ablation_runs_at_fedhaps_tuned_setting(tmp_path, monkeypatch):
+    from experiments.tables import rounds_sweep
+
+    tuned = tmp_path / "tuned"
+    tuned.mkdir()
+    summary = {
+        "tuned_learning_rates": {"FedHAP": 5e-4, "DCH (FedAvg)": 1e-2},
+        "tuned_local_epochs": {"FedHAP": 7, "DCH (FedAvg)": 3},
+    }
+    (tuned / "summary.json").write_text(json.dumps(summary))
+    data = tmp_path / "x.npz"
+    data.write_bytes(b"")
+    asked = []
+
+    def fake_federated(cfg, clients, run_dir):
+        asked.append(
+            (cfg.get("fedhap.variant"), cfg["learning-rate"], cfg["local-epochs"])
+        )
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "rounds.jsonl").write_text(json.dumps({"round": 0, "map_all": 0.3}))
+        return {"final": {"map_all": 0.7}, "run_dir": str(run_dir)}
+
+    monkeypatch.setattr(rounds_sweep, "run_federated", fake_federated)
+    monkeypatch.setattr(
+        rounds_sweep, "run_centralized", lambda cfg, out: {"final": {"map_all": 0.8}}
+    )
+    monkeypatch.setattr(rounds_sweep, "check_partitions", lambda cfgs, clients: None)
+    out = tmp_path / "out"
+    argv = ["rounds_sweep", "--data-path", str(data), "--tuned-from", str(tuned)]
+    argv += ["--methods", "FedHAP-3 (no discriminator),DCH (FedAvg)", "--rounds", "5"]
+    argv += ["--out", str(out), "--runs", str(tmp_path / "runs")]
+    monkeypatch.setattr(sys, "argv", argv)
+    rounds_sweep.main()
+    # the ablation was not tuned there: FedHAP's rate and epochs, its own variant
+    assert asked == [("fedhap-3", 5e-4, 7), (None, 1e-2, 3)]
+    text = (out / "table.md").read_text()
+    assert "FedHAP-3 (no discriminator) at FedHAP's rate and epochs" in text
+    assert "| FedHAP-3 (no discriminator) | 0.0005 | 1 |" in text
