@@ -76,24 +76,14 @@ def jobs(args: argparse.Namespace) -> list[dict[str, Any]]:
     out = []
     for seed in args.seeds:
         for bits in args.bits:
-            for part_name, part in PARTITIONS.items():
+            for part_name in PARTITIONS:
                 for method in MAIN_METHODS:
-                    out.append(
-                        {
-                            "table": "main",
-                            "method": method,
-                            "partitioning": part_name,
-                            "bits": bits,
-                            "clients": args.clients,
-                            "seed": seed,
-                            "cfg": {**part, "code-length": bits},
-                        }
-                    )
+                    out.append(_main_job("main", method, part_name, bits, seed, args))
     for seed in args.seeds:  # the main table's floor and ceiling
         for bits in args.bits:
-            for part_name, part in PARTITIONS.items():
-                out.append(_bound(FLOOR, part_name, bits, seed, args, part))
-            out.append(_bound(CENTRALIZED, "-", bits, seed, args, {}))
+            for part_name in PARTITIONS:
+                out.append(_main_job("bounds", FLOOR, part_name, bits, seed, args))
+            out.append(_main_job("bounds", CENTRALIZED, "-", bits, seed, args))
     for seed in args.seeds:
         for clients in args.client_counts:
             if clients == args.clients:
@@ -144,23 +134,23 @@ def jobs(args: argparse.Namespace) -> list[dict[str, Any]]:
     return out
 
 
-def _bound(
+def _main_job(
+    table: str,
     method: str,
     part_name: str,
     bits: int,
     seed: int,
     args: argparse.Namespace,
-    part: dict[str, Any],
 ) -> dict[str, Any]:
-    """Return the job of one floor (per partitioning) or ceiling (``part_name`` "-")."""
+    """Return one job of the main table or its bounds (the ceiling's part is "-")."""
     return {
-        "table": "bounds",
+        "table": table,
         "method": method,
         "partitioning": part_name,
         "bits": bits,
         "clients": args.clients,
         "seed": seed,
-        "cfg": {**part, "code-length": bits},
+        "cfg": {**PARTITIONS.get(part_name, {}), "code-length": bits},
     }
 
 
