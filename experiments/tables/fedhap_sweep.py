@@ -166,15 +166,15 @@ def job_name(job: dict[str, Any]) -> str:
 def run_job(job: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     """Run one simulation (or a bound of the main table); return its row."""
     t0 = time.perf_counter()
-    if job["method"] in BOUNDS:
-        return _run_bound(job, args) | {"seconds": time.perf_counter() - t0}
     cfg = {
         **args.base,
         **job["cfg"],
-        **METHODS[job["method"]],
         "seed": job["seed"],
         "min-train-nodes": min(job["clients"], 2),
     }
+    if job["method"] in BOUNDS:
+        return _run_bound(job, cfg, args) | {"seconds": time.perf_counter() - t0}
+    cfg |= METHODS[job["method"]]
     summary = run_federated(cfg, job["clients"], args.out / "runs" / job_name(job))
     final = summary["final"]
     return {
@@ -190,13 +190,13 @@ def run_job(job: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _run_bound(job: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+def _run_bound(
+    job: dict[str, Any], cfg: dict[str, Any], args: argparse.Namespace
+) -> dict[str, Any]:
     """Run one floor (a 1-round DPSH (FedAvg) run) or ceiling; return its row."""
     name = job_name(job)
-    cfg = {**args.base, **job["cfg"], "seed": job["seed"]}
     if job["method"] == FLOOR:
-        cfg |= {**METHODS["DPSH (FedAvg)"], "rounds": 1, "eval-every": 1}
-        cfg["min-train-nodes"] = min(job["clients"], 2)
+        cfg = {**cfg, **METHODS["DPSH (FedAvg)"], "rounds": 1, "eval-every": 1}
         summary = run_federated(cfg, job["clients"], args.out / "runs" / name)
         result = {"map_all": summary["initial_map_all"], "map_at_k": None}
     else:

@@ -384,8 +384,9 @@ def main() -> None:
     def run(job: tuple[str, int, str]) -> dict[str, Any]:
         part, seed, method = job
         cfg = {**base, "seed": seed, "learning-rate": lr_of(method)}
-        if setting_of(method, tuned_epochs) in tuned_epochs:
-            cfg["local-epochs"] = tuned_epochs[setting_of(method, tuned_epochs)]
+        whose = setting_of(method, tuned)  # its rate's owner owns its epochs too
+        if whose in tuned_epochs:
+            cfg["local-epochs"] = tuned_epochs[whose]
         label = f"{method} {part} s{seed}"
         safe = safe_name(label)
         t0 = time.perf_counter()
