@@ -247,6 +247,19 @@ def as_grid(grid: Grid | Sequence[float]) -> Grid:
     return grid if isinstance(grid, Grid) else Grid(list(grid))
 
 
+def choice_on_edge(grid: Grid, lr: float, epochs: int) -> bool:
+    """Whether a chosen ``(lr, epochs)`` sits on an edge of ``grid``.
+
+    A learning rate at either end of two or more rates is on an edge; so is an
+    epoch count at either end of two or more counts, except one epoch at the
+    bottom, below which there is no count to try.
+    """
+    lr_edge = len(grid.lrs) > 1 and lr in (min(grid.lrs), max(grid.lrs))
+    low, high = min(grid.epochs), max(grid.epochs)
+    epochs_edge = len(grid.epochs) > 1 and (epochs == high or epochs == low > 1)
+    return lr_edge or epochs_edge
+
+
 def tuning_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Return the tuning runs among ``rows`` (``kind`` "tune")."""
     return [r for r in rows if r.get("kind") == "tune"]

@@ -94,6 +94,7 @@ from experiments.lib.tuning import (
     VALIDATION_FRACTION,
     Grid,
     ValidationSplit,
+    choice_on_edge,
     row_epochs,
     run_tuning,
     tuned_setting,
@@ -611,12 +612,7 @@ def _write(
                 "chosen_on_edge": (
                     m in tuned
                     and m in tuned_epochs
-                    and (
-                        tuned[m] in (min(g.lrs), max(g.lrs))
-                        and len(g.lrs) > 1
-                        or tuned_epochs[m] in (min(g.epochs), max(g.epochs))
-                        and len(g.epochs) > 1
-                    )
+                    and choice_on_edge(g, tuned[m], tuned_epochs[m])
                 ),
             }
             for m, g in grids.items()

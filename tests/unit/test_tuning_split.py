@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 
 from experiments.lib.tuning import (
+    Grid,
+    choice_on_edge,
     grid_extension,
     validation_rows,
     write_validation_file,
@@ -76,3 +78,14 @@ def test_grid_extension_beyond_the_edge_only() -> None:
     assert grid_extension([3, 5], 5, geometric=False) == 7
     assert grid_extension([1, 3], 1, geometric=False, lowest=0) is None  # 1 - 2 < 1
     assert grid_extension([3], 3, geometric=False) is None  # one value: no edge step
+
+
+def test_one_epoch_at_the_bottom_is_not_an_edge_three_is() -> None:
+    grid = Grid([5e-3, 1e-2, 2e-2], [1, 3, 7])
+    assert not choice_on_edge(grid, 1e-2, 1)  # no count below one epoch to try
+    assert not choice_on_edge(grid, 1e-2, 3)
+    assert choice_on_edge(grid, 1e-2, 7)
+    assert choice_on_edge(grid, 5e-3, 3)  # a rate at the grid's end
+    assert choice_on_edge(Grid([1e-2, 2e-2], [3, 7]), 2e-2, 3)
+    assert choice_on_edge(Grid([1e-2], [3, 7]), 1e-2, 3)  # 1 and 2 epochs untried
+    assert not choice_on_edge(Grid([1e-2], [1]), 1e-2, 1)  # one setting: no edge
