@@ -586,7 +586,13 @@ def _write(
         f"non-iid = {args.classes_per_client} label shards per client (a "
         f"multi-label sample under its lowest label); {tuning}"
         "centralized = the same network trained with DPSH's loss on the union of "
-        "the database, same epoch budget; untrained floor = the federated runs' "
+        "the clients' training rows for "
+        + (
+            f"{args.rounds} x {DEFAULT_EPOCHS} epochs, the federated runs' budget; "
+            if getattr(args, "untuned", False)
+            else f"{args.rounds} x its own local epochs (column local epochs); "
+        )
+        + "untrained floor = the federated runs' "
         "round-0 mAP; mean ± sample std over the seeds run (seeds "
         f"{seeds_run(rows)}; each row's count in column seeds)."
     )

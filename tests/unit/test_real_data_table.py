@@ -73,6 +73,8 @@ def test_tables_state_protocol_tuning_ceiling_and_floor(tmp_path) -> None:
     text = (tmp_path / "table.md").read_text()
     assert text.startswith("Protocol (ours;")
     assert "**iid** (run protocol: stated protocol)" in text
+    # the ceiling's budget as trained: its own tuned epochs, not the federated runs'
+    assert "training rows for 10 x its own local epochs (column local epochs)" in text
     assert "| DPSH (FedAvg) | 0.002 | 3 | 60.50 ± 0.71 |" in text
     assert "| FedHAP | 0.0005 | 3 | 70.50 ± 0.71 |" in text
     # the ceiling appears under both partitionings; FedHAP has no non-iid rows
