@@ -55,6 +55,7 @@ from experiments.lib.tables import mean_sd_cell, table_head, table_row
 from experiments.lib.tuning import (
     VALIDATION_FRACTION,
     Grid,
+    choice_on_edge,
     run_tuning,
     tuned_setting,
     write_validation_file,
@@ -506,7 +507,7 @@ def tuning_table(
                 continue
             text = f"{100 * score[lr]:.2f}"
             if best is not None and best[0] == lr:
-                edge = lr in (min(grid.lrs), max(grid.lrs)) and len(grid.lrs) > 1
+                edge = choice_on_edge(grid, lr, best[1])
                 text = f"**{text}**" + (" edge" if edge else "")
             cells.append(text)
         lines.append(table_row(cell, *cells))
