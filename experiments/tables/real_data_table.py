@@ -27,8 +27,8 @@ docs/results/fedhap-mirflickr`` runs, in two stages:
    its tuned learning rate and FedHAP through Flower's simulation (``--clients``
    clients, ``--bits``, ``--rounds``, the pyproject defaults otherwise), and the
    centralized training of the same network with DPSH's loss on the union of the
-   clients' training rows for ``--rounds`` x its own tuned local epochs
-   (``experiments/centralized.py``; partitioning does not apply to it).
+   clients' training rows for ``--rounds`` x its own local epochs, tuned like the
+   others' (``experiments/centralized.py``; partitioning does not apply to it).
    ``--train-size N`` trains everything on a seeded random N of the database rows
    (``train-size``; FedHAP's MIRFlickr protocol is 10,000), tuning included.
 
