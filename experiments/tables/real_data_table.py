@@ -571,10 +571,11 @@ def _write(
             "every client trains on its whole partition, see docs/data.md"
         )
     validation = getattr(args, "validation", None)
+    untuned = getattr(args, "untuned", False)
     tuning = (
         f"untuned (defaults): every method and the ceiling at learning rate "
         f"{DEFAULT_LR}, {DEFAULT_EPOCHS} local epochs; "
-        if getattr(args, "untuned", False)
+        if untuned
         else "every method's learning rate and local epochs, FedHAP's and the "
         f"ceiling's included, tuned on seed {args.tune_seed} (federated methods "
         "IID) by validation mAP@ALL on a "
@@ -590,7 +591,7 @@ def _write(
         "the clients' training rows for "
         + (
             f"{args.rounds} x {DEFAULT_EPOCHS} epochs, the federated runs' budget; "
-            if getattr(args, "untuned", False)
+            if untuned
             else f"{args.rounds} x its own local epochs (column local epochs); "
         )
         + "untrained floor = the federated runs' "
