@@ -11,8 +11,11 @@ left of the budget:
 3. ``features-fedavg`` / ``features-fedhap``: Flower's Ray simulation
    (``experiments.simulate``, one Ray instance, ``--client-gpus`` a fraction of the
    GPU per client) of DPSH (FedAvg) and FedHAP on those features (``model = mlp``);
-   ``features-fedavg-deterministic`` (last, CUDA only) repeats the first with
-   ``cuda-deterministic = true``: the setting's cost is its round time against it;
+   ``features-fedavg-deterministic`` and ``...-deterministic-repeat`` run the
+   first twice with ``cuda-deterministic = true``: the setting's cost is
+   their round time against it, and the repeat's ``same_as_first_run`` says whether
+   the same seed gave the same per-round losses and mAP, bit for bit (on a CPU the
+   setting does nothing, and the pair checks the CPU's determinism);
 4. ``finetune-fedavg`` / ``finetune-fedhap``: the same on the images with the
    backbone trainable (``model = efficientnet-lite0``, ``model-image-size``);
 5. ``loopback``: one round of a loopback Flower deployment (SuperLink and
@@ -277,6 +280,22 @@ def run_step(cmd: list[str], log: Path, timeout: float, env: dict) -> tuple[int,
     return rc, time.monotonic() - t0
 
 
+#: A run's per-round numbers that a seed fixes (its timings are not among them).
+METRIC_KEYS = ("round", "train_loss", "map_all", "map_at_k")
+
+
+def same_metrics(first: dict, repeat: dict) -> bool | None:
+    """Whether two runs' per-round losses and mAP are equal bit for bit.
+
+    ``None`` where either run has none to compare (it failed or was skipped).
+    """
+    a = first.get("metrics_per_round")
+    b = repeat.get("metrics_per_round")
+    if not a or not b:
+        return None
+    return a == b
+
+
 def run_summary(run_dir: Path) -> dict:
     """Read rounds, timing, mAP and client devices of one finished run folder."""
     rows = [json.loads(x) for x in (run_dir / "rounds.jsonl").read_text().splitlines()]
@@ -291,6 +310,9 @@ def run_summary(run_dir: Path) -> dict:
         "rounds": len(trained),
         "round0_map_all": rows[0].get("map_all") if rows else None,
         "map_all": summary["final"]["map_all"],
+        "metrics_per_round": [
+            {k: r.get(k) for k in METRIC_KEYS if r.get(k) is not None} for r in rows
+        ],
         "train_round_s": [round(x, 2) for x in train_s],
         "train_round_s_median": round(statistics.median(train_s), 2)
         if train_s
@@ -445,20 +467,23 @@ def main() -> None:  # noqa: C901 -- one linear script, step after step
     deterministic = ["--set", "cuda-deterministic=true"]
     sims = [
         ("features-fedavg", "fedavg", "features", 45, []),
+        # deterministic CUDA kernels: their cost is the round time against
+        # features-fedavg; run twice, the same seed must give the same losses and mAP
+        ("features-fedavg-deterministic", "fedavg", "features", 45, deterministic),
+        (
+            "features-fedavg-deterministic-repeat",
+            "fedavg",
+            "features",
+            45,
+            deterministic,
+        ),
         ("features-fedhap", "fedhap", "features", 45, []),
         ("finetune-fedavg", "fedavg", "finetune", 60, []),
         ("finetune-fedhap", "fedhap", "finetune", 60, []),
-        # the cost of deterministic CUDA kernels: features-fedavg again with them
-        ("features-fedavg-deterministic", "fedavg", "features", 45, deterministic),
     ]
     cpus = max(2, os.cpu_count() or 2)
     client_gpus = 0.0 if not gpu else round(1.0 / plan.clients, 3)
     for name, strategy, protocol, needs, extra in sims:
-        if extra and args.tiny:
-            # a CPU rehearsal has no CUDA kernels to make deterministic
-            if not only or name in only:
-                record(name, status="skipped", reason="--tiny: CUDA only")
-            continue
         if protocol == "features" and not features.exists():
             if not only or name in only:
                 record(name, status="skipped", reason="no features file")
@@ -529,6 +554,9 @@ def main() -> None:  # noqa: C901 -- one linear script, step after step
         }
         if runs:
             fields.update(run_summary(runs[0]))
+        if name.endswith("-repeat"):
+            first = report["steps"].get(name[: -len("-repeat")], {})
+            fields["same_as_first_run"] = same_metrics(first, fields)
         fields["gpu"] = sampler.summary(name)
         record(name, **fields)
 
@@ -634,6 +662,16 @@ def render(report: dict) -> str:
             f"{maps} | {', '.join(s.get('client_devices', [])) or '-'} | {gpu_util} | "
             f"{g.get('mem_max_mib', '-')} |"
         )
+    for name, s in report["steps"].items():
+        if "same_as_first_run" in s:
+            verdict = {True: "equal", False: "NOT equal", None: "not compared"}[
+                s["same_as_first_run"]
+            ]
+            lines += [
+                "",
+                f"{name}: per-round losses and mAP {verdict} to the first run's, "
+                "bit for bit.",
+            ]
     if not report.get("gpu_sampled"):
         lines += ["", "No nvidia-smi on this machine: GPU utilisation was not sampled."]
     return "\n".join(lines) + "\n"
