@@ -296,6 +296,15 @@ def same_metrics(first: dict, repeat: dict) -> bool | None:
     return a == b
 
 
+def step_status(rc: int, *, finished: bool) -> str:
+    """Return a step's status: ok, stopped by the budget (exit 124) or failed."""
+    if finished:
+        return "ok"
+    if rc == 124:
+        return "stopped: the budget ran out (exit 124)"
+    return f"failed (exit {rc})"
+
+
 def run_summary(run_dir: Path) -> dict:
     """Read rounds, timing, mAP and client devices of one finished run folder."""
     rows = [json.loads(x) for x in (run_dir / "rounds.jsonl").read_text().splitlines()]
@@ -446,7 +455,7 @@ def main() -> None:  # noqa: C901 -- one linear script, step after step
         n = int(np.load(features)["labels"].shape[0]) if rc == 0 else 0
         record(
             "features",
-            status="ok" if rc == 0 else f"failed (exit {rc})",
+            status=step_status(rc, finished=rc == 0),
             seconds=round(secs, 1),
             images=n,
             images_per_s=round(n / secs, 1) if n else None,
@@ -546,7 +555,7 @@ def main() -> None:  # noqa: C901 -- one linear script, step after step
             p for p in results.iterdir() if p.is_dir() and (p / "summary.json").exists()
         ]
         fields: dict = {
-            "status": "ok" if rc == 0 and runs else f"failed (exit {rc})",
+            "status": step_status(rc, finished=rc == 0 and bool(runs)),
             "seconds": round(secs, 1),
             "protocol": protocol,
             "backend": f"Ray simulation, {plan.clients} clients, "
@@ -586,7 +595,7 @@ def main() -> None:  # noqa: C901 -- one linear script, step after step
         rc, secs = run_step(cmd, logs / "loopback.log", budget.left(), env)
         runs = [p for p in results.rglob("summary.json")]
         fields = {
-            "status": "ok" if rc == 0 and runs else f"failed (exit {rc})",
+            "status": step_status(rc, finished=rc == 0 and bool(runs)),
             "seconds": round(secs, 1),
             "backend": f"loopback deployment, {plan.loopback_clients} SuperNodes",
         }
@@ -611,7 +620,7 @@ def main() -> None:  # noqa: C901 -- one linear script, step after step
     failed = [
         k
         for k, v in report["steps"].items()
-        if str(v.get("status")).startswith("failed")
+        if str(v.get("status")).startswith(("failed", "stopped"))
     ]
     sys.exit(1 if failed else 0)
 

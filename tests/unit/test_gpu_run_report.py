@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from benchmarks.gpu_run import render, same_metrics
+from benchmarks.gpu_run import render, same_metrics, step_status
 
 ROUNDS = [
     {"round": 0, "map_all": 0.1344521604448211, "map_at_k": 0.21},
@@ -52,3 +52,10 @@ def test_the_report_states_the_comparison():
         "features-fedavg-deterministic-repeat: per-round losses and mAP NOT equal"
         in text
     )
+
+
+def test_a_step_the_budget_stopped_says_so():
+    assert step_status(0, finished=True) == "ok"
+    assert step_status(124, finished=False).startswith("stopped: the budget ran out")
+    assert step_status(1, finished=False) == "failed (exit 1)"
+    assert step_status(0, finished=False) == "failed (exit 0)"
