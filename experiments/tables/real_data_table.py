@@ -508,8 +508,9 @@ def supersede_stale_rows(
     A table row of a tuned method (a key of ``grids``) whose ``learning_rate`` or
     ``local_epochs`` differs from :func:`tuned_setting` (its tuning covers
     ``grids[method]``) gets ``kind`` "superseded" and its name prefixed
-    ``superseded:``, so a resumed sweep runs it again at the tuned setting; nothing
-    is deleted. The file is rewritten atomically.
+    ``superseded:`` and suffixed with its setting (rate and local epochs, so two
+    superseded settings of one row keep distinct names), so a resumed sweep runs it
+    again at the tuned setting; nothing is deleted. The file is rewritten atomically.
 
     Returns
     -------
@@ -525,7 +526,10 @@ def supersede_stale_rows(
         if setting is not None and (row["learning_rate"], row_epochs(row)) != setting:
             stale.append(row["name"])
             row["kind"] = "superseded"
-            row["name"] = f"superseded: {row['name']} (lr {row['learning_rate']:g})"
+            row["name"] = (
+                f"superseded: {row['name']} "
+                f"(lr {row['learning_rate']:g} x {row_epochs(row)} epochs)"
+            )
     if stale:
         tmp = rows_path.with_suffix(".jsonl.tmp")
         tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))

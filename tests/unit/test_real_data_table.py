@@ -213,7 +213,7 @@ def test_a_grown_grid_supersedes_table_rows_at_the_old_rate(tmp_path) -> None:
     assert len(after) == len(rows) + 1
     old = [r for r in after if r["method"] == "CSQ (FedAvg)" and "partitioning" in r]
     assert [r["kind"] for r in old] == ["superseded"]
-    assert old[0]["name"] == "superseded: CSQ (FedAvg) iid s0 (lr 0.002)"
+    assert old[0]["name"] == "superseded: CSQ (FedAvg) iid s0 (lr 0.002 x 3 epochs)"
     # FedHAP (untuned) is left alone, so is the ceiling until its tuning is run
     assert sum(r.get("kind", "table") == "table" for r in after) == 2
     assert rdt.supersede_stale_rows(path, grids([2e-3, 1e-2])) == []
