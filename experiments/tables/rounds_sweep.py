@@ -184,6 +184,19 @@ def _inherited_words(rows: list[dict[str, Any]], tuned: Mapping[str, Any]) -> st
     return f"{', '.join(names)} at FedHAP's rate and epochs (not tuned on their own); "
 
 
+def _epochs_words(rows: list[dict[str, Any]], tuned_epochs: Mapping[str, int]) -> str:
+    """Name the tuned local epochs of the methods this table ran, if any."""
+    ran = {r["method"] for r in rows}
+    mine = sorted((m, e) for m, e in tuned_epochs.items() if m in ran)
+    if not mine:
+        return ""
+    return (
+        "local epochs tuned there too ("
+        + ", ".join(f"{m} {e}" for m, e in mine)
+        + "); "
+    )
+
+
 def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
     """Markdown: the protocol, then per partitioning mAP@ALL % per method and round."""
     evals = sorted({int(r) for row in rows for r in row.get("map_per_round", {})})
@@ -206,13 +219,7 @@ def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
             else f"FedHAP's the default {DEFAULT_LR:g}; "
         )
         + _inherited_words(rows, args.tuned)
-        + (
-            "local epochs tuned there too ("
-            + ", ".join(f"{m} {e}" for m, e in sorted(args.tuned_epochs.items()))
-            + "); "
-            if args.tuned_epochs
-            else ""
-        )
+        + _epochs_words(rows, args.tuned_epochs)
         + "non-iid = "
         f"{args.classes_per_client} label shards per client; centralized = the same "
         "network trained with DPSH's loss on the training rows for "

@@ -468,7 +468,8 @@ def test_rounds_sweep_carries_the_validation_tuning_of_the_table_it_reads(
         "(its tune seed, scored on its validation split 0.1, seed 99, at 48 bits, "
         "not retuned at 12 bits)" in text
     )
-    assert "local epochs tuned there too (DPSH (FedAvg) 7, FedHAP 7)" in text
+    # only DPSH ran: FedHAP's tuned epochs are not named
+    assert "local epochs tuned there too (DPSH (FedAvg) 7); " in text
     assert "at FedHAP's rate and epochs" not in text
     summary = json.loads((out / "summary.json").read_text())
     assert summary["setup"]["tuning"] == tuning  # across_table keeps it apart
@@ -731,3 +732,15 @@ def test_a_fedhap_ablation_runs_at_fedhaps_tuned_setting(tmp_path, monkeypatch):
     text = (out / "table.md").read_text()
     assert "FedHAP-3 (no discriminator) at FedHAP's rate and epochs" in text
     assert "| FedHAP-3 (no discriminator) | 0.0005 | 1 |" in text
+
+
+def test_the_rounds_table_names_only_the_epochs_of_the_methods_it_ran():
+    from experiments.tables.real_data_setup import CENTRALIZED
+    from experiments.tables.rounds_sweep import _epochs_words
+
+    tuned = {"FedHAP": 3, "CSQ (FedAvg)": 3, "DPSH (FedAvg)": 15, CENTRALIZED: 1}
+    rows = [{"method": "FedHAP"}, {"method": "DPSH (FedAvg)"}, {"method": CENTRALIZED}]
+    assert _epochs_words(rows, tuned) == (
+        f"local epochs tuned there too (DPSH (FedAvg) 15, FedHAP 3, {CENTRALIZED} 1); "
+    )
+    assert _epochs_words([{"method": "DCH (FedAvg)"}], tuned) == ""
