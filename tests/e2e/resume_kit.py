@@ -82,7 +82,7 @@ def kill_and_resume(
         cwd=ROOT,
         capture_output=True, text=True, timeout=900,
     )
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, f"exit {done.returncode}: {done.stderr[-3000:]}"
     assert "Resuming" in done.stderr, done.stderr[-3000:]
     final = Path(done.stdout.strip().splitlines()[-1])
     assert final == results / run_dir.name.removesuffix(".incomplete")
