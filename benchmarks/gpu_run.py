@@ -564,7 +564,7 @@ def main() -> None:  # noqa: C901 -- one linear script, step after step
         if runs:
             fields.update(run_summary(runs[0]))
         if name.endswith("-repeat"):
-            first = report["steps"].get(name[: -len("-repeat")], {})
+            first = report["steps"].get(name.removesuffix("-repeat"), {})
             fields["same_as_first_run"] = same_metrics(first, fields)
         fields["gpu"] = sampler.summary(name)
         record(name, **fields)
