@@ -271,17 +271,22 @@ def row_epochs(row: Mapping[str, Any]) -> int:
 
 
 def tuned_setting(
-    rows: list[dict[str, Any]], method: str, grid: Grid | Sequence[float]
+    rows: list[dict[str, Any]],
+    method: str,
+    grid: Grid | Sequence[float],
+    *,
+    metric: str = "map_all",
 ) -> tuple[float, int] | None:
     """``method``'s tuned ``(lr, local epochs)`` over ``grid`` (``None`` until all run).
 
-    Only tuning rows at a setting of the grid count; the best validation mAP@ALL
-    wins, ties to the smallest learning rate, then the fewest epochs.
+    Only tuning rows at a setting of the grid count; the best validation score
+    (the rows' ``metric``, mAP@ALL by default) wins, ties to the smallest learning
+    rate, then the fewest epochs.
     """
     grid = as_grid(grid)
     want = set(grid.settings())
     mine = {
-        (r["learning_rate"], row_epochs(r)): r["map_all"]
+        (r["learning_rate"], row_epochs(r)): r[metric]
         for r in tuning_rows(rows)
         if r["method"] == method and (r["learning_rate"], row_epochs(r)) in want
     }
@@ -291,7 +296,7 @@ def tuned_setting(
 
 
 def extend_grids(
-    rows: list[dict[str, Any]], grids: Mapping[str, Grid]
+    rows: list[dict[str, Any]], grids: Mapping[str, Grid], *, metric: str = "map_all"
 ) -> list[tuple[str, str, float, int]]:
     """Grow every grid whose choice sits on an edge; return the new tuning jobs.
 
@@ -302,7 +307,7 @@ def extend_grids(
     """
     jobs: list[tuple[str, str, float, int]] = []
     for method, grid in grids.items():
-        chosen = tuned_setting(rows, method, grid)
+        chosen = tuned_setting(rows, method, grid, metric=metric)
         if chosen is None:
             continue
         lr, epochs = chosen
@@ -326,6 +331,7 @@ def run_tuning(
     *,
     max_extensions: int,
     resume: bool,
+    metric: str = "map_all",
     **sweep: Any,
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """Run the tuning ``jobs``, then grow every grid whose choice sits on an edge.
@@ -333,13 +339,14 @@ def run_tuning(
     ``sweep`` is :func:`experiments.lib.runner.run_sweep`'s other arguments (its
     ``run`` appends each row to ``known``, which :func:`extend_grids` reads). At most
     ``max_extensions`` rounds of extension runs follow, each resumed into the same
-    rows file. Returns the rows and the failed runs' names, as ``run_sweep``.
+    rows file; ``metric`` is the rows' validation score. Returns the rows and the
+    failed runs' names, as ``run_sweep``.
     """
     from experiments.lib.runner import run_sweep
 
     rows, failed = run_sweep(jobs, resume=resume, **sweep)
     for _ in range(max_extensions):
-        more = extend_grids(known, grids)
+        more = extend_grids(known, grids, metric=metric)
         if not more:
             break
         names = [sweep["name"](job) for job in more]

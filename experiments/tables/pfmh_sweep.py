@@ -54,6 +54,21 @@ from experiments.lib.grids import COUNTS, POSITIVE, SEEDS, csv, flag_list, load_
 from experiments.lib.runner import exit_if_failed, load_rows, run_sweep, write_tables
 from experiments.lib.runs import ROOT, run_federated, set_flags
 from experiments.lib.tables import MISSING, mean_sd, n_note, pm, table_head, table_row
+from experiments.lib.tuning import (
+    VALIDATION_FRACTION,
+    Grid,
+    run_tuning,
+    write_validation_file,
+)
+from experiments.tables.pfmh_tuned import (
+    TUNE,
+    cell_name,
+    chosen_rates,
+    table_rows,
+    tuning_record,
+    tuning_table,
+    tuning_text,
+)
 from hashing.pfmh.evaluation import PRECISION_PREFIX
 from settings.check import parse_run_config
 
@@ -188,8 +203,18 @@ def job_name(job: dict[str, Any]) -> str:
     return f"{method}-a{job['alpha']}{loss}-{job['bits']}b-s{job['seed']}"
 
 
-def run_job(job: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
-    """Run one simulation (or centralized training); return its row."""
+def run_job(
+    job: dict[str, Any],
+    args: argparse.Namespace,
+    *,
+    overrides: dict[str, Any] | None = None,
+    name: str | None = None,
+) -> dict[str, Any]:
+    """Run one simulation (or centralized training); return its row.
+
+    ``overrides`` are run-config keys set last (a tuned rate, a validation
+    file); ``name`` names the run and its directory (default :func:`job_name`).
+    """
     cfg = {
         **args.base,
         **METHODS[job["method"]],
@@ -198,8 +223,10 @@ def run_job(job: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
         "seed": job["seed"],
         "min-train-nodes": min(args.clients, 2),
         **{key: job[field] for field, key in LOSS_KEYS.items() if field in job},
+        **(overrides or {}),
     }
-    run_dir = args.out / "runs" / job_name(job)
+    name = name or job_name(job)
+    run_dir = args.out / "runs" / name
     t0 = time.perf_counter()
     if job["method"] == CENTRALIZED:
         run_dir.mkdir(parents=True, exist_ok=True)  # its JSON is overwritten
@@ -225,8 +252,9 @@ def run_job(job: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
             )
         }
     return {
-        "name": job_name(job),
+        "name": name,
         **job,
+        "learning_rate": cfg["learning-rate"],
         **loss_form(cfg),
         LOCAL: per_client.get(LOCAL),
         LOCAL_K: per_client.get(LOCAL_K),
@@ -252,9 +280,14 @@ def _run(cmd: list[str]) -> subprocess.CompletedProcess:
 
 
 def aggregate(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Mean and sample std over seeds per (table, method, alpha, bits[, loss])."""
+    """Mean and sample std over seeds per (table, method, alpha, bits[, loss]).
+
+    Tuning runs (``kind`` "tune") are left out.
+    """
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
+        if r.get("kind") == TUNE:
+            continue
         key = (r["table"], r["method"], r["alpha"], r["bits"])
         key += tuple(r.get(f) for f in LOSS_KEYS)
         groups.setdefault(key, []).append(r)
@@ -314,17 +347,26 @@ def protocol(args: argparse.Namespace, rows: list[dict[str, Any]]) -> str:
             {form_text(row_form(r)) for r in rows} or {form_text(loss_form(args.base))}
         )
     )
+    if args.validation is None:
+        rate = f"lr {settings.learning_rate:g} for every method (not tuned)"
+    else:
+        rate = "lr tuned per method and code length (below)"
+    tuning = ""
+    if args.validation is not None:
+        tuning = " " + tuning_text(
+            args.validation, args.lr_grid, args.tune_seed, args.max_extensions
+        )
     return (
         f"Protocol: {text}. For the methods that are one model (fedavg mode, FedAvg, "
         "centralized) also the union protocol: the server's queries against all "
         f"partitions. Federation: {args.clients} clients, Dirichlet "
         f"{settings.dirichlet_alpha} (the seed also draws the partition), "
-        f"{settings.rounds} rounds of {settings.local_epochs} local epochs, lr "
-        f"{settings.learning_rate:g}, batch {settings.batch_size}. Prototype "
+        f"{settings.rounds} rounds of {settings.local_epochs} local epochs, "
+        f"{rate}, batch {settings.batch_size}. Prototype "
         f"contrast (Eqs. 9-10) and the prototype terms' weight: {forms}. Floor: the "
         "untrained network (round 0). Ceiling: 'centralized', the same network "
         "trained on the union of the clients' local databases for the same number "
-        "of epochs."
+        f"of epochs.{tuning}"
     )
 
 
@@ -374,6 +416,8 @@ def tables(
             cells += [_cell(find.get((method, x)), LOCAL) for x in alphas]
             lines.append(table_row(method, *cells))
         lines.append("")
+    if args.validation is not None:
+        lines += tuning_table(rows, args.grids, chosen_rates(rows, args.grids))
     lines += precision_table(main, args)
     lines += sensitivity_table(agg, args)
     lines += [
@@ -466,13 +510,23 @@ def sensitivity_table(agg: list[dict[str, Any]], args: argparse.Namespace) -> li
 
 
 def write_outputs(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
-    """Write summary.json and table.md from the rows so far; return the tables."""
-    agg = aggregate(rows)
+    """Write summary.json and table.md from the rows so far; return the tables.
+
+    ``rows`` holds every run, tuning runs included; the tables aggregate only
+    :func:`experiments.tables.pfmh_tuned.table_rows` (each cell at its rate).
+    """
+    chosen = chosen_rates(rows, args.grids)
+    agg = aggregate(table_rows(rows, chosen))
     summary = {
         "grid": "pfmh",
         "base_config": args.base,
         "clients": args.clients,
         "metric": "mAP@ALL (mean, sample std over seeds; fractions)",
+        "tuning": (
+            None
+            if args.validation is None
+            else tuning_record(args.validation, args.grids, chosen, args.tune_seed)
+        ),
         "rows": rows,
         "aggregate": agg,
     }
@@ -500,6 +554,17 @@ def main() -> None:
     parser.add_argument("--sensitivity-bits", type=int, default=64)
     parser.add_argument("--loss-alphas", default=csv(grids["loss-alphas"]))
     parser.add_argument("--loss-betas", default=csv(grids["loss-betas"]))
+    parser.add_argument(
+        "--lr-grid",
+        default=None,
+        help="tune each main-table cell's learning rate over these rates on a "
+        "validation split (experiments/tables/pfmh_tuned.py); needs --only main and "
+        "a data-path with a fixed split. Without it every run uses the run "
+        "config's rate",
+    )
+    parser.add_argument("--tune-seed", type=int, default=99)
+    parser.add_argument("--val-fraction", type=float, default=VALIDATION_FRACTION)
+    parser.add_argument("--max-extensions", type=int, default=2)
     parser.add_argument("--resume", action="store_true")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
@@ -515,21 +580,40 @@ def main() -> None:
     args.loss_betas = flag_list(parser, "--loss-betas", args.loss_betas, POSITIVE)
     args.base = checked_overrides(args.set, preset())  # fails before any run
     args.out = args.out or ROOT / "docs" / "results" / "pfmh"
+    check_tuning_flags(parser, args)
     args.out.mkdir(parents=True, exist_ok=True)
+    rows_path = args.out / "rows.jsonl"
+    known = load_rows(rows_path) if args.resume else []
     if args.resume:
-        check_resumed_form(load_rows(args.out / "rows.jsonl"), args.base)
-    rows, failed = run_sweep(
-        jobs(args),
-        lambda job: run_job(job, args),
-        rows_path=args.out / "rows.jsonl",
-        resume=args.resume,
-        name=job_name,
-        describe=lambda row: (
-            f"per-client mAP@ALL {row[LOCAL]:.4f} ({row['seconds']:.0f} s)"
-        ),
-        after_row=lambda rows: write_outputs(rows, args),
-        workers=args.jobs,
+        check_resumed_form(known, args.base)
+    args.validation = None
+    if args.lr_grid is not None:
+        try:
+            args.validation = write_validation_file(
+                Path(args.base["data-path"]),
+                args.out / "runs" / "validation",
+                fraction=args.val_fraction,
+                seed=args.tune_seed,
+            )
+        except (ValueError, OSError) as exc:
+            parser.error(str(exc))
+    args.grids = (
+        {cell_name(m, b): Grid(list(args.lr_grid)) for b in args.bits for m in METHODS}
+        if args.validation is not None
+        else {}
     )
+    sweep = sweep_parts(args, known)
+    rows, failed = run_tuning(
+        [("tune", c, lr, e) for c, g in args.grids.items() for lr, e in g.settings()],
+        known,
+        args.grids,
+        max_extensions=args.max_extensions,
+        resume=args.resume,
+        metric=SQ_CDB,
+        **sweep,
+    )
+    rows, more_failed = run_sweep(jobs(args), resume=True, **sweep)
+    failed += more_failed
     print(write_outputs(rows, args))
     from experiments.tables.pfmh_figures import (
         plot_map_per_round,
@@ -538,9 +622,10 @@ def main() -> None:
         sensitivity_bits,
     )
 
-    agg = aggregate(rows)
+    kept = table_rows(rows, chosen_rates(rows, args.grids))
+    agg = aggregate(kept)
     for bits in args.bits:
-        path = plot_map_per_round(rows, args.out, bits=bits)
+        path = plot_map_per_round(kept, args.out, bits=bits)
         print(f"mAP per round, {bits} bits: {path or 'no kept run directory'}")
         path = plot_precision_at_k(agg, args.out, bits=bits)
         print(f"top-K precision, {bits} bits: {path or 'no row with precision@K'}")
@@ -550,3 +635,102 @@ def main() -> None:
         )
         print(f"sensitivity to alpha and beta, {bits} bits: {path}")
     exit_if_failed(failed)  # the tables hold what finished
+
+
+def check_tuning_flags(
+    parser: argparse.ArgumentParser, args: argparse.Namespace
+) -> None:
+    """Parse the tuning flags; one clear line before any run when they do not fit."""
+    if args.lr_grid is None:
+        return
+    args.lr_grid = flag_list(parser, "--lr-grid", args.lr_grid, POSITIVE)
+    if args.only != "main":
+        parser.error(
+            f"--lr-grid with --only {args.only}: only the main table is tuned; "
+            "accepted: --only main"
+        )
+    if args.tune_seed in args.seeds:
+        parser.error(f"--tune-seed {args.tune_seed} is one of --seeds {args.seeds}")
+    if not 0 < args.val_fraction < 1:
+        parser.error(f"--val-fraction {args.val_fraction}: accepted is in (0, 1)")
+    if args.max_extensions < 0:
+        parser.error(f"--max-extensions {args.max_extensions}: accepted is >= 0")
+    if args.base.get("dataset") != "npz" or not args.base.get("data-path"):
+        parser.error(
+            f"--lr-grid on dataset {args.base.get('dataset')!r}: tuning draws its "
+            "validation split from a data file with a fixed query split; accepted: "
+            "--set dataset=npz --set data-path=<such an .npz> (docs/data.md)"
+        )
+
+
+def sweep_parts(args: argparse.Namespace, known: list[dict[str, Any]]) -> dict:
+    """``run_sweep``'s arguments for the tuning and the table runs.
+
+    A tuning job is ``("tune", cell, lr, epochs)``; a table job is a
+    :func:`jobs` dict. In a tuned sweep a main-table run is named with its cell's
+    chosen rate, so a resumed sweep whose choice moved runs it anew.
+    """
+
+    def rate(job: dict[str, Any]) -> float | None:
+        if not args.grids or job["table"] != "main":
+            return None
+        chosen = chosen_rates(known, args.grids)[cell_name(job["method"], job["bits"])]
+        if chosen is None:
+            raise RuntimeError(f"{job['method']}: tuning runs missing for its grid")
+        return chosen
+
+    def name(job: tuple | dict[str, Any]) -> str:
+        if isinstance(job, tuple):
+            return f"tune-{job[1]}-lr{job[2]:g}".replace(", ", "-").replace(" ", "")
+        lr = rate(job)
+        return job_name(job) if lr is None else f"{job_name(job)}-lr{lr:g}"
+
+    def run(job: tuple | dict[str, Any]) -> dict[str, Any]:
+        if isinstance(job, tuple):
+            row = run_tune(job, name(job))
+        else:
+            lr = rate(job)
+            overrides = {} if lr is None else {"learning-rate": lr}
+            row = {
+                **run_job(job, args, overrides=overrides, name=name(job)),
+                **({} if lr is None else {"kind": "table"}),
+            }
+        known.append(row)
+        return row
+
+    def run_tune(job: tuple, run_name: str) -> dict[str, Any]:
+        _, cell, lr, _epochs = job
+        assert args.validation is not None  # tuning runs only with a split
+        method, bits = next(
+            (m, b) for m in METHODS for b in args.bits if cell_name(m, b) == cell
+        )
+        spec = {
+            "table": "tune",
+            "method": method,
+            "alpha": args.base["dirichlet-alpha"],
+            "bits": bits,
+            "seed": args.tune_seed,
+        }
+        overrides = {"learning-rate": lr, "data-path": args.validation.path}
+        row = run_job(spec, args, overrides=overrides, name=run_name)
+        return {
+            **row,
+            "kind": TUNE,
+            "method": cell,
+            "pfmh_method": method,
+            "scored_on": "validation",
+        }
+
+    def describe(row: dict[str, Any]) -> str:
+        score = row.get(SQ_CDB)
+        text = "-" if score is None else f"{score:.4f}"
+        return f"global-protocol mAP@ALL {text} ({row['seconds']:.0f} s)"
+
+    return {
+        "run": run,
+        "rows_path": args.out / "rows.jsonl",
+        "name": name,
+        "describe": describe,
+        "after_row": lambda rows: write_outputs(rows, args),
+        "workers": args.jobs,
+    }

@@ -49,7 +49,9 @@ def test_pfmh_tables_open_with_their_protocol() -> None:
 
     from experiments.tables.pfmh_sweep import preset, tables
 
-    args = argparse.Namespace(seeds=[0], clients=10, bits=[32], base=preset())
+    args = argparse.Namespace(
+        seeds=[0], clients=10, bits=[32], base=preset(), validation=None, grids={}
+    )
     text = tables([], args, [])
     first = text.splitlines()[0]
     assert first.startswith("Protocol: PFMH global protocol")
@@ -137,6 +139,8 @@ def _sens_args(**kw):
         loss_betas=[0.001, 1.0],
         completion_alphas=[1.0],
         completion_bits=32,
+        validation=None,
+        grids={},
     )
     return argparse.Namespace(**{**base, **kw})
 

@@ -1,0 +1,177 @@
+"""The PFMH main table tuned on a validation split (``--lr-grid``).
+
+The Flower runs are replaced by a fake whose score peaks at a rate chosen per
+method, so the test checks the driver's wiring: tuning runs on the validation
+file with the tune seed, a grid edge extends the grid, the table runs each cell at
+its chosen rate on the real file, and a resumed sweep runs nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+
+import numpy as np
+import pytest
+
+#: the rate at which the fake run scores best, per ``pfmh.variant`` / mode
+PEAK = {("personalized", "full"): 3e-4, ("fedavg", "wo-p"): 2.7e-3}
+
+
+def _data(tmp_path):
+    rng = np.random.default_rng(0)
+    n = 80
+    labels = np.arange(n) % 4
+    split = np.zeros(n, dtype=np.int8)
+    split[:8] = 1  # the file's own queries
+    path = tmp_path / "tiny.npz"
+    np.savez(
+        path,
+        x_image=rng.normal(size=(n, 6)).astype(np.float32),
+        x_text=rng.normal(size=(n, 3)).astype(np.float32),
+        labels=labels,
+        split=split,
+    )
+    return path
+
+
+def _argv(tmp_path, data, *extra):
+    return [
+        "pfmh_sweep",
+        "--only",
+        "main",
+        "--seeds",
+        "0,1",
+        "--bits",
+        "16",
+        "--out",
+        str(tmp_path / "out"),
+        "--set",
+        "dataset=npz",
+        "--set",
+        f'data-path="{data}"',
+        "--set",
+        'modalities="image,text"',
+        *extra,
+    ]
+
+
+@pytest.fixture
+def fake_runs(monkeypatch):
+    import experiments.tables.pfmh_sweep as sweep
+
+    calls = []
+
+    def fake(cfg, clients, run_dir, cpus):
+        calls.append(dict(cfg))
+        peak = PEAK[(cfg["pfmh.mode"], cfg["pfmh.variant"])]
+        score = 0.5 - 0.05 * math.log10(cfg["learning-rate"] / peak) ** 2
+        per_client = {sweep.SQ_CDB: score, sweep.LOCAL: score + 0.3}
+        return {"final_per_client": per_client, "initial_per_client": {}, "final": {}}
+
+    methods = {m: sweep.METHODS[m] for m in ("PFMH", "FedAvg (same model)")}
+    monkeypatch.setattr(sweep, "METHODS", methods)
+    monkeypatch.setattr(sweep, "run_federated", fake)
+    return sweep, calls
+
+
+def test_tuned_table_tunes_on_validation_extends_the_edge_and_runs_the_choice(
+    fake_runs, tmp_path, monkeypatch
+) -> None:
+    sweep, calls = fake_runs
+    data = _data(tmp_path)
+    argv = _argv(tmp_path, data, "--lr-grid", "1e-4,3e-4,9e-4")
+    monkeypatch.setattr(sys, "argv", argv)
+    sweep.main()
+    tune = [c for c in calls if c["seed"] == 99]
+    table = [c for c in calls if c["seed"] != 99]
+    # every tuning run on the validation file, never on the reported file
+    assert {c["data-path"] for c in tune} != {str(data)}
+    assert all("validation-s99" in c["data-path"] for c in tune)
+    assert all(c["data-path"] == str(data) for c in table)
+    # PFMH peaks inside the grid (3 runs); FedAvg on its top edge: 9e-4 -> 2.7e-3
+    # (best) -> 8.1e-3 (worse), so 5 runs
+    assert sorted(c["learning-rate"] for c in tune if c["pfmh.mode"] != "fedavg") == [
+        1e-4,
+        3e-4,
+        9e-4,
+    ]
+    assert sorted(c["learning-rate"] for c in tune if c["pfmh.mode"] == "fedavg") == [
+        1e-4,
+        3e-4,
+        9e-4,
+        2.7e-3,
+        8.1e-3,
+    ]
+    rates = {(c["pfmh.mode"], c["seed"]): c["learning-rate"] for c in table}
+    assert rates == {
+        ("personalized", 0): 3e-4,
+        ("personalized", 1): 3e-4,
+        ("fedavg", 0): 2.7e-3,
+        ("fedavg", 1): 2.7e-3,
+    }
+    out = tmp_path / "out"
+    summary = json.loads((out / "summary.json").read_text())
+    grids = summary["tuning"]["grids"]
+    assert grids["FedAvg (same model), 16 bits"]["added"] == [2.7e-3, 8.1e-3]
+    assert grids["PFMH, 16 bits"]["chosen_learning_rate"] == 3e-4
+    assert summary["tuning"]["split"]["left_out"] == 8  # the file's queries
+    # the table aggregates the 4 table runs only, each at its cell's rate
+    assert sorted(len(a["seeds"]) for a in summary["aggregate"]) == [2, 2]
+    text = (out / "table.md").read_text()
+    assert "lr tuned per method and code length" in text
+    assert "scored on the global protocol of a validation split" in text
+    assert "| PFMH, 16 bits | 48.86 | **50.00** | 48.86 | - | - | 0.0003 |" in text
+    # resumed: nothing left to run
+    calls.clear()
+    monkeypatch.setattr(sys, "argv", [*argv, "--resume"])
+    sweep.main()
+    assert calls == []
+    assert (out / "table.md").read_text() == text
+
+
+def test_untuned_table_keeps_the_run_configs_rate(fake_runs, tmp_path, monkeypatch):
+    sweep, calls = fake_runs
+    monkeypatch.setattr(sys, "argv", _argv(tmp_path, _data(tmp_path)))
+    sweep.main()
+    assert {c["learning-rate"] for c in calls} == {1e-4}  # conf/pfmh.toml
+    assert {c["seed"] for c in calls} == {0, 1}
+    text = (tmp_path / "out" / "table.md").read_text()
+    assert "lr 0.0001 for every method (not tuned)" in text
+    assert "**Tuning**" not in text
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--only", "sensitivity"], "only the main table is tuned"),
+        (["--tune-seed", "1"], "--tune-seed 1 is one of --seeds"),
+        (["--val-fraction", "1.5"], "--val-fraction 1.5: accepted is in (0, 1)"),
+        (["--max-extensions", "-1"], "--max-extensions -1: accepted is >= 0"),
+        (["--lr-grid", "1e-4,x"], "--lr-grid"),
+    ],
+)
+def test_tuning_flags_that_do_not_fit_fail_before_any_run(
+    fake_runs, tmp_path, monkeypatch, capsys, extra, message
+) -> None:
+    sweep, calls = fake_runs
+    argv = _argv(tmp_path, _data(tmp_path), "--lr-grid", "1e-4,3e-4", *extra)
+    monkeypatch.setattr(sys, "argv", argv)
+    with pytest.raises(SystemExit):
+        sweep.main()
+    assert message in capsys.readouterr().err
+    assert calls == []
+
+
+def test_tuning_needs_a_file_with_a_fixed_split(
+    fake_runs, tmp_path, monkeypatch, capsys
+):
+    sweep, calls = fake_runs
+    argv = ["pfmh_sweep", "--only", "main", "--out", str(tmp_path), "--lr-grid", "1e-4"]
+    monkeypatch.setattr(sys, "argv", argv)  # the preset's multiview-digits
+    with pytest.raises(SystemExit):
+        sweep.main()
+    err = capsys.readouterr().err
+    assert "tuning draws its validation split from a data file" in err
+    assert calls == []
