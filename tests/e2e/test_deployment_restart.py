@@ -41,6 +41,7 @@ from tests.e2e.deployment_kit import (
     wait_for,
     wait_https,
 )
+from tests.e2e.resume_kit import rows_without_timing
 
 pytestmark = [
     pytest.mark.e2e,
@@ -56,7 +57,6 @@ NODES = 8
 #: HEARTBEAT_DEFAULT_INTERVAL (30 s) after its last heartbeat
 #: (flwr/supercore/corestate/sql_corestate.py, _cleanup_expired_task_tokens)
 OUTAGE_S = 75
-TIMING = {"train_round_s", "elapsed_s", "eval_seconds"}
 CONFIG = {
     "strategy": "fedavg",
     "dataset": "digits",
@@ -76,11 +76,6 @@ CONFIG = {
 #: on 2 cores do not fight over threads
 ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 STARTED = re.compile(r"Successfully started run (\d+)")
-
-
-def _rows(run: Path) -> list[dict]:
-    rows = [json.loads(x) for x in (run / "rounds.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in r.items() if k not in TIMING} for r in rows]
 
 
 def _submit(dep: Deployment, app: str, name: str, config: dict) -> tuple:
@@ -140,7 +135,7 @@ def _simulated_rows(tmp: Path) -> list[dict]:
         timeout=900,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return _rows(Path(proc.stdout.strip().splitlines()[-1]))
+    return rows_without_timing(Path(proc.stdout.strip().splitlines()[-1]))
 
 
 @pytest.fixture(scope="module")
@@ -281,7 +276,7 @@ def test_superlink_restart_mid_run_then_resume(deployment: Deployment, tmp_path)
     assert "Discovery: 8 node(s)" in out, out[-4000:]
     for i in range(NODES):
         assert f"[RUN {resumed_id}]" in dep.log(f"supernode-{i}"), i
-    rows = _rows(final)
+    rows = rows_without_timing(final)
     assert [r["round"] for r in rows] == [0, 1, 2, 3]
     assert rows[-1]["eval_clients"] == NODES
 
