@@ -230,12 +230,15 @@ class Grid:
     """One method's tuning grid: learning rates times local epochs.
 
     ``extended`` lists the values added because the choice sat on an edge,
-    as ``(axis, value)`` with axis ``"lr"`` or ``"epochs"``.
+    as ``(axis, value)`` with axis ``"lr"`` or ``"epochs"``; ``rounds`` counts
+    the extension rounds that added them (one round may add a rate and an epoch
+    count).
     """
 
     lrs: list[float]
     epochs: list[int] = field(default_factory=lambda: [DEFAULT_EPOCHS])
     extended: list[tuple[str, float]] = field(default_factory=list)
+    rounds: int = 0
 
     def settings(self) -> list[tuple[float, int]]:
         """Every ``(lr, epochs)`` of the grid."""
@@ -296,23 +299,32 @@ def tuned_setting(
 
 
 def extend_grids(
-    rows: list[dict[str, Any]], grids: Mapping[str, Grid], *, metric: str = "map_all"
+    rows: list[dict[str, Any]],
+    grids: Mapping[str, Grid],
+    *,
+    metric: str = "map_all",
+    max_rounds: int | None = None,
 ) -> list[tuple[str, str, float, int]]:
     """Grow every grid whose choice sits on an edge; return the new tuning jobs.
 
     A learning rate on an edge adds the next rate beyond it
     (:func:`grid_extension`, geometric) at every epoch count of
     the grid; epochs on an edge add the next count (arithmetic, >= 1) at every
-    rate. ``grids`` is changed in place (``Grid.extended`` records the additions).
+    rate. ``grids`` is changed in place (``Grid.extended`` records the additions,
+    ``Grid.rounds`` counts the rounds); a grid already grown ``max_rounds`` times
+    is left as it is.
     """
     jobs: list[tuple[str, str, float, int]] = []
     for method, grid in grids.items():
+        if max_rounds is not None and grid.rounds >= max_rounds:
+            continue
         chosen = tuned_setting(rows, method, grid, metric=metric)
         if chosen is None:
             continue
         lr, epochs = chosen
         new_lr = grid_extension(grid.lrs, lr, geometric=True)
         new_epochs = grid_extension(grid.epochs, epochs, geometric=False, lowest=0)
+        grown = len(jobs)
         if new_lr is not None and new_lr not in grid.lrs:
             grid.lrs.append(new_lr)
             grid.extended.append(("lr", new_lr))
@@ -321,7 +333,40 @@ def extend_grids(
             grid.epochs.append(int(new_epochs))
             grid.extended.append(("epochs", int(new_epochs)))
             jobs += [("tune", method, r, int(new_epochs)) for r in grid.lrs]
+        if len(jobs) > grown:
+            grid.rounds += 1
     return jobs
+
+
+def replay_extensions(
+    rows: list[dict[str, Any]],
+    grids: Mapping[str, Grid],
+    *,
+    max_extensions: int,
+    metric: str = "map_all",
+) -> None:
+    """Grow each grid as an earlier sweep grew it, from the tuning runs in ``rows``.
+
+    A resumed sweep starts from the grids as given, so until its extension rounds
+    come round again every choice is made over the unextended grids, and the tables
+    it writes meanwhile leave out the runs at an extended rate. Each grid's rounds
+    of :func:`extend_grids` are replayed here while every tuning run a round asks
+    for is already among ``rows``; the first round that asks for a run not done
+    yet is undone, and the sweep runs it as usual.
+    """
+    done = {(r["method"], r["learning_rate"], row_epochs(r)) for r in tuning_rows(rows)}
+    for method, grid in grids.items():
+        while True:
+            before = (list(grid.lrs), list(grid.epochs), list(grid.extended))
+            more = extend_grids(
+                rows, {method: grid}, metric=metric, max_rounds=max_extensions
+            )
+            if not more:
+                break
+            if any((m, lr, e) not in done for _, m, lr, e in more):
+                grid.lrs[:], grid.epochs[:], grid.extended[:] = before
+                grid.rounds -= 1
+                break
 
 
 def run_tuning(
@@ -337,16 +382,20 @@ def run_tuning(
     """Run the tuning ``jobs``, then grow every grid whose choice sits on an edge.
 
     ``sweep`` is :func:`experiments.lib.runner.run_sweep`'s other arguments (its
-    ``run`` appends each row to ``known``, which :func:`extend_grids` reads). At most
-    ``max_extensions`` rounds of extension runs follow, each resumed into the same
-    rows file; ``metric`` is the rows' validation score. Returns the rows and the
-    failed runs' names, as ``run_sweep``.
+    ``run`` appends each row to ``known``, which :func:`extend_grids` reads). Each
+    grid grows at most ``max_extensions`` times, each round resumed into the same
+    rows file; ``metric`` is the rows' validation score. A resumed sweep first
+    replays the extensions its rows already hold (:func:`replay_extensions`), so
+    that its tables use the grown grids from the first row on. Returns the rows and
+    the failed runs' names, as ``run_sweep``.
     """
     from experiments.lib.runner import run_sweep
 
+    if resume:
+        replay_extensions(known, grids, max_extensions=max_extensions, metric=metric)
     rows, failed = run_sweep(jobs, resume=resume, **sweep)
-    for _ in range(max_extensions):
-        more = extend_grids(known, grids, metric=metric)
+    while True:  # each grid grows at most max_extensions times
+        more = extend_grids(known, grids, metric=metric, max_rounds=max_extensions)
         if not more:
             break
         names = [sweep["name"](job) for job in more]

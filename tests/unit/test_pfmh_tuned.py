@@ -175,3 +175,56 @@ def test_tuning_needs_a_file_with_a_fixed_split(
     err = capsys.readouterr().err
     assert "tuning draws its validation split from a data file" in err
     assert calls == []
+
+
+def test_a_resumed_sweep_keeps_the_grown_grids_from_its_first_table_on(
+    fake_runs, tmp_path, monkeypatch
+) -> None:
+    """A resumed sweep with a new code length: while the new cells tune, the
+    tables it writes keep the old cells' choices from their extended grids."""
+    sweep, calls = fake_runs
+    argv = _argv(tmp_path, _data(tmp_path), "--lr-grid", "1e-4,3e-4,9e-4")
+    monkeypatch.setattr(sys, "argv", argv)
+    sweep.main()
+    seen = []
+    write = sweep.write_outputs
+
+    def spy(rows, args):
+        seen.append(
+            sweep.chosen_rates(rows, args.grids)["FedAvg (same model), 16 bits"]
+        )
+        return write(rows, args)
+
+    monkeypatch.setattr(sweep, "write_outputs", spy)
+    more = [*argv, "--resume"]
+    more[more.index("--bits") + 1] = "16,32"
+    monkeypatch.setattr(sys, "argv", more)
+    calls.clear()
+    sweep.main()
+    assert len(calls) == 3 + 5 + 4  # the new width: PFMH, FedAvg tuning, 4 table runs
+    assert seen and set(seen) == {2.7e-3}
+
+
+def test_replay_extensions_stops_at_the_first_round_not_run() -> None:
+    from experiments.lib.tuning import Grid, replay_extensions
+
+    def tune(lr, score):
+        return {"kind": "tune", "method": "m", "learning_rate": lr, "map_all": score}
+
+    base = [tune(1e-4, 0.1), tune(3e-4, 0.2), tune(9e-4, 0.3)]
+    grid = {"m": Grid([1e-4, 3e-4, 9e-4])}
+    # the first extension (2.7e-3) ran and won; the second (8.1e-3) did not run
+    replay_extensions(base + [tune(2.7e-3, 0.4)], grid, max_extensions=2)
+    assert grid["m"].lrs == [1e-4, 3e-4, 9e-4, 2.7e-3] and grid["m"].rounds == 1
+    assert grid["m"].extended == [("lr", 2.7e-3)]
+    grid = {"m": Grid([1e-4, 3e-4, 9e-4])}
+    rows = base + [tune(2.7e-3, 0.4), tune(8.1e-3, 0.35)]
+    replay_extensions(rows, grid, max_extensions=2)
+    assert grid["m"].lrs[-1] == 8.1e-3 and grid["m"].rounds == 2
+    grid = {"m": Grid([1e-4, 3e-4, 9e-4])}
+    replay_extensions(rows, grid, max_extensions=1)  # no more than allowed
+    assert grid["m"].lrs[-1] == 2.7e-3 and grid["m"].rounds == 1
+    grid = {"m": Grid([1e-4, 3e-4, 9e-4])}
+    replay_extensions(base, grid, max_extensions=2)  # 2.7e-3 not run
+    assert grid["m"].lrs == [1e-4, 3e-4, 9e-4] and grid["m"].extended == []
+    assert grid["m"].rounds == 0
