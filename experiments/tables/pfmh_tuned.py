@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from experiments.lib.tables import MISSING, table_head, table_row
-from experiments.lib.tuning import Grid, ValidationSplit, tuned_setting
+from experiments.lib.tuning import Grid, ValidationSplit, choice_on_edge, tuned_setting
 
 #: The validation score of a tuning run: the global protocol's mAP@ALL, mean over
 #: clients (``server_queries_client_db_map_all`` of a row).
@@ -97,7 +97,8 @@ def tuning_table(
     }
     lines = [
         "**Tuning** (validation split, global protocol, mAP@ALL %, one run per rate; "
-        "bold: the chosen rate; - : not tried)",
+        'bold: the chosen rate; - : not tried; "edge": the choice is still on an '
+        "end of its grid after the last extension)",
         "",
         *table_head("method", *(f"lr {lr:g}" for lr in rates), "chosen"),
     ]
@@ -108,7 +109,10 @@ def tuning_table(
             text = MISSING if v is None else f"{100 * v:.2f}"
             cells.append(f"**{text}**" if lr == chosen.get(cell) else text)
         pick = chosen.get(cell)
-        lines.append(table_row(cell, *cells, MISSING if pick is None else f"{pick:g}"))
+        text = MISSING if pick is None else f"{pick:g}"
+        if pick is not None and choice_on_edge(grid, pick, grid.epochs[0]):
+            text += " (edge)"
+        lines.append(table_row(cell, *cells, text))
     return [*lines, ""]
 
 

@@ -228,3 +228,18 @@ def test_replay_extensions_stops_at_the_first_round_not_run() -> None:
     replay_extensions(base, grid, max_extensions=2)  # 2.7e-3 not run
     assert grid["m"].lrs == [1e-4, 3e-4, 9e-4] and grid["m"].extended == []
     assert grid["m"].rounds == 0
+
+
+def test_the_tuning_table_marks_a_choice_left_on_the_grid_edge() -> None:
+    from experiments.lib.tuning import Grid
+    from experiments.tables.pfmh_tuned import SCORE, chosen_rates, tuning_table
+
+    def tune(cell, lr, score):
+        return {"kind": "tune", "method": cell, "learning_rate": lr, SCORE: score}
+
+    rows = [tune("a", 1e-4, 0.1), tune("a", 3e-4, 0.2), tune("a", 9e-4, 0.15)]
+    rows += [tune("b", 1e-4, 0.1), tune("b", 3e-4, 0.2)]
+    grids = {"a": Grid([1e-4, 3e-4, 9e-4]), "b": Grid([1e-4, 3e-4])}
+    text = "\n".join(tuning_table(rows, grids, chosen_rates(rows, grids)))
+    assert "| a | 10.00 | **20.00** | 15.00 | 0.0003 |" in text
+    assert "| b | 10.00 | **20.00** | - | 0.0003 (edge) |" in text
