@@ -61,6 +61,7 @@ from experiments.lib.tuning import (
     write_validation_file,
 )
 from experiments.tables.pfmh_tuned import (
+    TABLE,
     TUNE,
     cell_name,
     chosen_rates,
@@ -586,6 +587,12 @@ def main() -> None:
     known = load_rows(rows_path) if args.resume else []
     if args.resume:
         check_resumed_form(known, args.base)
+        if args.lr_grid is None and any(r.get("kind") in (TUNE, TABLE) for r in known):
+            parser.error(
+                f"--resume into {args.out}, a table tuned on validation, without "
+                "--lr-grid would add untuned runs to it; accepted: the same "
+                "--lr-grid, or another --out"
+            )
     args.validation = None
     if args.lr_grid is not None:
         try:
@@ -693,7 +700,7 @@ def sweep_parts(args: argparse.Namespace, known: list[dict[str, Any]]) -> dict:
             overrides = {} if lr is None else {"learning-rate": lr}
             row = {
                 **run_job(job, args, overrides=overrides, name=name(job)),
-                **({} if lr is None else {"kind": "table"}),
+                **({} if lr is None else {"kind": TABLE}),
             }
         known.append(row)
         return row

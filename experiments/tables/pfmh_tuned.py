@@ -31,6 +31,8 @@ from experiments.lib.tuning import Grid, ValidationSplit, choice_on_edge, tuned_
 SCORE = "server_queries_client_db_map_all"
 #: ``kind`` of a tuning row (``experiments.lib.tuning.tuning_rows``).
 TUNE = "tune"
+#: ``kind`` of a main-table row of a tuned sweep (untuned rows have no ``kind``).
+TABLE = "table"
 
 
 def cell_name(method: str, bits: int) -> str:
@@ -54,8 +56,10 @@ def table_rows(
 ) -> list[dict[str, Any]]:
     """Return the rows the tables aggregate: no tuning run, each cell at its rate.
 
-    A main-table row run at a rate that is no longer its cell's choice (the grid
-    grew on a resumed sweep) stays in ``rows.jsonl`` and out of the tables.
+    In a tuned table (``chosen`` not empty) only the main-table rows a tuned sweep
+    ran (``kind`` "table") at their cell's chosen rate count. A row run at a rate
+    that is no longer its cell's choice (the grid grew on a resumed sweep) stays
+    in ``rows.jsonl`` and out of the tables, as does an untuned row.
     """
     keep = []
     for r in rows:
@@ -63,7 +67,7 @@ def table_rows(
             continue
         if r["table"] == "main" and chosen:
             rate = chosen.get(cell_name(r["method"], r["bits"]))
-            if rate is None or r.get("learning_rate") != rate:
+            if r.get("kind") != TABLE or rate is None or r["learning_rate"] != rate:
                 continue
         keep.append(r)
     return keep

@@ -243,3 +243,34 @@ def test_the_tuning_table_marks_a_choice_left_on_the_grid_edge() -> None:
     text = "\n".join(tuning_table(rows, grids, chosen_rates(rows, grids)))
     assert "| a | 10.00 | **20.00** | 15.00 | 0.0003 |" in text
     assert "| b | 10.00 | **20.00** | - | 0.0003 (edge) |" in text
+
+
+def test_a_tuned_table_keeps_only_its_own_runs_at_the_chosen_rate() -> None:
+    from experiments.tables.pfmh_tuned import cell_name, table_rows
+
+    def row(seed, lr, **kw):
+        return {"table": "main", "method": "PFMH", "bits": 32, "seed": seed,
+                "learning_rate": lr, **kw}  # fmt: skip
+
+    untuned = row(0, 1e-4)  # an untuned run at the rate the tuning chose
+    tuned = row(0, 1e-4, kind="table")
+    old = row(1, 3e-4, kind="table")  # a rate no longer chosen
+    tune = row(99, 1e-4, kind="tune")
+    chosen = {cell_name("PFMH", 32): 1e-4}
+    assert table_rows([untuned, tuned, old, tune], chosen) == [tuned]
+    assert table_rows([untuned, tune], {}) == [untuned]  # an untuned table
+
+
+def test_an_untuned_resume_into_a_tuned_folder_is_refused(
+    fake_runs, tmp_path, monkeypatch, capsys
+) -> None:
+    sweep, calls = fake_runs
+    argv = _argv(tmp_path, _data(tmp_path))
+    monkeypatch.setattr(sys, "argv", [*argv, "--lr-grid", "1e-4,3e-4,9e-4"])
+    sweep.main()
+    calls.clear()
+    monkeypatch.setattr(sys, "argv", [*argv, "--resume"])
+    with pytest.raises(SystemExit):
+        sweep.main()
+    assert "a table tuned on validation, without --lr-grid" in capsys.readouterr().err
+    assert calls == []
