@@ -58,6 +58,7 @@ from experiments.lib.tuning import (
     choice_on_edge,
     run_tuning,
     tuned_setting,
+    tuning_flags_error,
     write_validation_file,
 )
 
@@ -289,12 +290,15 @@ def main() -> None:
     noises: list[float | None] = [None]
     noises += flag_list(parser, "--noise", args.noise, POSITIVE)
     args.lr_grid = flag_list(parser, "--lr-grid", args.lr_grid, POSITIVE)
-    if args.max_extensions < 0:
-        parser.error(f"--max-extensions {args.max_extensions}: accepted is >= 0")
-    if not 0 < args.val_fraction < 1:
-        parser.error(f"--val-fraction {args.val_fraction}: accepted is in (0, 1)")
-    if args.data_path is not None and args.tune_seed in seeds:
-        parser.error(f"--tune-seed {args.tune_seed} is one of --seeds {args.seeds}")
+    error = tuning_flags_error(
+        tune_seed=args.tune_seed,
+        # without a data file nothing is tuned, so any seed may be a table seed
+        seeds=seeds if args.data_path is not None else (),
+        val_fraction=args.val_fraction,
+        max_extensions=args.max_extensions,
+    )
+    if error is not None:
+        parser.error(error)
     if args.resume:
         try:
             check_resume_setup(args.out, setup_of(args))

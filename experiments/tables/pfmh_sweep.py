@@ -58,6 +58,7 @@ from experiments.lib.tuning import (
     VALIDATION_FRACTION,
     Grid,
     run_tuning,
+    tuning_flags_error,
     write_validation_file,
 )
 from experiments.tables.pfmh_tuned import (
@@ -656,12 +657,14 @@ def check_tuning_flags(
             f"--lr-grid with --only {args.only}: only the main table is tuned; "
             "accepted: --only main"
         )
-    if args.tune_seed in args.seeds:
-        parser.error(f"--tune-seed {args.tune_seed} is one of --seeds {args.seeds}")
-    if not 0 < args.val_fraction < 1:
-        parser.error(f"--val-fraction {args.val_fraction}: accepted is in (0, 1)")
-    if args.max_extensions < 0:
-        parser.error(f"--max-extensions {args.max_extensions}: accepted is >= 0")
+    error = tuning_flags_error(
+        tune_seed=args.tune_seed,
+        seeds=args.seeds,
+        val_fraction=args.val_fraction,
+        max_extensions=args.max_extensions,
+    )
+    if error is not None:
+        parser.error(error)
     if args.base.get("dataset") != "npz" or not args.base.get("data-path"):
         parser.error(
             f"--lr-grid on dataset {args.base.get('dataset')!r}: tuning draws its "
