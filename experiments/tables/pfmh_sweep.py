@@ -50,6 +50,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import experiments.tables.pfmh_figures as figures
 from experiments.lib.grids import COUNTS, POSITIVE, SEEDS, csv, flag_list, load_grids
 from experiments.lib.runner import exit_if_failed, load_rows, run_sweep, write_tables
 from experiments.lib.runs import ROOT, run_federated, set_flags
@@ -58,6 +59,7 @@ from experiments.lib.tuning import (
     VALIDATION_FRACTION,
     Grid,
     run_tuning,
+    tuned_setting,
     tuning_flags_error,
     write_validation_file,
 )
@@ -90,9 +92,9 @@ SENSITIVITY_METHOD = "PFMH"
 #: Config keys of the loss weights of Eq. 11 that the sensitivity table varies.
 LOSS_KEYS = {"loss_alpha": "pfmh.alpha", "loss_beta": "pfmh.beta"}
 #: Metrics of a row, as named in rounds.jsonl / summary.json.
-LOCAL = "local_map_all"
+LOCAL = figures.LOCAL
 LOCAL_K = "local_map_at_k"
-SQ_CDB = "server_queries_client_db_map_all"
+SQ_CDB = figures.GLOBAL
 UNION = "map_all"
 PRECISION = "precision_at_k"  # {K: global-protocol P@K averaged over clients}
 #: The form of the prototype contrast (Eqs. 9-10) and the prototype terms' weight
@@ -684,10 +686,11 @@ def sweep_parts(args: argparse.Namespace, known: list[dict[str, Any]]) -> dict:
     def rate(job: dict[str, Any]) -> float | None:
         if not args.grids or job["table"] != "main":
             return None
-        chosen = chosen_rates(known, args.grids)[cell_name(job["method"], job["bits"])]
+        cell = cell_name(job["method"], job["bits"])
+        chosen = tuned_setting(known, cell, args.grids[cell], metric=SQ_CDB)
         if chosen is None:
-            raise RuntimeError(f"{job['method']}: tuning runs missing for its grid")
-        return chosen
+            raise RuntimeError(f"{cell}: tuning runs missing for its grid")
+        return chosen[0]
 
     def name(job: tuple | dict[str, Any]) -> str:
         if isinstance(job, tuple):
