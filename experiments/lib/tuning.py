@@ -96,18 +96,19 @@ def tuning_flags_error(
     *,
     tune_seed: int,
     seeds: Sequence[int],
-    val_fraction: float,
+    val_fraction: float | None,
     max_extensions: int,
 ) -> str | None:
     """Return the one-line error for tuning flags that do not fit, or ``None``.
 
     The flags every tuned table shares: ``--max-extensions`` (>= 0),
-    ``--val-fraction`` (in (0, 1)) and ``--tune-seed`` (none of ``--seeds``: a
-    table seed must never be the one its rates were chosen on).
+    ``--val-fraction`` (in (0, 1); ``None`` for a table without the flag) and
+    ``--tune-seed`` (none of ``--seeds``: a table seed must never be the one its
+    rates were chosen on).
     """
     if max_extensions < 0:
         return f"--max-extensions {max_extensions}: accepted is >= 0"
-    if not 0 < val_fraction < 1:
+    if val_fraction is not None and not 0 < val_fraction < 1:
         return f"--val-fraction {val_fraction}: accepted is in (0, 1)"
     if tune_seed in seeds:
         listed = ",".join(str(s) for s in seeds)

@@ -64,7 +64,11 @@ from experiments.lib.overrides import checked_overrides, resolved_settings
 from experiments.lib.runner import resume_refusal, setup_differences
 from experiments.lib.runs import ROOT, run_centralized, run_federated
 from experiments.lib.tables import MISSING, mean_sd_cell, table_head, table_row
-from experiments.lib.tuning import grid_extension, write_validation_file
+from experiments.lib.tuning import (
+    grid_extension,
+    tuning_flags_error,
+    write_validation_file,
+)
 from experiments.tables.real_data_figures import report_curves
 from experiments.tables.real_data_setup import best_tuned_lr, lr_grid_lines
 from hashing.codes import sign_codes
@@ -528,8 +532,15 @@ def main() -> None:
         parser.error(f"--lr-grid {args.lr_grid}: learning rates must be > 0")
     if args.lr_grid and args.tuned_from is not None:
         parser.error("--lr-grid and --tuned-from: give one (tune here, or reuse rates)")
-    if args.lr_grid and args.tune_seed in args.seeds_list:
-        parser.error(f"--tune-seed {args.tune_seed} is one of --seeds {args.seeds}")
+    if args.lr_grid:
+        error = tuning_flags_error(
+            tune_seed=args.tune_seed,
+            seeds=args.seeds_list,
+            val_fraction=None,  # no flag: the validation split's default share
+            max_extensions=args.max_extensions,
+        )
+        if error:
+            parser.error(error)
     args.tuned_from_info = (
         read_tuned_from(args.tuned_from, args) if args.tuned_from is not None else None
     )

@@ -99,6 +99,7 @@ from experiments.lib.tuning import (
     row_epochs,
     run_tuning,
     tuned_setting,
+    tuning_flags_error,
     tuning_rows,
     write_validation_file,
 )
@@ -192,12 +193,6 @@ def main() -> None:
         args.fedhap_lr_grid is not None or args.ceiling_lr_grid is not None
     ):
         parser.error("--untuned takes no --fedhap-lr-grid / --ceiling-lr-grid")
-    if not 0 < args.val_fraction < 1:
-        parser.error(
-            f"--val-fraction {args.val_fraction}: accepted is a share in (0, 1)"
-        )
-    if args.max_extensions < 0:
-        parser.error(f"--max-extensions {args.max_extensions}: accepted is >= 0")
     if args.val_seed is None:
         args.val_seed = args.tune_seed
     if not args.data_path.is_file():
@@ -232,8 +227,14 @@ def main() -> None:
     for p in partitions:
         if p not in PARTITIONS:
             parser.error(f"--partitions: unknown {p!r}; accepted: iid, non-iid")
-    if args.tune_seed in seeds:
-        parser.error(f"--tune-seed {args.tune_seed} is one of --seeds {args.seeds}")
+    error = tuning_flags_error(
+        tune_seed=args.tune_seed,
+        seeds=seeds,
+        val_fraction=args.val_fraction,
+        max_extensions=args.max_extensions,
+    )
+    if error:
+        parser.error(error)
     if args.resume:
         try:
             check_resume_setup(args.out, setup_of(args))

@@ -369,3 +369,27 @@ def test_tuning_scores_on_the_validation_file_and_an_edge_grows_the_grid(
     # the grown grid waits for its new runs before choosing
     with pytest.raises(RuntimeError, match="no tuning run at lr"):
         pt.tuned_lrs(rows, args)
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--tune-seed", "1"], "--tune-seed 1 is one of --seeds 0,1"),
+        (["--max-extensions", "-1"], "--max-extensions -1: accepted is >= 0"),
+    ],
+)
+def test_bad_tuning_flags_are_refused_before_any_run(
+    tmp_path, monkeypatch, capsys, flags, message
+) -> None:
+    import sys
+
+    def no_run(*args, **kwargs):
+        raise AssertionError("a run started")
+
+    monkeypatch.setattr(pt, "_execute", no_run)
+    argv = ["phashing", "--seeds", "0,1", "--lr-grid", "1e-4,1e-3"]
+    argv += ["--out", str(tmp_path / "out"), *flags]
+    monkeypatch.setattr(sys, "argv", argv)
+    with pytest.raises(SystemExit):
+        pt.main()
+    assert message in capsys.readouterr().err

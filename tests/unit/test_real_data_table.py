@@ -485,3 +485,24 @@ def test_fedhaps_discriminator_options_are_tuned_as_fedhap_never_as_baselines(
     rdt.main()
     text = (tmp_path / "out" / "table.md").read_text()
     assert "(seeds 0, 1, 2; each row's count in column seeds)" in text
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--tune-seed", "0"], "--tune-seed 0 is one of --seeds 0"),
+        (["--val-fraction", "1.5"], "--val-fraction 1.5: accepted is in (0, 1)"),
+        (["--max-extensions", "-1"], "--max-extensions -1: accepted is >= 0"),
+    ],
+)
+def test_bad_tuning_flags_are_refused_before_any_run(
+    tmp_path, monkeypatch, capsys, flags, message
+) -> None:
+    import sys
+
+    seen, argv = _fake_driver(tmp_path, monkeypatch)
+    monkeypatch.setattr(sys, "argv", [*argv, *flags])
+    with pytest.raises(SystemExit):
+        rdt.main()
+    assert message in capsys.readouterr().err
+    assert seen == []  # refused before any run
