@@ -33,6 +33,13 @@ from hashing.pfmh.evaluation import (
     mean_over_clients,
     precision_over_clients,
 )
+from hashing.pfmh.metric_names import (
+    LOCAL_CLIENTS,
+    LOCAL_MAP_ALL,
+    LOCAL_MAP_AT_K,
+    SQ_CLIENT_DB_MAP_ALL,
+    SQ_CLIENT_DB_MAP_AT_K,
+)
 from hashing.pfmh.train import local_prototypes, train_pfmh
 from hashing.prototypes import PrototypeSet
 from hashing.retrieval import evaluate_retrieval
@@ -199,15 +206,11 @@ def train_centralized_pfmh(settings: RunSettings, num_clients: int) -> dict[str,
         "train_seconds": seconds,
         "final": union.to_dict(),
         "final_per_client": {
-            "local_map_all": mean_over_clients([r.map_all for r in local]),
-            "local_map_at_k": mean_over_clients([r.map_at_k for r in local]),
-            "local_clients": float(len(local)),
-            "server_queries_client_db_map_all": mean_over_clients(
-                [r.map_all for r in per_db]
-            ),
-            "server_queries_client_db_map_at_k": mean_over_clients(
-                [r.map_at_k for r in per_db]
-            ),
+            LOCAL_MAP_ALL: mean_over_clients([r.map_all for r in local]),
+            LOCAL_MAP_AT_K: mean_over_clients([r.map_at_k for r in local]),
+            LOCAL_CLIENTS: float(len(local)),
+            SQ_CLIENT_DB_MAP_ALL: mean_over_clients([r.map_all for r in per_db]),
+            SQ_CLIENT_DB_MAP_AT_K: mean_over_clients([r.map_at_k for r in per_db]),
             **precision_over_clients(per_db),
         },
     }
@@ -237,7 +240,7 @@ def main() -> None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(text + "\n")
     rep = result["final"]
-    local = result.get("final_per_client", {}).get("local_map_all")
+    local = result.get("final_per_client", {}).get(LOCAL_MAP_ALL)
     print(
         f"centralized {settings.code_length} bits, {result['epochs']} epochs: "
         f"mAP@ALL {rep['map_all']:.4f}, mAP@{rep['top_k']} {rep['map_at_k']:.4f}"

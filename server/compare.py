@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from hashing.pfmh.metric_names import LOCAL_MAP_ALL
 from server.run_files import INCOMPLETE, read_rounds
 
 
@@ -63,8 +64,8 @@ def summary_row(run: dict[str, Any]) -> dict[str, str]:
     summ = run["summary"]
     final = (summ.get("final") or {}).get("map_all")
     if final is None:
-        final = (summ.get("final_per_client") or {}).get("local_map_all")
-    best = summ.get("best_map_all", summ.get("best_local_map_all"))
+        final = (summ.get("final_per_client") or {}).get(LOCAL_MAP_ALL)
+    best = summ.get("best_map_all", summ.get(f"best_{LOCAL_MAP_ALL}"))
     prov = run["config"].get("provenance") or {}
     vers = prov.get("versions") or {"torch": run["config"].get("torch")}
     git = prov.get("git") or {}

@@ -29,6 +29,7 @@ from hashdata import (
     validate_partitioning,
 )
 from hashing.models import resolve_model_name
+from hashing.pfmh.metric_names import LOCAL_MAP_ALL
 from hashing.train import select_device
 from privacy.ledger import PrivacyLedger
 from privacy.noise import SEEDED_WARNING
@@ -286,8 +287,8 @@ class RoundReporter:
             return "-" if v is None else format(v, spec)
 
         local = (
-            f"local mAP@ALL {fmt(row.get('local_map_all'), '.4f')} | "
-            if "local_map_all" in row
+            f"local mAP@ALL {fmt(row.get(LOCAL_MAP_ALL), '.4f')} | "
+            if LOCAL_MAP_ALL in row
             else ""
         )
         return (
@@ -584,7 +585,7 @@ def _write_summary(
         raise RuntimeError("no evaluation happened; nothing to summarise")
     rep = last.report
     # personalized PFMH has no union ranking: its headline is the per-client mAP
-    key = "map_all" if rep is not None else "local_map_all"
+    key = "map_all" if rep is not None else LOCAL_MAP_ALL
     evaluated = [r for r in reporter.rows if r.get(key) is not None]
     best = max(evaluated, key=lambda r: r[key]) if evaluated else None
     initial = next(

@@ -12,6 +12,8 @@ from typing import Any
 
 import matplotlib
 
+from hashing.pfmh.metric_names import LOCAL_MAP_ALL
+
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
@@ -60,11 +62,11 @@ def plot_map_per_round(
     xs = [r["round"] for r in evaluated]
     ax.plot(xs, [r["map_all"] for r in evaluated], "o-", label="mAP@ALL")
     ax.plot(xs, [r["map_at_k"] for r in evaluated], "s--", label=f"mAP@{top_k}")
-    local = [r for r in rounds if r.get("local_map_all") is not None]  # PFMH
+    local = [r for r in rounds if r.get(LOCAL_MAP_ALL) is not None]  # PFMH
     if local:
         ax.plot(
             [r["round"] for r in local],
-            [r["local_map_all"] for r in local],
+            [r[LOCAL_MAP_ALL] for r in local],
             "^-.",
             label="per-client mAP@ALL (local queries)",
         )

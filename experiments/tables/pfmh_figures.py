@@ -20,9 +20,11 @@ from typing import Any
 
 import numpy as np
 
+from hashing.pfmh.metric_names import LOCAL_MAP_ALL, SQ_CLIENT_DB_MAP_ALL
+
 #: rounds.jsonl keys of the two PFMH protocols.
-GLOBAL = "server_queries_client_db_map_all"
-LOCAL = "local_map_all"
+GLOBAL = SQ_CLIENT_DB_MAP_ALL
+LOCAL = LOCAL_MAP_ALL
 
 
 def map_per_round(run_root: Path) -> dict[str, dict[int, float]]:

@@ -45,19 +45,22 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message
 from flwr.common.logger import log
 
-from hashing.pfmh.evaluation import mean_over_clients, precision_over_clients
+from hashing.pfmh.evaluation import (
+    mean_over_clients,
+    precision_over_clients,
+)
+from hashing.pfmh.metric_names import (
+    LOCAL_CLIENTS,
+    LOCAL_MAP_ALL,
+    LOCAL_MAP_AT_K,
+    SQ_CLIENT_DB_MAP_ALL,
+    SQ_CLIENT_DB_MAP_AT_K,
+)
 from hashing.retrieval import RetrievalReport
 from privacy.ledger import MechanismUse
 from server.discovery import NodeInfo
 from server.evaluation import Evaluation, RetrievalEvaluator
 from settings import keys as K
-
-#: Names of the per-client metrics in rounds.jsonl / summary.json.
-LOCAL_MAP_ALL = "local_map_all"
-LOCAL_MAP_AT_K = "local_map_at_k"
-SQ_CLIENT_DB_MAP_ALL = "server_queries_client_db_map_all"
-SQ_CLIENT_DB_MAP_AT_K = "server_queries_client_db_map_at_k"
-LOCAL_CLIENTS = "local_clients"  # clients that contributed a local mAP
 
 
 class PFMHEvaluator(RetrievalEvaluator):
