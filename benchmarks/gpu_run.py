@@ -14,8 +14,9 @@ left of the budget:
    ``features-fedavg-deterministic`` and ``...-deterministic-repeat`` run the
    first twice with ``cuda-deterministic = true``: the setting's cost is
    their round time against it, and the repeat's ``same_as_first_run`` says whether
-   the same seed gave the same per-round losses and mAP, bit for bit (on a CPU the
-   setting does nothing, and the pair checks the CPU's determinism);
+   the same seed gave the same per-round records, bit for bit, every field but the
+   wall times (on a CPU the setting does nothing, and the pair checks the CPU's
+   determinism);
 4. ``finetune-fedavg`` / ``finetune-fedhap``: the same on the images with the
    backbone trainable (``model = efficientnet-lite0``, ``model-image-size``);
 5. ``loopback``: one round of a loopback Flower deployment (SuperLink and
@@ -51,6 +52,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+
+from server.run_files import read_rounds, without_timing
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Seconds kept back from the budget for the report and the archive.
@@ -280,12 +283,12 @@ def run_step(cmd: list[str], log: Path, timeout: float, env: dict) -> tuple[int,
     return rc, time.monotonic() - t0
 
 
-#: A run's per-round numbers that a seed fixes (its timings are not among them).
-METRIC_KEYS = ("round", "train_loss", "map_all", "map_at_k")
-
-
 def same_metrics(first: dict, repeat: dict) -> bool | None:
-    """Whether two runs' per-round losses and mAP are equal bit for bit.
+    """Whether two runs' per-round records are equal bit for bit, timing aside.
+
+    Every field a seed fixes is compared (losses, mAPs, precision@K, each client's
+    metrics, bytes), as the end-to-end resume tests do
+    (:func:`server.run_files.without_timing`).
 
     ``None`` where either run has none to compare (it failed or was skipped).
     """
@@ -307,7 +310,7 @@ def step_status(rc: int, *, finished: bool) -> str:
 
 def run_summary(run_dir: Path) -> dict:
     """Read rounds, timing, mAP and client devices of one finished run folder."""
-    rows = [json.loads(x) for x in (run_dir / "rounds.jsonl").read_text().splitlines()]
+    rows = read_rounds(run_dir)
     config = json.loads((run_dir / "config.json").read_text())
     summary = json.loads((run_dir / "summary.json").read_text())
     trained = [r for r in rows if r.get("round", 0) > 0]
@@ -319,9 +322,7 @@ def run_summary(run_dir: Path) -> dict:
         "rounds": len(trained),
         "round0_map_all": rows[0].get("map_all") if rows else None,
         "map_all": summary["final"]["map_all"],
-        "metrics_per_round": [
-            {k: r.get(k) for k in METRIC_KEYS if r.get(k) is not None} for r in rows
-        ],
+        "metrics_per_round": without_timing(rows),
         "train_round_s": [round(x, 2) for x in train_s],
         "train_round_s_median": round(statistics.median(train_s), 2)
         if train_s

@@ -30,4 +30,5 @@ if ! "$py" -c "import flwr, ray" 2>/dev/null; then
   "$py" -c "import flwr, ray" || { echo "error: the bundle did not install Flower and Ray" >&2; exit 2; }
   echo "[gpu_run] bundle installed in $(( $(date +%s) - t0 )) s"
 fi
-exec "$py" benchmarks/gpu_run.py "${args[@]}"
+# -m: the repository root is on sys.path (gpu_run imports server.run_files)
+exec "$py" -m benchmarks.gpu_run "${args[@]}"

@@ -19,13 +19,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from server.run_files import read_rounds, without_timing
+
 ROOT = Path(__file__).resolve().parents[2]
-TIMING = {"train_round_s", "elapsed_s", "eval_seconds"}
 
 
-def _cmd(
-    overrides: dict[str, Any], clients: int, ray_address: str | None
-) -> list[str]:
+def _cmd(overrides: dict[str, Any], clients: int, ray_address: str | None) -> list[str]:
     cmd = [sys.executable, "-m", "experiments.simulate", "--clients", str(clients)]
     if ray_address:
         cmd += ["--ray-address", ray_address]
@@ -36,8 +35,7 @@ def _cmd(
 
 def rows_without_timing(run: Path) -> list[dict]:
     """``rounds.jsonl`` of ``run`` without the wall-time fields."""
-    rows = [json.loads(x) for x in (run / "rounds.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in r.items() if k not in TIMING} for r in rows]
+    return without_timing(read_rounds(run))
 
 
 def kill_and_resume(
@@ -55,8 +53,11 @@ def kill_and_resume(
     """
     config = {**overrides, "results-dir": str(results)}
     proc = subprocess.Popen(
-        _cmd(config, clients, ray_address), cwd=ROOT, start_new_session=True,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        _cmd(config, clients, ray_address),
+        cwd=ROOT,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     found: list[Path] = []
     at = None
@@ -80,7 +81,9 @@ def kill_and_resume(
     done = subprocess.run(
         _cmd({**config, "resume": str(run_dir)}, clients, ray_address),
         cwd=ROOT,
-        capture_output=True, text=True, timeout=900,
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     assert done.returncode == 0, f"exit {done.returncode}: {done.stderr[-3000:]}"
     assert "Resuming" in done.stderr, done.stderr[-3000:]

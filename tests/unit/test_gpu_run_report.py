@@ -59,3 +59,39 @@ def test_a_step_the_budget_stopped_says_so():
     assert step_status(124, finished=False).startswith("stopped: the budget ran out")
     assert step_status(1, finished=False) == "failed (exit 1)"
     assert step_status(0, finished=False) == "failed (exit 0)"
+
+
+def _run_folder(path, *, client_loss: float, seconds: float):
+    """A finished run folder whose round 1 has one client's loss and wall times."""
+    import json
+
+    path.mkdir()
+    rows = [
+        {"round": 0, "map_all": 0.1, "map_at_k": 0.2, "eval_seconds": seconds},
+        {
+            "round": 1,
+            "train_loss": 0.5,
+            "train_round_s": seconds,
+            "clients": {"0": {"train-loss": client_loss}},
+            "map_all": 0.3,
+            "map_at_k": 0.4,
+            "precision_at_k": {"10": 0.5},
+            "elapsed_s": seconds,
+        },
+    ]
+    (path / "rounds.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (path / "config.json").write_text("{}")
+    (path / "summary.json").write_text(json.dumps({"final": {"map_all": 0.3}}))
+    return path
+
+
+def test_the_repeat_compares_every_field_but_wall_time(tmp_path):
+    from benchmarks.gpu_run import run_summary
+
+    first = run_summary(_run_folder(tmp_path / "a", client_loss=0.7, seconds=1.0))
+    slower = run_summary(_run_folder(tmp_path / "b", client_loss=0.7, seconds=9.0))
+    assert same_metrics(first, slower)  # only the wall times differ
+    # a client's loss is a seeded number too: a repeat that differs there is not
+    # the same run, even where the global loss and mAP agree
+    other = run_summary(_run_folder(tmp_path / "c", client_loss=0.8, seconds=1.0))
+    assert same_metrics(first, other) is False
