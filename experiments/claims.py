@@ -6,6 +6,8 @@ partitioning=iid --direction greater`` pairs the rows matching ``--a`` and ``--b
 (and every ``--where``) by seed, and prints :func:`experiments.lib.verdict.
 paired_verdict` on ``--metric`` (default ``map_all``, a fraction, shown in points:
 ``--scale 100``; a dotted name reads a nested entry, e.g. ``map_per_round.15``).
+``--look 2`` decides a comparison that was not resolved and got one block of more
+seeds (the verdict rule's second look: a 97.5% interval).
 The claims sections of the method pages quote these lines.
 """
 
@@ -88,6 +90,7 @@ def claim(
     direction: str = "greater",
     margin: float = 0.0,
     scale: float = 100.0,
+    look: int = 1,
 ) -> Verdict:
     """Decide "a <direction> b" over the rows (see the module docstring)."""
     return paired_verdict(
@@ -95,6 +98,7 @@ def claim(
         scores(rows, [*where, *b], metric, scale),
         direction,
         margin=margin,
+        look=look,
     )
 
 
@@ -113,6 +117,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--direction", default="greater", choices=DIRECTIONS)
     parser.add_argument("--margin", type=float, default=0.0)
     parser.add_argument("--scale", type=float, default=100.0)
+    parser.add_argument(
+        "--look",
+        type=int,
+        default=1,
+        help="2: the verdict after one block of seeds added to a not-resolved one "
+        "(a 97.5%% interval; docs/methods/verdicts.md)",
+    )
     args = parser.parse_args(argv)
     if not args.rows.is_file():
         parser.error(f"{args.rows}: no such file")
@@ -126,6 +137,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             direction=args.direction,
             margin=args.margin,
             scale=args.scale,
+            look=args.look,
         )
     except ValueError as exc:
         parser.error(str(exc))

@@ -74,12 +74,14 @@ def mean_sd_cell(
     return pm(*mean_sd(values), scale=scale, fmt=fmt) + n_note(len(values), expected)
 
 
-def paired_interval(mean: float, low: float, high: float) -> str:
-    """Return a paired difference in points with its 95% interval.
+def paired_interval(
+    mean: float, low: float, high: float, *, confidence: float = 0.95
+) -> str:
+    """Return a paired difference in points with its interval (95% by default).
 
     For example ``+1.20 points, 95% CI [+0.40, +2.00]``.
     """
-    return f"{mean:+.2f} points, 95% CI [{low:+.2f}, {high:+.2f}]"
+    return f"{mean:+.2f} points, {confidence * 100:g}% CI [{low:+.2f}, {high:+.2f}]"
 
 
 def seeds_run(rows: Sequence[Mapping[str, Any]]) -> str:

@@ -21,6 +21,11 @@ Every "claims" section of the method pages decides its verdicts with
 5. A claim over several comparisons ("above every baseline"): "reproduced" when
    every comparison is, "not reproduced" when any is, "not resolved" otherwise
    (:func:`all_of`).
+6. A second look: a "not resolved" comparison may get one block of more seeds,
+   fixed before any of them runs; the verdict over all the seeds (``look=2``) then
+   takes a :data:`SECOND_LOOK_CONFIDENCE` (97.5%) interval, so the two looks
+   together give a wrong "reproduced" or "not reproduced" at most 5% + 2.5% of the
+   time (Bonferroni). No third look.
 
 Pure functions: no I/O, no state. The t quantile is SciPy's.
 """
@@ -49,6 +54,10 @@ MIN_SEEDS_SMALL_EFFECT = 5
 SMALL_EFFECT = 1.0
 #: Coverage of the interval.
 CONFIDENCE = 0.95
+#: Coverage of the interval at the second look (rule 6), the only other one.
+SECOND_LOOK_CONFIDENCE = 0.975
+#: Interval coverage per look (rule 6).
+LOOK_CONFIDENCE = {1: CONFIDENCE, 2: SECOND_LOOK_CONFIDENCE}
 
 
 @dataclass(frozen=True)
@@ -74,6 +83,8 @@ class Verdict:
         Why the label (one sentence).
     margin : float
         The equivalence margin of an ``"equal"`` claim (0 otherwise).
+    confidence : float
+        Coverage of the interval: 0.95, or 0.975 at a second look (rule 6).
     """
 
     label: str
@@ -86,29 +97,42 @@ class Verdict:
     min_seeds: int
     reason: str
     margin: float = 0.0
+    confidence: float = CONFIDENCE
 
     def text(self) -> str:
         """One line for a claims section, e.g. ``reproduced: +1.20 points ...``."""
-        interval = paired_interval(self.mean, self.low, self.high)
-        return f"{self.label}: {interval}, {len(self.seeds)} paired seeds"
+        interval = paired_interval(
+            self.mean, self.low, self.high, confidence=self.confidence
+        )
+        look = ", second look" if self.confidence != CONFIDENCE else ""
+        return f"{self.label}: {interval}, {len(self.seeds)} paired seeds{look}"
 
     def to_dict(self) -> dict[str, object]:
-        """JSON-able form (``summary.json``)."""
+        """JSON-able form (``summary.json``); a second look adds ``confidence``."""
+        second = self.confidence != CONFIDENCE
         return {
             "label": self.label,
             "direction": self.direction,
             "seeds": list(self.seeds),
             "differences": list(self.differences),
             "mean": self.mean,
-            "ci95": [self.low, self.high],
+            ci_key(self.confidence): [self.low, self.high],
+            **({"confidence": self.confidence} if second else {}),
             "min_seeds": self.min_seeds,
             "margin": self.margin,
             "reason": self.reason,
         }
 
 
-def t_interval(differences: list[float]) -> tuple[float, float, float]:
-    """Mean and two-sided 95% Student-t interval of paired differences.
+def ci_key(confidence: float) -> str:
+    """Return the interval's key in :meth:`Verdict.to_dict`: ``ci95``, ``ci97.5``."""
+    return f"ci{confidence * 100:g}"
+
+
+def t_interval(
+    differences: list[float], confidence: float = CONFIDENCE
+) -> tuple[float, float, float]:
+    """Mean and two-sided Student-t interval (95% by default) of paired differences.
 
     Returns ``(mean, low, high)``; with one value the interval is the point.
 
@@ -126,7 +150,7 @@ def t_interval(differences: list[float]) -> tuple[float, float, float]:
     if n == 1:
         return mean, mean, mean
     half = (
-        float(student_t.ppf(0.5 + CONFIDENCE / 2, n - 1))
+        float(student_t.ppf(0.5 + confidence / 2, n - 1))
         * statistics.stdev(differences)
         / math.sqrt(n)
     )
@@ -144,6 +168,7 @@ def paired_verdict(
     direction: str,
     *,
     margin: float = 0.0,
+    look: int = 1,
 ) -> Verdict:
     """Decide a claim about ``a`` against ``b`` from per-seed scores in points.
 
@@ -157,6 +182,9 @@ def paired_verdict(
         differ by less than ``margin`` points.
     margin : float
         The equivalence margin in points, > 0, for ``"equal"`` only.
+    look : int
+        1, or 2 for the verdict after one block of seeds added to a "not resolved"
+        one (rule 6: a 97.5% interval).
 
     Returns
     -------
@@ -181,13 +209,18 @@ def paired_verdict(
             f"margin={margin!r}: only an 'equal' claim takes a margin (got "
             f"direction={direction!r})"
         )
+    if look not in LOOK_CONFIDENCE:
+        raise ValueError(
+            f"look={look!r}: accepted are 1 and 2 (one block of seeds added, no more)"
+        )
+    confidence = LOOK_CONFIDENCE[look]
     seeds = tuple(sorted(set(a) & set(b)))
     if not seeds:
         raise ValueError(
             f"no seed in both: a has {sorted(a)}, b has {sorted(b)}; pair runs by seed"
         )
     diffs = tuple(float(a[s]) - float(b[s]) for s in seeds)
-    mean, low, high = t_interval(list(diffs))
+    mean, low, high = t_interval(list(diffs), confidence)
     need = seeds_needed(mean)
     if len(seeds) < need:
         label = NOT_RESOLVED
@@ -221,6 +254,7 @@ def paired_verdict(
         min_seeds=need,
         reason=reason,
         margin=margin,
+        confidence=confidence,
     )
 
 

@@ -144,3 +144,23 @@ def test_claims_pick_rows_by_filters_and_read_nested_metrics() -> None:
         claim(rows, a, b)  # without the partitioning FedHAP has two rows at seed 0
     with pytest.raises(ValueError, match="accepted is key=value"):
         parse_filter("FedHAP")
+
+
+def test_a_second_look_takes_a_wider_interval() -> None:
+    # five more seeds after a not-resolved verdict: the same differences that a
+    # first look calls reproduced are not resolved at the second look's 97.5%
+    diffs = [0.83, 0.03, 0.53, -0.27, 0.43, 0.73, -0.07, 0.63, -0.17, 0.33]
+    a = {s: 50.0 + d for s, d in enumerate(diffs)}
+    b = dict.fromkeys(range(10), 50.0)
+    first = paired_verdict(a, b, "greater")
+    second = paired_verdict(a, b, "greater", look=2)
+    assert first.mean == second.mean
+    assert second.low < first.low and second.high > first.high
+    assert first.label == REPRODUCED and second.label == NOT_RESOLVED
+    assert second.text().startswith("not resolved: +0.30 points, 97.5% CI [")
+    assert second.text().endswith("10 paired seeds, second look")
+    assert second.to_dict()["ci97.5"] == [second.low, second.high]
+    assert second.to_dict()["confidence"] == 0.975
+    assert "confidence" not in first.to_dict()
+    with pytest.raises(ValueError, match="look=3: accepted are 1 and 2"):
+        paired_verdict(a, b, "greater", look=3)
