@@ -7,7 +7,9 @@ partitioning=iid --direction greater`` pairs the rows matching ``--a`` and ``--b
 paired_verdict` on ``--metric`` (default ``map_all``, a fraction, shown in points:
 ``--scale 100``; a dotted name reads a nested entry, e.g. ``map_per_round.15``).
 ``--look 2`` decides a comparison that was not resolved and got one block of more
-seeds (the verdict rule's second look: a 97.5% interval).
+seeds (the verdict rule's second look: a 97.5% interval); ``--seeds 0,1,2,3,4``
+keeps the first look's seeds, for a comparison the first look decided in a folder
+that holds more.
 The claims sections of the method pages quote these lines.
 """
 
@@ -91,8 +93,14 @@ def claim(
     margin: float = 0.0,
     scale: float = 100.0,
     look: int = 1,
+    seeds: Sequence[int] | None = None,
 ) -> Verdict:
-    """Decide "a <direction> b" over the rows (see the module docstring)."""
+    """Decide "a <direction> b" over the rows (see the module docstring).
+
+    ``seeds``: only these seeds' rows count (``None``: every seed).
+    """
+    if seeds is not None:
+        rows = [r for r in rows if int(r["seed"]) in set(seeds)]
     return paired_verdict(
         scores(rows, [*where, *a], metric, scale),
         scores(rows, [*where, *b], metric, scale),
@@ -124,9 +132,22 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="2: the verdict after one block of seeds added to a not-resolved one "
         "(a 97.5%% interval; docs/methods/verdicts.md)",
     )
+    parser.add_argument(
+        "--seeds",
+        default=None,
+        help="comma-separated seeds: only their rows count (default: every seed)",
+    )
     args = parser.parse_args(argv)
     if not args.rows.is_file():
         parser.error(f"{args.rows}: no such file")
+    seeds = None
+    if args.seeds is not None:
+        try:
+            seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
+        except ValueError:
+            seeds = []
+        if not seeds:
+            parser.error(f"--seeds {args.seeds!r}: accepted is integers, e.g. 0,1,2")
     try:
         verdict = claim(
             load_rows(args.rows),
@@ -138,6 +159,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             margin=args.margin,
             scale=args.scale,
             look=args.look,
+            seeds=seeds,
         )
     except ValueError as exc:
         parser.error(str(exc))

@@ -140,6 +140,8 @@ def test_claims_pick_rows_by_filters_and_read_nested_metrics() -> None:
     v = claim(rows, a, b, where=where)
     assert v.differences == pytest.approx((2.0, 2.0, 2.0))
     assert claim(rows, a, b, where=where, metric="map_per_round.5").seeds == (0, 1, 2)
+    # a first look's seeds, in a folder that holds more
+    assert claim(rows, a, b, where=where, seeds=[0, 2]).seeds == (0, 2)
     with pytest.raises(ValueError, match="two rows match"):
         claim(rows, a, b)  # without the partitioning FedHAP has two rows at seed 0
     with pytest.raises(ValueError, match="accepted is key=value"):
@@ -164,3 +166,13 @@ def test_a_second_look_takes_a_wider_interval() -> None:
     assert "confidence" not in first.to_dict()
     with pytest.raises(ValueError, match="look=3: accepted are 1 and 2"):
         paired_verdict(a, b, "greater", look=3)
+
+
+def test_claims_cli_refuses_seeds_that_are_not_integers(tmp_path, capsys) -> None:
+    from experiments.claims import main
+
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"method": "a", "seed": 0, "map_all": 0.5}\n')
+    with pytest.raises(SystemExit):
+        main([str(rows), "--a", "method=a", "--b", "method=b", "--seeds", "0,x"])
+    assert "--seeds '0,x': accepted is integers" in capsys.readouterr().err
