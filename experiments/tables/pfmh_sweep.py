@@ -47,6 +47,7 @@ import json
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +55,7 @@ import experiments.tables.pfmh_figures as figures
 from experiments.lib.grids import COUNTS, POSITIVE, SEEDS, csv, flag_list, load_grids
 from experiments.lib.runner import exit_if_failed, load_rows, run_sweep, write_tables
 from experiments.lib.runs import ROOT, run_federated, set_flags
-from experiments.lib.tables import MISSING, mean_sd, n_note, pm, table_head, table_row
+from experiments.lib.tables import MISSING, mean_sd, pm, table_head, table_row
 from experiments.lib.tuning import (
     VALIDATION_FRACTION,
     Grid,
@@ -332,10 +333,31 @@ def _mean_std(vals: list[float]) -> list[float]:
     return list(mean_sd(vals))
 
 
-def _cell(a: dict[str, Any] | None, key: str) -> str:
+def _cell(a: dict[str, Any] | None, key: str, seeds: int = 3) -> str:
+    """Return ``mean ± std`` in %, ``(n=k)`` added where k is not ``seeds``.
+
+    ``seeds``: the count most cells of the table hold (:func:`typical_seeds`).
+    """
     if a is None or a.get(key) is None:
         return MISSING
-    return pm(*a[key], scale=100) + n_note(len(a["seeds"]), 3)
+    n = len(a["seeds"])
+    return pm(*a[key], scale=100) + (f" (n={n})" if n != seeds else "")
+
+
+def typical_seeds(agg: list[dict[str, Any]]) -> int:
+    """Return the seed count most cells hold (3 for an empty table)."""
+    counts = Counter(len(a["seeds"]) for a in agg)
+    return max(counts, key=lambda n: (counts[n], n)) if counts else 3
+
+
+def seeds_line(agg: list[dict[str, Any]]) -> str:
+    """Which seeds the tables average, and how a cell over another count says so."""
+    seeds = sorted({s for a in agg for s in a["seeds"]})
+    listed = ", ".join(str(s) for s in seeds) or "none"
+    return (
+        f"Seeds: {listed}; each cell is the mean over {typical_seeds(agg)} of them "
+        "unless it says (n=k)."
+    )
 
 
 def protocol(args: argparse.Namespace, rows: list[dict[str, Any]]) -> str:
@@ -380,7 +402,8 @@ def tables(
     """Markdown tables: one per metric, methods x bits; completion; cost."""
     main = {(a["method"], a["bits"]): a for a in agg if a["table"] == "main"}
     alpha = args.base["dirichlet-alpha"]
-    lines: list[str] = [protocol(args, rows), ""]
+    n = typical_seeds(agg)
+    lines: list[str] = [protocol(args, rows), "", seeds_line(agg), ""]
     titles = (
         (LOCAL, "Ours (per-client, local queries): local queries vs local database"),
         (SQ_CDB, "Server queries vs each client's own database, averaged over clients"),
@@ -396,10 +419,12 @@ def tables(
         ]
         first = next(iter(METHODS))
         if key != UNION:  # the untrained network (round 0 of the PFMH runs)
-            cells = [_cell(main.get((first, b)), "initial_" + key) for b in args.bits]
+            cells = [
+                _cell(main.get((first, b)), "initial_" + key, n) for b in args.bits
+            ]
             lines.append(table_row("untrained (round 0)", *cells))
         for method in METHODS:
-            cells = [_cell(main.get((method, b)), key) for b in args.bits]
+            cells = [_cell(main.get((method, b)), key, n) for b in args.bits]
             if all(c == MISSING for c in cells):
                 continue
             lines.append(table_row(method, *cells))
@@ -416,14 +441,14 @@ def tables(
             *table_head("method", *(f"Dirichlet {x}" for x in [alpha, *alphas])),
         ]
         for method in COMPLETION_METHODS:
-            cells = [_cell(main.get((method, args.completion_bits)), LOCAL)]
-            cells += [_cell(find.get((method, x)), LOCAL) for x in alphas]
+            cells = [_cell(main.get((method, args.completion_bits)), LOCAL, n)]
+            cells += [_cell(find.get((method, x)), LOCAL, n) for x in alphas]
             lines.append(table_row(method, *cells))
         lines.append("")
     if args.validation is not None:
         lines += tuning_table(rows, args.grids, chosen_rates(rows, args.grids))
     lines += precision_table(main, args)
-    lines += sensitivity_table(agg, args)
+    lines += sensitivity_table(agg, args, n)
     lines += [
         "**Cost per round** (means over runs)",
         "",
@@ -479,8 +504,13 @@ def precision_table(
     return lines
 
 
-def sensitivity_table(agg: list[dict[str, Any]], args: argparse.Namespace) -> list[str]:
-    """Tabulate mAP against alpha (beta at its default), then beta, per code length."""
+def sensitivity_table(
+    agg: list[dict[str, Any]], args: argparse.Namespace, n: int = 3
+) -> list[str]:
+    """Tabulate mAP against alpha (beta at its default), then beta, per code length.
+
+    ``n``: the table's typical seed count (a cell over another count says so).
+    """
     from experiments.tables.pfmh_figures import sensitivity_bits, sensitivity_points
 
     defaults = loss_defaults(args.base)
@@ -506,7 +536,10 @@ def sensitivity_table(agg: list[dict[str, Any]], args: argparse.Namespace) -> li
                 mark = " (default)" if key == defaults else ""
                 lines.append(
                     table_row(
-                        name, f"{key[idx]:g}{mark}", _cell(a, SQ_CDB), _cell(a, LOCAL)
+                        name,
+                        f"{key[idx]:g}{mark}",
+                        _cell(a, SQ_CDB, n),
+                        _cell(a, LOCAL, n),
                     )
                 )
         lines.append("")
