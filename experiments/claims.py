@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from experiments.lib.grids import SEEDS, flag_list
 from experiments.lib.runner import load_rows
 from experiments.lib.verdict import DIRECTIONS, Verdict, paired_verdict
 
@@ -140,14 +141,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if not args.rows.is_file():
         parser.error(f"{args.rows}: no such file")
-    seeds = None
-    if args.seeds is not None:
-        try:
-            seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
-        except ValueError:
-            seeds = []
-        if not seeds:
-            parser.error(f"--seeds {args.seeds!r}: accepted is integers, e.g. 0,1,2")
+    seeds = (
+        None if args.seeds is None else flag_list(parser, "--seeds", args.seeds, SEEDS)
+    )
     try:
         verdict = claim(
             load_rows(args.rows),

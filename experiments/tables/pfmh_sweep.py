@@ -51,7 +51,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import experiments.tables.pfmh_figures as figures
 from experiments.lib.grids import COUNTS, POSITIVE, SEEDS, csv, flag_list, load_grids
 from experiments.lib.runner import exit_if_failed, load_rows, run_sweep, write_tables
 from experiments.lib.runs import ROOT, run_federated, set_flags
@@ -75,6 +74,11 @@ from experiments.tables.pfmh_tuned import (
     tuning_text,
 )
 from hashing.pfmh.evaluation import PRECISION_PREFIX
+from hashing.pfmh.metric_names import (
+    LOCAL_MAP_ALL,
+    LOCAL_MAP_AT_K,
+    SQ_CLIENT_DB_MAP_ALL,
+)
 from settings.check import parse_run_config
 
 CENTRALIZED = "centralized"
@@ -93,9 +97,9 @@ SENSITIVITY_METHOD = "PFMH"
 #: Config keys of the loss weights of Eq. 11 that the sensitivity table varies.
 LOSS_KEYS = {"loss_alpha": "pfmh.alpha", "loss_beta": "pfmh.beta"}
 #: Metrics of a row, as named in rounds.jsonl / summary.json.
-LOCAL = figures.LOCAL
-LOCAL_K = "local_map_at_k"
-SQ_CDB = figures.GLOBAL
+LOCAL = LOCAL_MAP_ALL
+LOCAL_K = LOCAL_MAP_AT_K
+SQ_CDB = SQ_CLIENT_DB_MAP_ALL
 UNION = "map_all"
 PRECISION = "precision_at_k"  # {K: global-protocol P@K averaged over clients}
 #: The form of the prototype contrast (Eqs. 9-10) and the prototype terms' weight
@@ -333,7 +337,7 @@ def _mean_std(vals: list[float]) -> list[float]:
     return list(mean_sd(vals))
 
 
-def _cell(a: dict[str, Any] | None, key: str, seeds: int = 3) -> str:
+def _cell(a: dict[str, Any] | None, key: str, seeds: int) -> str:
     """Return ``mean ± std`` in %, ``(n=k)`` added where k is not ``seeds``.
 
     ``seeds``: the count most cells of the table hold (:func:`typical_seeds`).

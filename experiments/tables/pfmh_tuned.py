@@ -25,11 +25,11 @@ from typing import Any
 
 from experiments.lib.tables import MISSING, table_head, table_row
 from experiments.lib.tuning import Grid, ValidationSplit, choice_on_edge, tuned_setting
-from experiments.tables.pfmh_figures import GLOBAL
+from hashing.pfmh.metric_names import SQ_CLIENT_DB_MAP_ALL
 
 #: The validation score of a tuning run: the global protocol's mAP@ALL, mean over
 #: clients (``server_queries_client_db_map_all`` of a row).
-SCORE = GLOBAL
+SCORE = SQ_CLIENT_DB_MAP_ALL
 #: ``kind`` of a tuning row (``experiments.lib.tuning.tuning_rows``).
 TUNE = "tune"
 #: ``kind`` of a main-table row of a tuned sweep (untuned rows have no ``kind``).

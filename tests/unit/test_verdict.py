@@ -175,4 +175,7 @@ def test_claims_cli_refuses_seeds_that_are_not_integers(tmp_path, capsys) -> Non
     rows.write_text('{"method": "a", "seed": 0, "map_all": 0.5}\n')
     with pytest.raises(SystemExit):
         main([str(rows), "--a", "method=a", "--b", "method=b", "--seeds", "0,x"])
-    assert "--seeds '0,x': accepted is integers" in capsys.readouterr().err
+    assert (
+        "--seeds: 'x' in '0,x'; accepted: comma-separated integers >= 0"
+        in capsys.readouterr().err
+    )
