@@ -97,6 +97,7 @@ from experiments.lib.tuning import (
     ValidationSplit,
     choice_on_edge,
     row_epochs,
+    replay_extensions,
     run_tuning,
     tuned_setting,
     tuning_flags_error,
@@ -399,11 +400,17 @@ def main() -> None:
         "describe": lambda r: f"mAP@ALL {r['map_all']:.4f} ({r['seconds']:.0f} s)",
         "after_row": tables,
     }
-    # a choice on a grid's edge extends that axis (every value of the other axis)
+    # a choice on a grid's edge extends that axis (every value of the other axis),
+    # for the methods named only; the others in a resumed folder keep the grids
+    # their rows grew (for the table and the stale-row check) and grow no further
+    named = {m: g for m, g in grids.items() if m in methods}
+    if args.resume:
+        others = {m: g for m, g in grids.items() if m not in named}
+        replay_extensions(known, others, max_extensions=args.max_extensions)
     rows, failed = run_tuning(
         tune_jobs,
         known,
-        grids,
+        named,
         max_extensions=args.max_extensions,
         resume=args.resume,
         **sweep,

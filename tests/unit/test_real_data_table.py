@@ -448,6 +448,32 @@ def test_the_driver_tunes_on_the_validation_file_and_grows_an_edge(
     assert summary["setup"]["tuning"] == "validation split 0.1, seed 99"
 
 
+def test_a_resume_with_fewer_methods_grows_only_their_grids(
+    tmp_path, monkeypatch
+) -> None:
+    """A grid edge extends the named methods only, not every method in the rows.
+
+    Before the fix, resuming a folder with ``--methods FedHAP`` ran DCH's
+    extension runs too. The others keep the grids their rows grew, so their table
+    rows (at an extended rate) are not marked superseded.
+    """
+    seen, argv = _fake_driver(tmp_path, monkeypatch)
+    argv += ["--lr-grid", "0.001,0.002", "--fedhap-lr-grid", "0.001,0.002"]
+    argv += ["--epochs-grid", "1"]
+    first = [*argv, "--methods", "FedHAP,DCH (FedAvg)", "--max-extensions", "1"]
+    monkeypatch.setattr("sys.argv", first)
+    rdt.main()  # both grow to 4e-3, still on the edge
+    seen.clear()
+    again = [*argv, "--methods", "FedHAP", "--max-extensions", "2", "--resume"]
+    monkeypatch.setattr("sys.argv", again)
+    rdt.main()
+    ran = [(c[3]["strategy"], c[1]) for c in seen]
+    assert ran == [("fedhap", 8e-3), ("fedhap", 8e-3)]  # its tuning run, its table
+    rows = [json.loads(line) for line in (tmp_path / "out" / "rows.jsonl").open()]
+    dch = [r for r in rows if r["method"] == "DCH (FedAvg)" and r["kind"] != "tune"]
+    assert [(r["kind"], r["learning_rate"]) for r in dch] == [("table", 4e-3)]
+
+
 def test_fedhaps_discriminator_options_are_tuned_as_fedhap_never_as_baselines(
     tmp_path, monkeypatch
 ) -> None:
