@@ -15,6 +15,11 @@ split keeps clear of every seed's queries and a tuned table cannot use it
 Under ``feature-scaling = "auto"`` an ``.npz`` image is standardised per channel from
 its database rows (docs/data.md), where the built-in digits stay in [0, 1]: a run on
 this file is not bit-identical to one on ``dataset = "digits"``.
+
+``--multiview`` writes ``multiview-digits`` (:mod:`hashdata.multiview`) instead, for
+PFMH's tuned table: ``x_image`` (1797, 64) and ``x_hog`` (1797, 32) float32 feature
+rows (its two views), ``labels`` and the same ``split``. Both views lie in [0, 1], so
+``"auto"`` keeps them as given: a run reads exactly the built-in views.
 """
 
 from __future__ import annotations
@@ -49,25 +54,58 @@ def digits_arrays(
     }
 
 
-def write_digits_npz(out: Path, *, query_fraction: float = 0.1, seed: int = 0) -> Path:
-    """Write :func:`digits_arrays` to ``out`` (uncompressed) and return it."""
+def multiview_arrays(
+    *, query_fraction: float = 0.1, seed: int = 0
+) -> dict[str, np.ndarray]:
+    """Return ``x_image`` and ``x_hog`` (the two views), ``labels`` and the ``split``.
+
+    The split is :func:`digits_arrays`' (the same labels, fraction and seed).
+    """
+    from hashdata.multiview import load_multiview_digits
+
+    ds = load_multiview_digits()
+    fixed = digits_arrays(query_fraction=query_fraction, seed=seed)
+    np.testing.assert_array_equal(ds.labels, fixed["labels"])
+    return {
+        **{f"x_{name}": np.ascontiguousarray(x) for name, x in ds.inputs.items()},
+        "labels": fixed["labels"],
+        SPLIT_ARRAY: fixed[SPLIT_ARRAY],
+    }
+
+
+def write_digits_npz(
+    out: Path, *, query_fraction: float = 0.1, seed: int = 0, multiview: bool = False
+) -> Path:
+    """Write :func:`digits_arrays` (or :func:`multiview_arrays`) to ``out``.
+
+    Uncompressed; returns ``out``.
+    """
     out.parent.mkdir(parents=True, exist_ok=True)
-    arrays: dict[str, Any] = digits_arrays(query_fraction=query_fraction, seed=seed)
+    make = multiview_arrays if multiview else digits_arrays
+    arrays: dict[str, Any] = make(query_fraction=query_fraction, seed=seed)
     np.savez(out, **arrays)
     return out
 
 
 def main() -> None:
-    """CLI: ``--out PATH [--query-fraction F] [--seed S]``."""
+    """CLI: ``--out PATH [--query-fraction F] [--seed S] [--multiview]``."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--query-fraction", type=float, default=0.1)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--multiview",
+        action="store_true",
+        help="write multiview-digits' two views (x_image, x_hog) instead",
+    )
     args = parser.parse_args()
     if not str(args.out).endswith(".npz"):
         parser.error(f"--out {args.out}: accepted is a path ending in .npz")
     path = write_digits_npz(
-        args.out, query_fraction=args.query_fraction, seed=args.seed
+        args.out,
+        query_fraction=args.query_fraction,
+        seed=args.seed,
+        multiview=args.multiview,
     )
     split = np.load(path)[SPLIT_ARRAY]
     print(
