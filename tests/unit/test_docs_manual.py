@@ -17,10 +17,14 @@ FORBIDDEN = {
         r"\b20\d\d-[01]\d-[0-3]\d\b|\b(?:January|February|March|April|May|June|July"
         r"|August|September|October|November|December) 20\d\d\b"
     ),
+    # a space in these phrases matches any run of whitespace: a phrase wrapped
+    # across two lines of a page is still caught
     "machine load": re.compile(
-        r"load average|\bload \d|\bother (?:jobs|sweeps?)\b|\b(?:on|shar\w+) the "
-        r"(?:same |2 |two )?(?:CPU )?cores\b|alone on the machine|\bquiet machine"
-        r"|\bthe machine here\b|\bmachine (?:was )?otherwise idle",
+        (
+            r"load average|\bload \d|\bother (?:jobs|sweeps?)\b|\b(?:on|shar\w+) the "
+            r"(?:same |2 |two )?(?:CPU )?cores\b|alone on the machine|\bquiet machine"
+            r"|\bthe machine here\b|\bmachine (?:was )?otherwise idle"
+        ).replace(" ", r"\s+"),
         re.I,
     ),
     "an internal issue number": re.compile(r"\bissues? #?\d+|(?<![\w&/#])#\d+\b", re.I),
@@ -56,6 +60,7 @@ def test_the_check_catches_each_kind():
     assert _hits("Measured 2026-11-27 on two cores.")[0].endswith("'2026-11-27'")
     assert _hits("at load average 10")
     assert _hits("while two other sweeps shared the cores")
+    assert _hits("ran beside other\n    sweeps, so upper bounds")  # wrapped
     assert _hits("the fast path (issue 16)")
     assert _hits("see #12")
     assert not _hits("a 2-core CPU, 16 CPU cores, the prototype core, [x](#top-k-12)")
