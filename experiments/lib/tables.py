@@ -53,9 +53,15 @@ def pm(mean: float, sd: float, *, scale: float = 1.0, fmt: str = ".2f") -> str:
     return f"{scale * mean:{fmt}} ± {scale * sd:{fmt}}"
 
 
-def n_note(n: int, expected: int | None) -> str:
-    """`` (n=k)`` when a cell holds fewer than ``expected`` runs, else nothing."""
-    return f" (n={n})" if expected is not None and n < expected else ""
+def n_note(n: int, expected: int | None, *, any_count: bool = False) -> str:
+    """`` (n=k)`` when a cell holds fewer than ``expected`` runs, else nothing.
+
+    ``any_count``: also when it holds more (a cell over another count than most,
+    e.g. a second look's seeds beside the first look's).
+    """
+    if expected is None or n == expected or (n > expected and not any_count):
+        return ""
+    return f" (n={n})"
 
 
 def mean_sd_cell(

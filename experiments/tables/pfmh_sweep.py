@@ -54,7 +54,7 @@ from typing import Any
 from experiments.lib.grids import COUNTS, POSITIVE, SEEDS, csv, flag_list, load_grids
 from experiments.lib.runner import exit_if_failed, load_rows, run_sweep, write_tables
 from experiments.lib.runs import ROOT, run_federated, set_flags
-from experiments.lib.tables import MISSING, mean_sd, pm, table_head, table_row
+from experiments.lib.tables import MISSING, mean_sd, n_note, pm, table_head, table_row
 from experiments.lib.tuning import (
     VALIDATION_FRACTION,
     Grid,
@@ -344,8 +344,7 @@ def _cell(a: dict[str, Any] | None, key: str, seeds: int) -> str:
     """
     if a is None or a.get(key) is None:
         return MISSING
-    n = len(a["seeds"])
-    return pm(*a[key], scale=100) + (f" (n={n})" if n != seeds else "")
+    return pm(*a[key], scale=100) + n_note(len(a["seeds"]), seeds, any_count=True)
 
 
 def typical_seeds(agg: list[dict[str, Any]]) -> int:
