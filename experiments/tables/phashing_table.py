@@ -21,9 +21,12 @@ Backends: ``--backend simulation`` (Flower's Ray engine, the default) or
 :mod:`experiments.loopback`: what runs on a GPU machine without Ray). ``--jobs N``
 trains N runs at once. ``--resume`` keeps the finished runs of ``rows.jsonl``.
 ``--lr-grid 1e-4,3e-4,1e-3`` first tunes each federated method's learning rate on
-``--tune-seed`` (99, not a table seed) at the first ``--bits``, by final mAP@ALL,
-and trains the table with the chosen rates (the ceiling with DPSH's); the tuning
-table is written below the main one. ``--tuned-from DIR`` instead takes the rates
+``--tune-seed`` (99, not a table seed) at the first ``--bits``, by final mAP@ALL on
+a validation split of the database, the centralized ceiling the same way, and
+trains the table with the chosen rates; the tuning table is written below the main
+one. Table rows record their learning rate: a row trained at a rate that is no
+longer its method's choice (a grid grew on ``--resume``) is marked ``superseded``,
+kept in ``rows.jsonl`` and run again. ``--tuned-from DIR`` instead takes the rates
 another table chose (its ``summary.json``), e.g. to add code lengths to a table
 tuned at 32 bits: it refuses a folder whose clients, rounds or run config (bar the
 data file's folder) differ, and the protocol says where the rates came from.
@@ -166,8 +169,18 @@ def _job_name(job: dict[str, Any]) -> str:
     return f"{kind}-{job['bits']}b-s{job['seed']}"
 
 
+def tuned_methods(args: argparse.Namespace) -> dict[str, str]:
+    """Return ``{method: strategy}`` of what ``--lr-grid`` tunes: every method run.
+
+    The federated methods and, unless ``--no-ceiling``, the centralized ceiling
+    (its strategy is unused: it trains in :mod:`experiments.centralized`).
+    """
+    ceiling = {CEILING: "fedavg"} if getattr(args, "ceiling", True) else {}
+    return {**METHODS, **ceiling}
+
+
 def _tune_jobs(args: argparse.Namespace) -> list[dict[str, Any]]:
-    """Learning-rate tuning: each federated method at each ``--lr-grid`` value."""
+    """Learning-rate tuning: each method and the ceiling at each ``--lr-grid`` rate."""
     return [
         {
             "kind": "tune",
@@ -177,22 +190,23 @@ def _tune_jobs(args: argparse.Namespace) -> list[dict[str, Any]]:
             "seed": args.tune_seed,
             "lr": lr,
         }
-        for method, strategy in METHODS.items()
+        for method, strategy in tuned_methods(args).items()
         for lr in args.lr_grid
     ]
 
 
 def tuned_lrs(rows: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, Any]:
-    """Return ``{method: lr}`` chosen by the tuning rows (the ceiling takes DPSH's).
+    """Return ``{method: lr}`` chosen by the tuning rows, the ceiling's by its own.
 
     Without ``--lr-grid`` every method keeps the run config's learning rate
-    (``None`` here). Raises ``RuntimeError`` when a grid value has no tuning row.
+    (``None`` here); under ``--no-ceiling`` the ceiling's is ``None``. Raises
+    ``RuntimeError`` when a grid value has no tuning row.
     """
     if not args.lr_grid:
         return {m: None for m in (*METHODS, CEILING)}
     grids = getattr(args, "lr_grids", {})
-    chosen: dict[str, Any] = {}
-    for method in METHODS:
+    chosen: dict[str, Any] = {CEILING: None}
+    for method in tuned_methods(args):
         grid = grids.get(method, args.lr_grid)
         mine = [
             r
@@ -205,7 +219,6 @@ def tuned_lrs(rows: list[dict[str, Any]], args: argparse.Namespace) -> dict[str,
         chosen[method] = best_tuned_lr(
             [{**r, "learning_rate": r["lr"]} for r in mine], method
         )
-    chosen[CEILING] = chosen["DPSH (FedAvg)"]
     return chosen
 
 
@@ -219,7 +232,7 @@ def extension_jobs(
     """
     chosen = tuned_lrs(rows, args)
     jobs = []
-    for method, strategy in METHODS.items():
+    for method, strategy in tuned_methods(args).items():
         grid = args.lr_grids[method]
         new = grid_extension(grid, chosen[method], geometric=True)
         if new is None or new in grid:
@@ -273,7 +286,9 @@ def recorded_setup(summary: dict[str, Any]) -> dict[str, Any]:
             for k, v in dict(summary.get("base_overrides", {})).items()
         },
     }
-    eps = {r["eps"] for r in summary.get("rows", []) if r.get("kind") != "tune"}
+    eps = {
+        r["eps"] for r in summary.get("rows", []) if r.get("kind", "table") == "table"
+    }
     if eps:
         setup["epsilons"] = sorted(eps)
     return setup
@@ -303,26 +318,30 @@ def read_tuned_from(folder: Path, args: argparse.Namespace) -> dict[str, Any]:
 
     The folder must be a ``--lr-grid`` table of the same setup (:func:`setup_of`;
     the epsilons aside, since tuning is non-private). Returns ``{"rates":
-    {method: lr}, "folder", "bits", "seed", "hardware"}``.
+    {method: lr}, "folder", "bits", "seed", "hardware", "ceiling_tuned"}``;
+    ``ceiling_tuned`` is false for a table written before ceilings were tuned
+    (its ceiling rate is DPSH's).
 
     Raises
     ------
     SystemExit
-        The folder has no tuned rates, lacks a method, or has another setup (the
-        message names the setting and both values).
+        The folder has no tuned rates, lacks a method (the ceiling only counts when
+        this table trains one), or has another setup (the message names the
+        setting and both values).
     """
     path = Path(folder) / "summary.json"
+    need = (*METHODS, CEILING) if getattr(args, "ceiling", True) else tuple(METHODS)
     try:
         summary = json.loads(path.read_text())
-        rates = {
-            m: float(summary["tuned_learning_rates"][m]) for m in (*METHODS, CEILING)
-        }
+        recorded = summary["tuned_learning_rates"]
+        rates = {m: float(recorded[m]) for m in need}
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise SystemExit(
             f"--tuned-from {folder}: no tuned learning rates for every method in "
             f"{path} ({exc!r}); run `python -m experiments.phashing table1 --lr-grid` "
-            "there first"
+            "there first" + (" (or --no-ceiling here)" if CEILING in need else "")
         ) from None
+    rates.setdefault(CEILING, None)
     differ = setup_differences(
         recorded_setup(summary), setup_of(args), ignore=("epsilons",)
     )
@@ -341,6 +360,7 @@ def read_tuned_from(folder: Path, args: argparse.Namespace) -> dict[str, Any]:
         "bits": sorted({r["bits"] for r in tunes}),
         "seed": sorted({r["seed"] for r in tunes}),
         "hardware": summary.get("hardware", "unknown hardware"),
+        "ceiling_tuned": CEILING in summary.get("tuning_grids", {}),
     }
 
 
@@ -358,6 +378,21 @@ def _lr_text(args: argparse.Namespace) -> str:
         f"learning rate per method as tuned in `{src['folder']}` ({rates}; tuned "
         f"there at {bits} bits, seed {'/'.join(map(str, src['seed']))}, on "
         f"{src['hardware']}; not retuned at {here} bits), "
+    )
+
+
+def _ceiling_lr_text(args: argparse.Namespace) -> str:
+    """Say the ceiling's learning rate, for the protocol line ("": the run config's)."""
+    if args.lr_grid:
+        return " at its own learning rate, tuned like the federated methods' (below)"
+    src = getattr(args, "tuned_from_info", None)
+    if src is None or src["rates"].get(CEILING) is None:
+        return ""
+    if src.get("ceiling_tuned"):
+        return f" at the learning rate tuned for it there ({src['rates'][CEILING]:g})"
+    return (
+        f" at DPSH's rate from there ({src['rates'][CEILING]:g}; that table did not "
+        "tune its ceiling)"
     )
 
 
@@ -402,6 +437,8 @@ def _finish(
 ) -> list[dict[str, Any]]:
     """Rows of one finished training job (replays the federated ones)."""
     base = {k: job[k] for k in ("method", "bits", "seed")}
+    if job.get("kind") != "tune":
+        base["lr"] = job.get("lr")  # None: the run config's
     if job.get("kind") == "tune":
         return [
             {
@@ -477,10 +514,10 @@ def main() -> None:
     parser.add_argument(
         "--lr-grid",
         default="",
-        help="comma-separated learning rates: each federated method is tuned over "
-        "them on --tune-seed (the table's config, --tune-bits, final mAP@ALL) "
-        "before the table runs; the ceiling takes DPSH's. Empty: the run config's "
-        "learning rate",
+        help="comma-separated learning rates: each method, the centralized ceiling "
+        "too, is tuned over them on --tune-seed (the table's config, --tune-bits, "
+        "final mAP@ALL on a validation split of the database) before the table "
+        "runs. Empty: the run config's learning rate",
     )
     parser.add_argument("--tune-seed", type=int, default=99)
     parser.add_argument(
@@ -545,7 +582,7 @@ def main() -> None:
         read_tuned_from(args.tuned_from, args) if args.tuned_from is not None else None
     )
     args.validation = None
-    args.lr_grids = {m: list(args.lr_grid) for m in METHODS}
+    args.lr_grids = {m: list(args.lr_grid) for m in tuned_methods(args)}
     if args.lr_grid:
         data_path = args.base.get("data-path")
         if args.base.get("dataset") != "npz" or not data_path:
@@ -594,6 +631,9 @@ def main() -> None:
         if args.tuned_from_info is not None
         else tuned_lrs(rows, args)
     )
+    stale = supersede_stale_rows(rows, rows_path, args)
+    if stale:
+        print(f"{len(stale)} table runs superseded (not at today's tuned lr): {stale}")
     jobs = [{**j, "lr": args.tuned[j["method"]]} for j in _jobs(args)]
     _execute(jobs, rows, rows_path, failed, args, start)
     print(_write(rows, args))
@@ -605,10 +645,60 @@ def main() -> None:
 
 
 def _key(row: dict[str, Any]) -> tuple[Any, ...]:
-    kind = row.get("kind", "table")
-    return (kind, row["method"], row["bits"], row["seed"]) + (
-        (row["lr"],) if kind == "tune" else ()
+    """Return what makes a row done: kind, method, bits, seed and learning rate."""
+    return (row.get("kind", "table"), row["method"], row["bits"], row["seed"]) + (
+        row.get("lr"),
     )
+
+
+def legacy_lr(method: str, args: argparse.Namespace) -> float | None:
+    """Return the learning rate a table row written without one was trained at.
+
+    Before rows recorded it, a table trained every method at the rate its tuning
+    rows chose (the run config's without tuning, ``--tuned-from``'s rates with it)
+    and the ceiling at DPSH's; ``args.tuned`` holds today's choices.
+    """
+    if method != CEILING:
+        return args.tuned[method]
+    src = getattr(args, "tuned_from_info", None)
+    if src is not None:
+        return src["rates"].get(CEILING)
+    return args.tuned["DPSH (FedAvg)"] if args.lr_grid else None
+
+
+def supersede_stale_rows(
+    rows: list[dict[str, Any]], rows_path: Path, args: argparse.Namespace
+) -> list[str]:
+    """Mark the table rows trained at a rate that is no longer their method's.
+
+    A table row without ``lr`` (written before rows recorded it) gets
+    :func:`legacy_lr` in ``rows``. A row whose rate differs from ``args.tuned``
+    gets ``kind`` "superseded": kept in ``rows`` and ``rows.jsonl`` (rewritten
+    atomically, only when a row is superseded), left out of the table, and its
+    run trained again at the tuned rate.
+
+    Returns
+    -------
+    list of str
+        The superseded runs' names (one per run, not per epsilon).
+    """
+    stale: list[str] = []
+    for row in rows:
+        if row.get("kind", "table") != "table":
+            continue
+        if "lr" not in row:
+            row["lr"] = legacy_lr(row["method"], args)
+        if row["lr"] == args.tuned[row["method"]]:
+            continue
+        row["kind"] = "superseded"
+        name = f"{row['method']} {row['bits']} bits seed {row['seed']} lr {row['lr']}"
+        if name not in stale:
+            stale.append(name)
+    if stale:
+        tmp = rows_path.with_suffix(".jsonl.tmp")
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        tmp.replace(rows_path)
+    return stale
 
 
 def _execute(
@@ -703,7 +793,7 @@ def _protocol(args: argparse.Namespace) -> str:
             else "the whole database"
         )
         + " for rounds x local epochs epochs"
-        + (" at DPSH's tuned learning rate" if _lr_text(args) else "")
+        + _ceiling_lr_text(args)
         + ", no flipping. Floor: the round-0 mAP of the DPSH (FedAvg) runs. "
         f"Hardware: {hardware()}."
     )
@@ -711,7 +801,7 @@ def _protocol(args: argparse.Namespace) -> str:
 
 def _write(all_rows: list[dict], args: argparse.Namespace) -> str:
     bits_list = args.bits_list
-    rows = [r for r in all_rows if r.get("kind") != "tune"]
+    rows = [r for r in all_rows if r.get("kind", "table") == "table"]
     # the seeds of the rows (a --resume with fewer --seeds keeps the others' runs)
     seeds = sorted({r["seed"] for r in rows} | set(args.seeds_list))
     n = len(seeds)
@@ -788,7 +878,8 @@ def _write(all_rows: list[dict], args: argparse.Namespace) -> str:
         "",
         f"Wall time: {train / 60:.1f} min of training summed over the "
         f"{sum(1 for r in rows if 'train_seconds' in r)} runs (runs may overlap "
-        f"with --jobs), {replay_s / 60:.1f} min of replays.",
+        f"with --jobs), {replay_s / 60:.1f} min of replays."
+        + _superseded_text(all_rows),
     ]
     tuning = [r for r in all_rows if r.get("kind") == "tune"]
     if args.lr_grid:
@@ -842,6 +933,21 @@ def _write(all_rows: list[dict], args: argparse.Namespace) -> str:
     return text
 
 
+def _superseded_text(all_rows: list[dict]) -> str:
+    """Say which runs are left out as superseded (another rate than chosen), if any."""
+    old = [
+        r for r in all_rows if r.get("kind") == "superseded" and "train_seconds" in r
+    ]
+    if not old:
+        return ""
+    secs = sum(r["train_seconds"] for r in old)
+    return (
+        f" Not in the table: {len(old)} superseded runs ({secs / 60:.1f} min), "
+        "trained at a rate that is no longer their method's choice, kept in "
+        '`rows.jsonl` as kind "superseded".'
+    )
+
+
 def _tuning_lines(tuning: list[dict], args: argparse.Namespace) -> list[str]:
     """Render the tuning table (final mAP@ALL % per method and lr), best in bold."""
     lines = [
@@ -853,11 +959,12 @@ def _tuning_lines(tuning: list[dict], args: argparse.Namespace) -> list[str]:
             else "table's queries (tuned before validation splits)"
         )
         + "; the best is bold and used for every table run, at every code length, "
-        "and a best rate on a grid edge extends the grid; the ceiling takes DPSH's):",
+        "and a best rate on a grid edge extends the grid; the centralized ceiling is "
+        "tuned the same way, trained on the validation split's database rows):",
         "",
         *lr_grid_lines(
             tuning,
-            METHODS,
+            (*METHODS, CEILING),
             sorted({r["lr"] for r in tuning}),
             args.tuned,
             lr_key="lr",

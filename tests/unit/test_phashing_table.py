@@ -76,6 +76,7 @@ def test_table_has_floor_ceiling_partial_counts_and_pr_figure(tmp_path) -> None:
         base={},
         out=tmp_path,
         lr_grid=[],
+        ceiling=True,
     )
     args.protocol = pt._protocol(args)
     text = pt._write(rows, args)
@@ -124,11 +125,14 @@ def test_tuning_picks_each_methods_best_lr_and_the_table_says_so(tmp_path) -> No
         {"kind": "tune", "method": "DPSH (FedAvg)", "lr": 1e-3, "map_all": 0.1},
         {"kind": "tune", "method": "FedHAP", "lr": 1e-4, "map_all": 0.2},
         {"kind": "tune", "method": "FedHAP", "lr": 1e-3, "map_all": 0.4},
+        # the ceiling is tuned too: its best rate is not DPSH's
+        {"kind": "tune", "method": pt.CEILING, "lr": 1e-4, "map_all": 0.5},
+        {"kind": "tune", "method": pt.CEILING, "lr": 1e-3, "map_all": 0.6},
     ]
     for r in tune:
         r.update(bits=32, seed=99, eps=0.0, train_seconds=1.0)
     args.tuned = pt.tuned_lrs(tune, args)
-    assert args.tuned == {"DPSH (FedAvg)": 1e-4, "FedHAP": 1e-3, pt.CEILING: 1e-4}
+    assert args.tuned == {"DPSH (FedAvg)": 1e-4, "FedHAP": 1e-3, pt.CEILING: 1e-3}
     # table jobs carry the chosen rate into the run config
     job = {"method": "FedHAP", "strategy": "fedhap", "bits": 32, "seed": 0, "lr": 1e-3}
     assert pt._config(job, args)["learning-rate"] == 1e-3
@@ -136,9 +140,19 @@ def test_tuning_picks_each_methods_best_lr_and_the_table_says_so(tmp_path) -> No
     text = pt._write(tune, args)
     assert "| DPSH (FedAvg) | **30.00** | 10.00 |" in text
     assert "| FedHAP | 20.00 | **40.00** |" in text
+    assert f"| {pt.CEILING} | 50.00 | **60.00** |" in text
+    assert "its own learning rate, tuned like the federated" in pt._ceiling_lr_text(
+        args
+    )
     # a grid value without its tuning run is an error, not a silent default
     with pytest.raises(RuntimeError, match="no tuning run at lr"):
         pt.tuned_lrs(tune[:3], args)
+    with pytest.raises(RuntimeError, match=re.escape(f"{pt.CEILING}: no tuning run")):
+        pt.tuned_lrs(tune[:5], args)
+    # --no-ceiling: nothing of the ceiling's is tuned or needed
+    args.ceiling = False
+    assert pt.tuned_lrs(tune[:4], args)[pt.CEILING] is None
+    assert {j["method"] for j in pt._tune_jobs(args)} == set(pt.METHODS)
     args.lr_grid = []
     assert set(pt.tuned_lrs([], args).values()) == {None}
 
@@ -150,7 +164,8 @@ def test_tuning_runs_at_tune_bits_and_the_table_says_so(tmp_path) -> None:
     )
     jobs = pt._tune_jobs(args)
     assert {j["bits"] for j in jobs} == {32}
-    assert len(jobs) == 2 * len(pt.METHODS)
+    assert len(jobs) == 2 * (len(pt.METHODS) + 1)  # the ceiling is tuned too
+    assert {j["lr"] for j in jobs if j["method"] == pt.CEILING} == {1e-4, 1e-3}
     args.tuned = {"DPSH (FedAvg)": 1e-4, "FedHAP": 1e-3, pt.CEILING: 1e-4}
     text = "\n".join(pt._tuning_lines([], args))
     assert "(seed 99, 32 bits," in text
@@ -225,6 +240,7 @@ def _args(tmp_path, **over) -> argparse.Namespace:
         base={"model": "cnn", "data-path": "/there/.gpu/cifar.npz"},
         out=tmp_path,
         lr_grid=[],
+        ceiling=True,
     )
     vars(args).update(over)
     return args
@@ -346,7 +362,7 @@ def test_tuning_scores_on_the_validation_file_and_an_edge_grows_the_grid(
         tune_bits=32,
         validation=write_validation_file(data, tmp_path / "v", seed=99),
     )
-    args.lr_grids = {m: list(args.lr_grid) for m in pt.METHODS}
+    args.lr_grids = {m: list(args.lr_grid) for m in pt.tuned_methods(args)}
     tune = {"kind": "tune", "method": "FedHAP", "strategy": "fedhap", "bits": 32}
     cfg = pt._config({**tune, "seed": 99, "lr": 1e-3}, args)
     assert cfg["data-path"] == args.validation.path  # tuning: the validation file
@@ -359,12 +375,17 @@ def test_tuning_scores_on_the_validation_file_and_an_edge_grows_the_grid(
             ("DPSH (FedAvg)", 1e-3, 0.1),
             ("FedHAP", 1e-4, 0.2),
             ("FedHAP", 1e-3, 0.4),  # best at the top edge
+            (pt.CEILING, 1e-4, 0.6),
+            (pt.CEILING, 1e-3, 0.7),  # the ceiling's grid grows like the others'
         )
     ]
+    ceiling_cfg = pt._config({**tune, "method": pt.CEILING, "seed": 99}, args)
+    assert ceiling_cfg["data-path"] == args.validation.path
     jobs = pt.extension_jobs(rows, args)
     assert {(j["method"], j["lr"]) for j in jobs} == {
         ("DPSH (FedAvg)", 1e-5),
         ("FedHAP", 1e-2),
+        (pt.CEILING, 1e-2),
     }
     # the grown grid waits for its new runs before choosing
     with pytest.raises(RuntimeError, match="no tuning run at lr"):
@@ -393,3 +414,68 @@ def test_bad_tuning_flags_are_refused_before_any_run(
     with pytest.raises(SystemExit):
         pt.main()
     assert message in capsys.readouterr().err
+
+
+def test_resume_supersedes_table_rows_at_a_rate_no_longer_chosen(tmp_path) -> None:
+    """A folder written before the ceiling was tuned: its ceiling rows ran at DPSH's.
+
+    Rows without ``lr`` count as trained at the old rule's rate; the ceiling rows
+    whose rate is not the ceiling's own choice are superseded (kept, out of the
+    table) and their runs are the only table jobs left to do.
+    """
+    args = _args(tmp_path, bits_list=[32], lr_grid=[1e-4, 1e-3])
+    args.tune_seed, args.tune_bits = 99, 32
+    args.tuned = {"DPSH (FedAvg)": 1e-4, "FedHAP": 1e-3, pt.CEILING: 1e-3}
+    legacy = [  # no "lr": written when the ceiling took DPSH's rate (1e-4)
+        {"method": m, "bits": 32, "seed": 0, "eps": 0.0, "map_all": v}
+        for m, v in (("DPSH (FedAvg)", 0.5), ("FedHAP", 0.6), (pt.CEILING, 0.7))
+    ]
+    legacy[2]["train_seconds"] = 60.0
+    rows_path = tmp_path / "rows.jsonl"
+    rows_path.write_text("".join(json.dumps(r) + "\n" for r in legacy))
+    rows = pt._read_rows(rows_path)
+    stale = pt.supersede_stale_rows(rows, rows_path, args)
+    assert stale == [f"{pt.CEILING} 32 bits seed 0 lr 0.0001"]
+    on_disk = pt._read_rows(rows_path)  # rewritten: kept, marked, with its rate
+    assert [r.get("kind", "table") for r in on_disk] == ["table", "table", "superseded"]
+    assert [r["lr"] for r in rows] == [1e-4, 1e-3, 1e-4]
+    jobs = [{**j, "lr": args.tuned[j["method"]]} for j in pt._jobs(args)]
+    done = {pt._key(r) for r in rows}
+    assert [j["method"] for j in jobs if pt._key(j) not in done] == [pt.CEILING]
+    # the table leaves the superseded row out and says so
+    args.protocol = "Protocol."
+    text = pt._write(rows, args)
+    ceiling_line = next(x for x in text.splitlines() if x.startswith(f"| {pt.CEILING}"))
+    assert "70.00" not in ceiling_line
+    assert "1 superseded runs (1.0 min)" in text
+    # a second pass changes nothing and rewrites nothing
+    before = rows_path.read_text()
+    assert pt.supersede_stale_rows(rows, rows_path, args) == []
+    assert rows_path.read_text() == before
+
+
+def test_tuned_from_says_whether_that_table_tuned_its_ceiling(tmp_path) -> None:
+    old = pt.read_tuned_from(_tuned_folder(tmp_path), _args(tmp_path))
+    args = _args(tmp_path, tuned_from_info=old)
+    assert "at DPSH's rate from there (0.0001; that table did not tune" in (
+        pt._ceiling_lr_text(args)
+    )
+    (tmp_path / "tuned" / "summary.json").unlink()
+    (tmp_path / "tuned").rmdir()
+    grids = {pt.CEILING: {"learning_rates": [1e-4, 1e-3], "chosen": 1e-4}}
+    new = pt.read_tuned_from(_tuned_folder(tmp_path, tuning_grids=grids), args)
+    args.tuned_from_info = new
+    assert "at the learning rate tuned for it there (0.0001)" in (
+        pt._ceiling_lr_text(args)
+    )
+
+
+def test_tuned_from_needs_a_ceiling_rate_only_for_a_table_with_a_ceiling(
+    tmp_path,
+) -> None:
+    rates = {"DPSH (FedAvg)": 1e-4, "FedHAP": 3e-4, pt.CEILING: None}
+    folder = _tuned_folder(tmp_path, tuned_learning_rates=rates)
+    with pytest.raises(SystemExit, match=re.escape("(or --no-ceiling here)")):
+        pt.read_tuned_from(folder, _args(tmp_path))
+    info = pt.read_tuned_from(folder, _args(tmp_path, ceiling=False))
+    assert info["rates"][pt.CEILING] is None
