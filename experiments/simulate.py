@@ -58,7 +58,11 @@ def simulate(
     client_gpus: float = 0.0,
     node_log: Path | None = None,
 ) -> Path:
-    """Run one simulation; return the single finished results directory.
+    """Run one simulation; return the results directory it finished.
+
+    The run writes under the config's ``results-dir`` (the app's default unless
+    ``overrides`` set it), which may hold earlier runs: the one returned is the
+    single directory this call added.
 
     ``cpus`` is the CPU count Ray may use (one client runs per CPU at a time);
     ignored with ``ray_address``, the existing cluster's nodes set their own.
@@ -68,8 +72,9 @@ def simulate(
     """
     from experiments.lib.overrides import resolved_settings
 
-    resolved_settings(overrides)  # a bad value fails here, before Ray starts
-    results_dir = Path(overrides["results-dir"])
+    settings = resolved_settings(overrides)  # a bad value fails here, before Ray
+    results_dir = Path(settings.results_dir)
+    before = set(results_dir.iterdir()) if results_dir.is_dir() else set()
     client_app = build_client_app(
         overrides, node_log=None if node_log is None else str(Path(node_log).resolve())
     )
@@ -84,11 +89,11 @@ def simulate(
             client_gpus=client_gpus,
         ),
     )
-    runs = [p for p in results_dir.iterdir() if p.is_dir()]
+    runs = [p for p in results_dir.iterdir() if p.is_dir() and p not in before]
     if len(runs) != 1 or runs[0].name.endswith(".incomplete"):
         raise RuntimeError(
-            f"the run did not finish: expected one finished run directory in "
-            f"{results_dir}, found {[p.name for p in runs]}"
+            f"the run did not finish: expected one new finished run directory in "
+            f"{results_dir}, found {sorted(p.name for p in runs)}"
         )
     return runs[0]
 
@@ -139,8 +144,8 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args()
     overrides = parse_overrides(args.set)
-    resolved_settings(overrides)  # fail before starting Ray
-    Path(overrides.get("results-dir", "results")).mkdir(parents=True, exist_ok=True)
+    settings = resolved_settings(overrides)  # fail before starting Ray
+    Path(settings.results_dir).mkdir(parents=True, exist_ok=True)
     run_dir = simulate(
         overrides,
         num_clients=args.clients,
