@@ -686,6 +686,8 @@ def supersede_stale_rows(
     for row in rows:
         if row.get("kind", "table") != "table":
             continue
+        if row["method"] == CEILING and not getattr(args, "ceiling", True):
+            continue  # --no-ceiling skips the ceiling's runs; it keeps their rows
         if "lr" not in row:
             row["lr"] = legacy_lr(row["method"], args)
         if row["lr"] == args.tuned[row["method"]]:

@@ -448,6 +448,12 @@ def test_resume_supersedes_table_rows_at_a_rate_no_longer_chosen(tmp_path) -> No
     ceiling_line = next(x for x in text.splitlines() if x.startswith(f"| {pt.CEILING}"))
     assert "70.00" not in ceiling_line
     assert "1 superseded runs (1.0 min)" in text
+    # --no-ceiling keeps a ceiling row at another rate: it only skips new runs
+    kept = [{**legacy[2], "lr": 5e-4}]
+    args.ceiling = False
+    assert pt.supersede_stale_rows(kept, tmp_path / "other.jsonl", args) == []
+    assert kept[0].get("kind", "table") == "table"
+    args.ceiling = True
     # a second pass changes nothing and rewrites nothing
     before = rows_path.read_text()
     assert pt.supersede_stale_rows(rows, rows_path, args) == []
