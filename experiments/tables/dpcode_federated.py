@@ -8,6 +8,13 @@ top-k of all clients' data pooled (evaluation only). Privacy noise is **seeded**
 3 seeds, mean +- std. ``source = "codes"`` rows need ``--codes-model``: the
 ``model.pt`` of a trained FedAvg run of the same model / code-length.
 
+Each source has a floor: a release that reads no data, k distinct patterns drawn
+uniformly over every set of 1..l words of the source's vocabulary
+(:func:`experiments.tables.dpcode_table.random_patterns`, the main DPcode table's
+floor), scored against the same pooled top-k; it publishes no supports, so no RE.
+It is computed offline (no Flower run): the pooled data are what the runs'
+evaluation rebuilds (:func:`strategies.dpcode.server.pooled_truth`).
+
     python -m experiments.dpcode federated [--codes-model RUN/model.pt] [--quick]
 
 Writes ``docs/results/dpcode-federated/`` (rows.jsonl, summary.json, table.md);
@@ -24,13 +31,20 @@ from typing import Any
 
 import numpy as np
 
+from experiments.lib.overrides import resolved_settings
 from experiments.lib.runner import exit_if_failed, load_rows, run_sweep, write_tables
-from experiments.lib.tables import pm, table_head, table_row
+from experiments.lib.tables import MISSING, pm, table_head, table_row
 from experiments.simulate import simulate
+from experiments.tables.dpcode_table import random_patterns
+from privacy.dpcode import f_score
+from privacy.noise import NoiseSource
+from strategies.dpcode.server import codes_model_state, pooled_truth
 
 ROOT = Path(__file__).resolve().parents[2]
 CLIENTS = 10
 K = 20
+#: the variant of a floor row: a release that reads no data
+FLOOR = "random patterns (floor)"
 
 
 def _jobs(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -46,25 +60,55 @@ def _jobs(args: argparse.Namespace) -> list[dict[str, Any]]:
                     jobs.append(
                         {"source": source, "variant": variant, "eps": eps, "seed": seed}
                     )
+        for seed in seeds:
+            jobs.append({"source": source, "variant": FLOOR, "eps": 0.0, "seed": seed})
     return jobs
 
 
 def _name(job: dict[str, Any]) -> str:
+    if job["variant"] == FLOOR:
+        return f"{job['source']}-floor-s{job['seed']}"
     return f"{job['source']}-{job['variant']}-eps{job['eps']:g}-s{job['seed']}"
 
 
-def _run(job: dict[str, Any], codes_model: str) -> dict[str, Any]:
+def _overrides(job: dict[str, Any], codes_model: str) -> dict[str, Any]:
     overrides: dict[str, Any] = {
         "strategy": "dpcode",
         "seed": job["seed"],
         "privacy.noise": "seeded",
         "dpcode.k": K,
-        "dpcode.epsilon": job["eps"],
-        "dpcode.variant": job["variant"],
         "dpcode.source": job["source"],
     }
+    if job["variant"] != FLOOR:
+        overrides |= {"dpcode.epsilon": job["eps"], "dpcode.variant": job["variant"]}
     if job["source"] == "codes":
         overrides |= {"dpcode.codes-model": codes_model, "dpcode.chunk-bits": 4}
+    return overrides
+
+
+def _floor(job: dict[str, Any], codes_model: str) -> dict[str, Any]:
+    """Return the floor row: k random patterns of the vocabulary, no data read."""
+    settings = resolved_settings(_overrides(job, codes_model))
+    truth, tx, _ = pooled_truth(settings, CLIENTS, codes_model_state(settings))
+    rng = NoiseSource.seeded(
+        "dpcode-federated", job["source"], "floor", job["seed"]
+    ).numpy_generator()
+    n_words = tx.matrix.shape[1]
+    patterns = random_patterns(n_words, K, settings.dpcode.max_length, rng)
+    return {
+        "name": _name(job),
+        **job,
+        "f_score": f_score(truth, patterns),
+        "relative_error": None,  # no supports published
+        "vocabulary": n_words,
+        "epsilon_per_frame": 0.0,
+    }
+
+
+def _run(job: dict[str, Any], codes_model: str) -> dict[str, Any]:
+    if job["variant"] == FLOOR:
+        return _floor(job, codes_model)
+    overrides = _overrides(job, codes_model)
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = simulate({**overrides, "results-dir": tmp}, num_clients=CLIENTS)
         summary = json.loads((run_dir / "summary.json").read_text())
@@ -89,6 +133,8 @@ def _table(rows: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
         f"{K} release merged by summed noisy supports; F-score and median RE of "
         f"the merged top-{K} against the exact top-{K} of the pooled client data. "
         "Seeded privacy noise (simulation only); mean +- std over seeds. "
+        f"Floor: {K} distinct patterns of 1..l words drawn uniformly from the "
+        "source's vocabulary, reading no data (no supports, so no RE). "
         "Command: `python -m experiments.dpcode federated`.",
         "",
         *table_head(
@@ -98,22 +144,27 @@ def _table(rows: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
     summary: dict[str, Any] = {}
     for (source, variant, eps), rs in sorted(groups.items()):
         f = np.array([r["f_score"] for r in rs])
-        re = np.array([r["relative_error"] for r in rs], dtype=float)
+        floor = variant == FLOOR
+        re = None if floor else np.array([r["relative_error"] for r in rs], float)
         lines.append(
             table_row(
                 source,
                 variant,
-                f"{eps:g}",
+                MISSING if floor else f"{eps:g}",
                 len(rs),
                 pm(f.mean(), f.std()),  # population std (numpy's default)
-                pm(re.mean(), re.std()),
+                MISSING if re is None else pm(re.mean(), re.std()),
             )
         )
-        summary[f"{source}/{variant}/eps{eps:g}"] = {
+        key = f"{source}/floor" if floor else f"{source}/{variant}/eps{eps:g}"
+        summary[key] = {
             "f_score_mean": float(f.mean()),
             "f_score_std": float(f.std()),
-            "re_mean": float(re.mean()),
-            "re_std": float(re.std()),
+            **(
+                {}
+                if re is None
+                else {"re_mean": float(re.mean()), "re_std": float(re.std())}
+            ),
             "seeds": len(rs),
         }
     return "\n".join(lines), summary

@@ -28,13 +28,14 @@ from clients.data import load_local_data
 from privacy.dpcode import (
     Frames,
     Release,
+    Transactions,
     f_score,
     frames_to_transactions,
     ground_truth,
     merge_releases,
     relative_error,
 )
-from privacy.dpcode.itemsets import occurring_supports
+from privacy.dpcode.itemsets import Pattern, occurring_supports
 from privacy.ledger import PrivacyLedger
 from privacy.noise import SEEDED_WARNING
 from server.discovery import NodeInfo, describe_nodes
@@ -53,7 +54,7 @@ QUERY_ROUND = 1
 def run_dpcode(grid: Grid, settings: RunSettings, *, simulation: bool) -> RunResults:
     """Run DPcode over every node; write ``results/<run-id>/``; return the results."""
     cfg = settings.dpcode
-    model_state = _model_state(settings)  # a missing model fails before any node
+    model_state = codes_model_state(settings)  # a missing model fails first
     nodes = describe_nodes(grid, min_nodes=settings.min_train_nodes)
     results = RunResults(settings.results_dir, default_run_id(settings))
     started = time.perf_counter()
@@ -152,7 +153,14 @@ def run_dpcode(grid: Grid, settings: RunSettings, *, simulation: bool) -> RunRes
     return results
 
 
-def _model_state(settings: RunSettings) -> dict[str, torch.Tensor] | None:
+def codes_model_state(settings: RunSettings) -> dict[str, torch.Tensor] | None:
+    """Return the hashing network's arrays of ``dpcode.codes-model`` (None: frames).
+
+    Raises
+    ------
+    ConfigError
+        The file cannot be read; the message names the key and the path.
+    """
     cfg = settings.dpcode
     if cfg.source != "codes":
         return None
@@ -214,10 +222,38 @@ def _evaluate(
     """F-score and median RE of the merged list against the exact pooled top-k."""
     cfg = settings.dpcode
     num = next(iter(nodes.values())).num_partitions
+    truth, tx, pooled = pooled_truth(settings, num, model_state)
+    exact = occurring_supports(tx, cfg.max_length)
+    return {
+        "f_score": f_score(truth, merged.patterns),
+        "relative_error": relative_error(
+            merged.supports, [exact.get(p, 0) for p in merged.patterns]
+        )
+        if merged.patterns
+        else None,
+        "pooled_frames": pooled,
+        "what": "merged top-k against the exact top-k of all clients' data pooled "
+        "(evaluation only: the simulation lets the server rebuild the partitions)",
+    }
+
+
+def pooled_truth(
+    settings: RunSettings,
+    num_partitions: int,
+    model_state: dict[str, torch.Tensor] | None,
+) -> tuple[list[Pattern], Transactions, int]:
+    """Return the exact top-k of all partitions pooled, their transactions, their size.
+
+    Evaluation only: what the clients count (:func:`client_items`) over the union
+    of every partition, as the simulation lets the server rebuild it.
+    """
+    cfg = settings.dpcode
     inputs = torch.cat(
         [
-            load_local_data(settings, partition_id=p, num_partitions=num).inputs
-            for p in range(num)
+            load_local_data(
+                settings, partition_id=p, num_partitions=num_partitions
+            ).inputs
+            for p in range(num_partitions)
         ]
     )
     items = client_items(settings, inputs, model_state=model_state)
@@ -228,18 +264,7 @@ def _evaluate(
         if book is None
         else frames_to_transactions(Frames.from_arrays(items), book)
     )
-    exact = occurring_supports(tx, cfg.max_length)
-    return {
-        "f_score": f_score(truth, merged.patterns),
-        "relative_error": relative_error(
-            merged.supports, [exact.get(p, 0) for p in merged.patterns]
-        )
-        if merged.patterns
-        else None,
-        "pooled_frames": int(inputs.shape[0]),
-        "what": "merged top-k against the exact top-k of all clients' data pooled "
-        "(evaluation only: the simulation lets the server rebuild the partitions)",
-    }
+    return list(truth), tx, int(inputs.shape[0])
 
 
 def _protocol(settings: RunSettings, clients: int) -> str:

@@ -37,3 +37,42 @@ def test_floor_job_spends_no_epsilon_and_scores_near_chance_on_digits() -> None:
     assert row["re"] != row["re"]  # no supports, no relative error
     # 100 of the 5,488 patterns of <= 3 of 32 words: about 100 / 5488 expected
     assert row["f_score"] < 0.1
+
+
+def test_federated_table_has_a_floor_per_source_read_from_the_pooled_data() -> None:
+    """The Flower DPcode table's floor: offline, no epsilon, no RE, one per source."""
+    import argparse
+
+    from experiments.tables import dpcode_federated as fed
+
+    jobs = fed._jobs(argparse.Namespace(quick=False, codes_model="m.pt"))
+    floors = [j for j in jobs if j["variant"] == fed.FLOOR]
+    assert {(j["source"], j["seed"]) for j in floors} == {
+        (s, seed) for s in ("frames", "codes") for seed in (0, 1, 2)
+    }
+    row = fed._floor(
+        {"source": "frames", "variant": fed.FLOOR, "eps": 0.0, "seed": 0}, ""
+    )
+    assert row["epsilon_per_frame"] == 0.0 and row["relative_error"] is None
+    assert row["vocabulary"] == 32  # 4x4 patches: the Hadamard codebook's 32 words
+    assert 0.0 <= row["f_score"] < 0.2  # 20 of the 5,488 patterns of <= 3 words
+    text, summary = fed._table(
+        [
+            row,
+            {**row, "seed": 1, "f_score": 0.05},
+            {
+                "source": "frames",
+                "variant": "pruned",
+                "eps": 8.0,
+                "seed": 0,
+                "f_score": 0.8,
+                "relative_error": 0.4,
+            },
+        ]
+    )
+    line = next(x for x in text.splitlines() if fed.FLOOR in x)
+    assert line.startswith(f"| frames | {fed.FLOOR} | - | 2 |") and line.endswith(
+        "| - |"
+    )
+    assert "re_mean" not in summary["frames/floor"]
+    assert summary["frames/pruned/eps8"]["re_mean"] == 0.4
