@@ -170,6 +170,12 @@ def _table(rows: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
     return "\n".join(lines), summary
 
 
+def describe(row: dict[str, Any]) -> str:
+    """Return one progress line's result: F-score, and RE where supports exist."""
+    re = row["relative_error"]
+    return f"F {row['f_score']:.3f}" + ("" if re is None else f" RE {re:.2f}")
+
+
 def main() -> None:
     """CLI: run the grid (resumable) and write the table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -190,7 +196,7 @@ def main() -> None:
         rows_path=rows_path,
         resume=args.resume,
         name=_name,
-        describe=lambda r: f"F {r['f_score']:.3f} RE {r['relative_error']:.2f}",
+        describe=describe,
     )
     text, summary = _table(load_rows(rows_path))
     print(write_tables(args.out, summary, text))

@@ -56,6 +56,8 @@ def test_federated_table_has_a_floor_per_source_read_from_the_pooled_data() -> N
     assert row["epsilon_per_frame"] == 0.0 and row["relative_error"] is None
     assert row["vocabulary"] == 32  # 4x4 patches: the Hadamard codebook's 32 words
     assert 0.0 <= row["f_score"] < 0.2  # 20 of the 5,488 patterns of <= 3 words
+    assert fed.describe(row) == f"F {row['f_score']:.3f}"  # the progress line
+    assert fed.describe({"f_score": 0.5, "relative_error": 0.25}) == "F 0.500 RE 0.25"
     text, summary = fed._table(
         [
             row,
