@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from clients.data import data_key, load_key_split
-from experiments.lib.runner import load_rows
+from experiments.lib.runner import load_rows, rewrite_rows
 from hashing.fedhap.discriminator import class_scores
 from hashing.prototypes import class_prototypes
 from hashing.train import encode
@@ -102,9 +102,7 @@ def main() -> None:
     rows = merge_scores(
         load_rows(out), [r for r in map(run_scores, runs) if r is not None]
     )
-    tmp = out.with_suffix(".jsonl.tmp")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    tmp.replace(out)
+    rewrite_rows(out, rows)
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in rows:
         groups.setdefault((r["discriminator"], r["discriminator_input"]), []).append(r)

@@ -35,6 +35,17 @@ def load_rows(path: Path) -> list[Row]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def rewrite_rows(path: Path, rows: Sequence[Row]) -> None:
+    """Replace ``path`` by ``rows``, one JSON line each, atomically.
+
+    The rows go to a temporary file beside it, then a rename: an interrupted
+    rewrite leaves the old file whole.
+    """
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    tmp.replace(path)
+
+
 def run_sweep(
     jobs: Sequence[Job],
     run: Callable[[Job], Row],

@@ -64,7 +64,12 @@ from experiments.lib.grids import (
     load_grids,
 )
 from experiments.lib.overrides import checked_overrides, resolved_settings
-from experiments.lib.runner import resume_refusal, setup_differences
+from experiments.lib.runner import (
+    load_rows,
+    resume_refusal,
+    rewrite_rows,
+    setup_differences,
+)
 from experiments.lib.runs import ROOT, run_centralized, run_federated
 from experiments.lib.tables import MISSING, mean_sd_cell, table_head, table_row
 from experiments.lib.tuning import (
@@ -436,15 +441,13 @@ def _finish(
     job: dict[str, Any], summary: dict, secs: float, args: argparse.Namespace
 ) -> list[dict[str, Any]]:
     """Rows of one finished training job (replays the federated ones)."""
-    base = {k: job[k] for k in ("method", "bits", "seed")}
-    if job.get("kind") != "tune":
-        base["lr"] = job.get("lr")  # None: the run config's
+    # the rate it trained at (None: the run config's) is part of every row's key
+    base = {**{k: job[k] for k in ("method", "bits", "seed")}, "lr": job.get("lr")}
     if job.get("kind") == "tune":
         return [
             {
                 **base,
                 "kind": "tune",
-                "lr": job["lr"],
                 "eps": 0.0,
                 "map_all": summary["final"]["map_all"],
                 "train_seconds": secs,
@@ -484,12 +487,6 @@ def _finish(
         replay_delta=delta,
     )
     return rows
-
-
-def _read_rows(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def main() -> None:
@@ -610,7 +607,7 @@ def main() -> None:
     rows_path = args.out / "rows.jsonl"
     if not args.resume:
         rows_path.unlink(missing_ok=True)
-    rows = _read_rows(rows_path)
+    rows = load_rows(rows_path)
     start = time.perf_counter()
     failed: list[str] = []
     if args.lr_grid:  # phase 1: tuning, before any table run needs its result
@@ -697,9 +694,7 @@ def supersede_stale_rows(
         if name not in stale:
             stale.append(name)
     if stale:
-        tmp = rows_path.with_suffix(".jsonl.tmp")
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
-        tmp.replace(rows_path)
+        rewrite_rows(rows_path, rows)
     return stale
 
 

@@ -72,6 +72,7 @@ from experiments.lib.runner import (
     check_resume_setup,
     exit_if_failed,
     load_rows,
+    rewrite_rows,
     run_sweep,
     shown_in_table,
     write_tables,
@@ -539,9 +540,7 @@ def supersede_stale_rows(
                 f"(lr {row['learning_rate']:g} x {row_epochs(row)} epochs)"
             )
     if stale:
-        tmp = rows_path.with_suffix(".jsonl.tmp")
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
-        tmp.replace(rows_path)
+        rewrite_rows(rows_path, rows)
     return stale
 
 

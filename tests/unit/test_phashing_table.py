@@ -8,6 +8,7 @@ import time
 import pytest
 from flwr.common.config import parse_config_args
 
+from experiments.lib.runner import load_rows
 from experiments.loopback import run_config_arg
 from experiments.tables import phashing_table as pt
 
@@ -433,10 +434,10 @@ def test_resume_supersedes_table_rows_at_a_rate_no_longer_chosen(tmp_path) -> No
     legacy[2]["train_seconds"] = 60.0
     rows_path = tmp_path / "rows.jsonl"
     rows_path.write_text("".join(json.dumps(r) + "\n" for r in legacy))
-    rows = pt._read_rows(rows_path)
+    rows = load_rows(rows_path)
     stale = pt.supersede_stale_rows(rows, rows_path, args)
     assert stale == [f"{pt.CEILING} 32 bits seed 0 lr 0.0001"]
-    on_disk = pt._read_rows(rows_path)  # rewritten: kept, marked, with its rate
+    on_disk = load_rows(rows_path)  # rewritten: kept, marked, with its rate
     assert [r.get("kind", "table") for r in on_disk] == ["table", "table", "superseded"]
     assert [r["lr"] for r in rows] == [1e-4, 1e-3, 1e-4]
     jobs = [{**j, "lr": args.tuned[j["method"]]} for j in pt._jobs(args)]
