@@ -90,6 +90,12 @@ def setup_of(args: argparse.Namespace) -> dict[str, Any]:
         "train_size": args.train_size,
         "classes_per_client": args.classes_per_client,
         **({"untuned": True} if getattr(args, "untuned", False) else {}),
+        # recorded only when not the default, so folders tuned IID resume as before
+        **(
+            {"tune_partitioning": args.tune_partitioning}
+            if getattr(args, "tune_partitioning", "iid") != "iid"
+            else {}
+        ),
         **_tuning_setup(args),
     }
 

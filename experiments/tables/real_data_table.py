@@ -7,7 +7,7 @@ docs/results/fedhap-mirflickr`` runs, in two stages:
 1. **Tuning, on a validation split.** Every method -- FedHAP, each FedAvg
    baseline (DPSH, CSQ, HashNet, DCH, GreedyHash: the per-batch or per-sample
    losses of FedHAP's Table 2 and HashNet; the FedProx baselines of its Table 2
-   when ``--methods`` names them), IID, and the centralized ceiling -- is run at
+   when ``--methods`` names them) and the centralized ceiling -- is run at
    each learning rate of ``--lr-grid`` (FedHAP: ``--fedhap-lr-grid``, the ceiling:
    ``--ceiling-lr-grid``, by default the same) times each local-epoch count of
    ``--epochs-grid`` (the paper's 5 included by default), with seed
@@ -15,10 +15,14 @@ docs/results/fedhap-mirflickr`` runs, in two stages:
    (:mod:`experiments.lib.tuning`): ``--val-fraction`` of the file's database rows,
    stratified and seeded (``--val-seed``, default the tune seed), are the
    validation queries, the other database rows the validation database, and the
-   file's own queries are in no tuning run. The setting with the best validation
-   mAP@ALL is kept for the table; one on the edge of its grid extends that grid
-   (a learning rate by the edge's ratio, epochs by the edge's step, at most
-   ``--max-extensions`` times per axis) before the choice. The split's record,
+   file's own queries are in no tuning run. The federated methods are tuned with
+   IID clients (``--tune-partitioning iid``, the default), or under each
+   partitioning the table runs (``--tune-partitioning table``: one choice per
+   method and partitioning, so a non-IID row runs at the setting that won with
+   non-IID clients); the ceiling has no partitioning. The setting with the best
+   validation mAP@ALL is kept for the table; one on the edge of its grid extends
+   that grid (a learning rate by the edge's ratio, epochs by the edge's step, at
+   most ``--max-extensions`` times per axis) before the choice. The split's record,
    the grids, their extensions and the chosen values go to ``summary.json``.
 2. **The table**, after all tuning runs, partitioning by partitioning, seed by seed
    (a table cut short holds whole partitionings). For every seed and partitioning
@@ -55,7 +59,7 @@ import json
 import math
 import statistics
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -157,6 +161,14 @@ def main() -> None:
     )
     parser.add_argument("--tune-seed", type=int, default=99)
     parser.add_argument(
+        "--tune-partitioning",
+        choices=TUNE_PARTITIONINGS,
+        default="iid",
+        help="iid: every federated method tuned with IID clients, whatever the "
+        "table's partitioning (default); table: tuned under each partitioning of "
+        "--partitions, one choice per method and partitioning",
+    )
+    parser.add_argument(
         "--val-fraction",
         type=float,
         default=VALIDATION_FRACTION,
@@ -211,16 +223,6 @@ def main() -> None:
         epochs_grid = parse_epochs_grid(args.epochs_grid)
     except ValueError as exc:
         parser.error(str(exc))
-    # the tuned methods and their grids, FedHAP's included
-    grids = {
-        m: Grid(list(ceiling_grid if m == CENTRALIZED else lr_grid), list(epochs_grid))
-        for m in TUNED
-    }
-    for m in FEDHAP_METHODS:
-        grids[m] = Grid(list(fedhap_grid), list(epochs_grid))
-    if args.untuned:
-        grids = {}  # best setting: DEFAULT_LR, DEFAULT_EPOCHS for every method
-        fedhap_grid = None
     methods = split_names(args.methods)
     partitions = split_names(args.partitions)
     for m in methods:
@@ -229,6 +231,25 @@ def main() -> None:
     for p in partitions:
         if p not in PARTITIONS:
             parser.error(f"--partitions: unknown {p!r}; accepted: iid, non-iid")
+    # the tuned cells (a method, or a method under one partitioning) and their
+    # grids, FedHAP's included: cell -> (method, the partitioning it is tuned under)
+    cells = tuning_cells(args.tune_partitioning, partitions)
+    grids = {
+        cell: Grid(
+            list(
+                fedhap_grid
+                if m in FEDHAP_METHODS
+                else ceiling_grid
+                if m == CENTRALIZED
+                else lr_grid
+            ),
+            list(epochs_grid),
+        )
+        for cell, (m, _) in cells.items()
+    }
+    if args.untuned:
+        grids = {}  # best setting: DEFAULT_LR, DEFAULT_EPOCHS for every method
+        fedhap_grid = None
     error = tuning_flags_error(
         tune_seed=args.tune_seed,
         seeds=seeds,
@@ -245,7 +266,9 @@ def main() -> None:
             parser.error(str(exc))
     part_cfg = partition_configs(args.classes_per_client)
     base = base_config(args.data_path, args.bits, args.rounds, args.train_size)
-    runs = [(p, s) for p in partitions for s in seeds] + [("iid", args.tune_seed)]
+    runs = [(p, s) for p in partitions for s in seeds] + [
+        (p, args.tune_seed) for p in sorted({p for _, p in cells.values() if p})
+    ]
     try:  # an impossible partitioning fails here, not in every run
         check_partitions(
             ({**base, "seed": s, **part_cfg[p]} for p, s in runs), args.clients
@@ -281,18 +304,19 @@ def main() -> None:
         )
         return out, time.perf_counter() - t0
 
-    # Two stages, one rows file: the tuning runs of the baselines (IID) and of the
-    # ceiling (``kind`` "tune", seed --tune-seed), then the table, partition-major,
-    # then seed-major, so a table cut short has whole partitionings.
+    # Two stages, one rows file: the tuning runs of the federated methods (IID, or
+    # under each table partitioning) and of the ceiling (``kind`` "tune", seed
+    # --tune-seed), then the table, partition-major, then seed-major, so a table cut
+    # short has whole partitionings.
     rows_path = args.out / "rows.jsonl"
     if args.resume:
         _merge_legacy_tuning(args.out)
     known: list[dict[str, Any]] = load_rows(rows_path) if args.resume else []
     tune_jobs: list[tuple[Any, ...]] = [
-        ("tune", m, lr, e)
-        for m in methods
-        if m in grids
-        for lr, e in grids[m].settings()
+        ("tune", cell, lr, e)
+        for cell, grid in grids.items()
+        if cells[cell][0] in methods
+        for lr, e in grid.settings()
     ]
     table_jobs: list[tuple[Any, ...]] = []
     for i, part in enumerate(partitions):
@@ -304,12 +328,16 @@ def main() -> None:
                     continue
                 table_jobs.append(("table", seed, part, m))
 
-    def best_setting(method: str) -> tuple[float, int]:
-        if method not in grids:
+    def cell_of(method: str, part: str) -> str:
+        return tuning_cell(method, part, args.tune_partitioning)
+
+    def best_setting(method: str, part: str) -> tuple[float, int]:
+        cell = cell_of(method, part)
+        if cell not in grids:
             return DEFAULT_LR, DEFAULT_EPOCHS
-        setting = tuned_setting(known, method, grids[method])
+        setting = tuned_setting(known, cell, grids[cell])
         if setting is None:
-            raise RuntimeError(f"{method}: tuning runs missing for its grid")
+            raise RuntimeError(f"{cell}: tuning runs missing for its grid")
         return setting
 
     def job_name(job: tuple[Any, ...]) -> str:
@@ -323,7 +351,8 @@ def main() -> None:
         return row
 
     def tune(job: tuple[Any, ...]) -> dict[str, Any]:
-        _, method, lr, epochs = job
+        _, cell, lr, epochs = job
+        method, part = cells[cell]
         assert validation is not None  # tuning runs only with a validation split
         cfg = {
             **base,
@@ -332,16 +361,18 @@ def main() -> None:
             "learning-rate": lr,
             "local-epochs": epochs,
         }
-        name = f"tune {method} lr{lr} E{epochs} s{args.tune_seed}"
+        name = f"tune {cell} lr{lr} E{epochs} s{args.tune_seed}"
         if METHODS[method] is None:
             out, secs = centralized(cfg, name)
         else:
-            cfg.update({**part_cfg["iid"], **METHODS[method]})  # type: ignore[dict-item]
+            cfg.update({**part_cfg[part], **METHODS[method]})  # type: ignore[dict-item]
             out, secs = federated(cfg, name)
         return {
             "kind": "tune",
             "name": job_name(job),
-            "method": method,
+            "method": cell,
+            **({} if cell == method else {"tuned_method": method}),
+            "partitioning": part or "-",
             "learning_rate": lr,
             "local_epochs": epochs,
             "seed": args.tune_seed,
@@ -352,7 +383,7 @@ def main() -> None:
 
     def table_run(job: tuple[Any, ...]) -> dict[str, Any]:
         _, seed, part, method = job
-        lr, epochs = best_setting(method)
+        lr, epochs = best_setting(method, part)
         cfg: dict[str, Any] = {
             **base,
             "seed": seed,
@@ -385,7 +416,7 @@ def main() -> None:
         }
 
     def tables(rows: list[dict[str, Any]]) -> None:
-        chosen = {m: tuned_setting(rows, m, grids[m]) for m in grids}
+        chosen = {c: tuned_setting(rows, c, grids[c]) for c in grids}
         chosen = {m: s for m, s in chosen.items() if s is not None}
         tuned = {m: s[0] for m, s in chosen.items()}
         table_rows = [r for r in rows if r.get("kind", "table") == "table"]
@@ -404,9 +435,9 @@ def main() -> None:
     # a choice on a grid's edge extends that axis (every value of the other axis),
     # for the methods named only; the others in a resumed folder keep the grids
     # their rows grew (for the table and the stale-row check) and grow no further
-    named = {m: g for m, g in grids.items() if m in methods}
+    named = {c: g for c, g in grids.items() if cells[c][0] in methods}
     if args.resume:
-        others = {m: g for m, g in grids.items() if m not in named}
+        others = {c: g for c, g in grids.items() if c not in named}
         replay_extensions(known, others, max_extensions=args.max_extensions)
     rows, failed = run_tuning(
         tune_jobs,
@@ -418,7 +449,9 @@ def main() -> None:
     )
     # a table run whose learning rate is no longer its method's tuned one (the grid
     # grew on --resume) is superseded: kept in rows.jsonl, and run again
-    stale = supersede_stale_rows(rows_path, grids)
+    stale = supersede_stale_rows(
+        rows_path, grids, cell=lambda r: cell_of(r["method"], r["partitioning"])
+    )
     if stale:
         print(f"{len(stale)} table runs superseded (new tuned lr): {stale}")
     known[:] = load_rows(rows_path)
@@ -431,6 +464,43 @@ def main() -> None:
         plot_curves(table_rows, part, args.out / f"curves-{part}.png", bits=args.bits)
     print((args.out / "table.md").read_text())
     exit_if_failed(failed)
+
+
+#: ``--tune-partitioning``: tune the federated methods with IID clients, or under
+#: each partitioning the table runs.
+TUNE_PARTITIONINGS = ("iid", "table")
+
+
+def tuning_cell(method: str, part: str, tune_partitioning: str) -> str:
+    """Return the tuned cell whose setting a row of ``method`` under ``part`` runs at.
+
+    The cell is the method's name where one choice serves every partitioning (the
+    ceiling, IID tuning, an IID row), else ``"<method>, <part>"``; a tuning row's
+    ``method`` is its cell.
+    """
+    if tune_partitioning == "iid" or METHODS[method] is None or part == "iid":
+        return method
+    return f"{method}, {part}"
+
+
+def tuning_cells(
+    tune_partitioning: str, partitions: Sequence[str]
+) -> dict[str, tuple[str, str | None]]:
+    """Every tuned cell, in table order: cell -> (method, the partitioning tuned under).
+
+    FedHAP's methods first, then the baselines and the ceiling (whose partitioning is
+    ``None``); under ``--tune-partitioning table`` one cell per method and
+    partitioning of ``partitions``, else one IID cell per method.
+    """
+    parts = list(partitions) if tune_partitioning == "table" else ["iid"]
+    out: dict[str, tuple[str, str | None]] = {}
+    for method in (*FEDHAP_METHODS, *TUNED):
+        if METHODS[method] is None:
+            out[method] = (method, None)
+            continue
+        for part in parts:
+            out[tuning_cell(method, part, tune_partitioning)] = (method, part)
+    return out
 
 
 def check_fedhap_tuning(
@@ -510,13 +580,16 @@ def tuned_lr(
 
 
 def supersede_stale_rows(
-    rows_path: Path, grids: Mapping[str, Grid | Sequence[float]]
+    rows_path: Path,
+    grids: Mapping[str, Grid | Sequence[float]],
+    cell: Callable[[dict[str, Any]], str] = lambda row: row["method"],
 ) -> list[str]:
     """Mark the table rows run at a setting that is no longer tuned.
 
-    A table row of a tuned method (a key of ``grids``) whose ``learning_rate`` or
-    ``local_epochs`` differs from :func:`tuned_setting` (its tuning covers
-    ``grids[method]``) gets ``kind`` "superseded" and its name prefixed
+    A table row of a tuned cell (``cell(row)``, a key of ``grids``; by default the
+    row's method) whose ``learning_rate`` or ``local_epochs`` differs from
+    :func:`tuned_setting` (its tuning covers ``grids[cell]``) gets ``kind``
+    "superseded" and its name prefixed
     ``superseded:`` and suffixed with its setting (rate and local epochs, so two
     superseded settings of one row keep distinct names), so a resumed sweep runs it
     again at the tuned setting; nothing is deleted. The file is rewritten atomically.
@@ -529,9 +602,9 @@ def supersede_stale_rows(
     rows = load_rows(rows_path)
     stale = []
     for row in rows:
-        if row.get("kind", "table") != "table" or row.get("method") not in grids:
+        if row.get("kind", "table") != "table" or cell(row) not in grids:
             continue
-        setting = tuned_setting(rows, row["method"], grids[row["method"]])
+        setting = tuned_setting(rows, cell(row), grids[cell(row)])
         if setting is not None and (row["learning_rate"], row_epochs(row)) != setting:
             stale.append(row["name"])
             row["kind"] = "superseded"
@@ -583,13 +656,18 @@ def _write(
         )
     validation = getattr(args, "validation", None)
     untuned = getattr(args, "untuned", False)
+    under = (
+        "under each partitioning of the table, one choice per partitioning"
+        if getattr(args, "tune_partitioning", "iid") == "table"
+        else "IID"
+    )
     tuning = (
         f"untuned (defaults): every method and the ceiling at learning rate "
         f"{DEFAULT_LR}, {DEFAULT_EPOCHS} local epochs; "
         if untuned
         else "every method's learning rate and local epochs, FedHAP's and the "
         f"ceiling's included, tuned on seed {args.tune_seed} (federated methods "
-        "IID) by validation mAP@ALL on a "
+        f"{under}) by validation mAP@ALL on a "
         + (validation.text() if validation is not None else "validation split")
         + "; "
     )
@@ -696,13 +774,19 @@ def _write(
         lines.append("")
     if tuned_rows:
         lines += [
-            f"**Tuning** (seed {args.tune_seed}, federated methods IID, validation "
+            f"**Tuning** (seed {args.tune_seed}, federated methods {under}, validation "
             "mAP@ALL %, never the reported queries; the chosen setting in bold; "
             "a method whose choice sits on an edge of its grid after "
             f"{getattr(args, 'max_extensions', 0)} extensions is marked *edge*)",
             "",
             *setting_grid_lines(
-                tuned_rows, (*FEDHAP_METHODS, *TUNED), tuned, tuned_epochs, summary
+                tuned_rows,
+                list(
+                    tuning_cells(getattr(args, "tune_partitioning", "iid"), partitions)
+                ),
+                tuned,
+                tuned_epochs,
+                summary,
             ),
         ]
         lines.append("")

@@ -532,3 +532,98 @@ def test_bad_tuning_flags_are_refused_before_any_run(
         rdt.main()
     assert message in capsys.readouterr().err
     assert seen == []  # refused before any run
+
+
+def _partition_aware(monkeypatch, seen: list) -> None:
+    """Fake federated runs whose best rate is the largest IID, the smallest non-IID."""
+
+    def fake_federated(cfg, clients, run_dir):
+        seen.append((cfg["data-path"], cfg["learning-rate"], cfg["local-epochs"], cfg))
+        sign = -1 if cfg["partitioning"] == "pathological" else 1
+        m = 0.5 + sign * 10 * cfg["learning-rate"]
+        pr = {"radius": [0, 1], "precision": [1.0, 0.5], "recall": [0.1, 1.0]}
+        curves = {"ks": [10], "precision_at_k": [0.5], "recall_at_k": [0.1]}
+        final = {"map_all": m, "map_at_k": m, "pr": pr, **curves}
+        return {"final": final, "initial_map_all": 0.1, "protocol": "fake"}
+
+    monkeypatch.setattr(rdt, "run_federated", fake_federated)
+
+
+@pytest.mark.parametrize("mode", ["iid", "table"])
+def test_tune_partitioning_table_tunes_each_partitioning_on_its_own(
+    tmp_path, monkeypatch, mode
+) -> None:
+    """IID tuning runs a non-IID row at the IID winner; ``table`` tunes it non-IID.
+
+    Under ``--tune-partitioning table`` the non-IID cell is tuned with non-IID
+    clients (label shards) on the validation split and its rows run at that
+    choice; the IID cell and the ceiling are tuned as before.
+    """
+    seen, argv = _fake_driver(tmp_path, monkeypatch)
+    _partition_aware(monkeypatch, seen)
+    argv[argv.index("--partitions") + 1] = "iid,non-iid"
+    argv += ["--methods", "FedHAP,centralized (DPSH)", "--epochs-grid", "1"]
+    argv += ["--lr-grid", "0.001,0.002", "--fedhap-lr-grid", "0.001,0.002"]
+    argv += ["--max-extensions", "0", "--tune-partitioning", mode]
+    monkeypatch.setattr("sys.argv", argv)
+    rdt.main()
+    out = tmp_path / "out"
+    rows = [json.loads(line) for line in (out / "rows.jsonl").open()]
+    fedhap = {
+        (r["kind"], r["partitioning"], r["learning_rate"])
+        for r in rows
+        if r["method"].startswith("FedHAP")
+    }
+    summary = json.loads((out / "summary.json").read_text())
+    table = {(r["partitioning"], r["learning_rate"]) for r in summary["rows"]}
+    if mode == "iid":
+        assert fedhap == {
+            ("tune", "iid", 1e-3),
+            ("tune", "iid", 2e-3),
+            ("table", "iid", 2e-3),
+            ("table", "non-iid", 2e-3),  # the IID winner, worse with non-IID clients
+        }
+        assert "tune_partitioning" not in summary["setup"]
+        assert "FedHAP, non-iid" not in summary["tuning_grids"]
+    else:
+        assert fedhap == {
+            ("tune", "iid", 1e-3),
+            ("tune", "iid", 2e-3),
+            ("tune", "non-iid", 1e-3),
+            ("tune", "non-iid", 2e-3),
+            ("table", "iid", 2e-3),
+            ("table", "non-iid", 1e-3),  # the non-IID winner
+        }
+        assert summary["setup"]["tune_partitioning"] == "table"
+        cell = summary["tuning_grids"]["FedHAP, non-iid"]
+        assert cell["chosen"] == {"learning_rate": 1e-3, "local_epochs": 1}
+        non_iid_tuning = [
+            c[3]
+            for c in seen
+            if c[3].get("partitioning") == "pathological" and c[3]["seed"] == 99
+        ]
+        assert len(non_iid_tuning) == 2
+        assert {c["data-path"] for c in non_iid_tuning} == {
+            summary["tuning_split"]["path"]
+        }
+        text = (out / "table.md").read_text()
+        assert "under each partitioning of the table" in text
+        assert "| FedHAP, non-iid *edge* | 1 | **49.00** | 48.00 |" in text
+    assert ("-", 2e-3) in table  # the ceiling: one choice, no partitioning
+
+
+def test_a_resume_that_changes_the_tuning_partitioning_is_refused(
+    tmp_path, monkeypatch, capsys
+) -> None:
+    """A folder tuned IID cannot be resumed as tuned per partitioning (or back)."""
+    seen, argv = _fake_driver(tmp_path, monkeypatch)
+    argv += ["--methods", "FedHAP", "--epochs-grid", "1", "--max-extensions", "0"]
+    argv += ["--lr-grid", "0.001", "--fedhap-lr-grid", "0.001"]
+    monkeypatch.setattr("sys.argv", argv)
+    rdt.main()
+    seen.clear()
+    monkeypatch.setattr("sys.argv", [*argv, "--resume", "--tune-partitioning", "table"])
+    with pytest.raises(SystemExit):
+        rdt.main()
+    assert "tune_partitioning" in capsys.readouterr().err
+    assert seen == []
