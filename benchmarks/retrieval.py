@@ -81,6 +81,7 @@ from hashing.retrieval import (  # noqa: E402
     hamming_topk,
     mean_average_precision,
 )
+from server.provenance import cpu_model  # noqa: E402
 
 
 def timed(fn, repeats: int = 1) -> tuple[float, list[float], Any]:
@@ -94,16 +95,8 @@ def timed(fn, repeats: int = 1) -> tuple[float, list[float], Any]:
 
 
 def machine_info() -> dict[str, Any]:
-    model = platform.processor()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
     info: dict[str, Any] = {
-        "cpu_model": model,
+        "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count(),
         "cpu_affinity": len(os.sched_getaffinity(0))
         if hasattr(os, "sched_getaffinity")

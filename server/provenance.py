@@ -1,6 +1,9 @@
-"""What produced a run: library versions, the app's code (FAB hash, git commit).
+"""What produced a run: library versions, the machine, the app's code (FAB, commit).
 
-``config.json`` of every run gets :func:`run_provenance`. The git commit is read
+``config.json`` of every run gets :func:`run_provenance`. The machine matters: the
+same seed gives the same metrics on one CPU model, but another CPU (or another build
+of torch's kernels) rounds floating-point sums differently, and a 15-round training
+run can end a point or two apart from there. The git commit is read
 from the folder the app runs from; ``flwr run`` runs an installed FAB (a copy
 without ``.git``), so there the commit is ``None`` and the FAB hash names the code.
 ``python -m server.provenance stamp RUN_DIR`` (``make run`` calls it) then records
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -33,6 +37,34 @@ def versions() -> dict[str, str | None]:
         except metadata.PackageNotFoundError:
             out[name] = None
     return out
+
+
+def cpu_model() -> str:
+    """Return the CPU model name (``/proc/cpuinfo``, else ``platform``)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine() -> dict[str, Any]:
+    """Return the server process's machine: CPU model and count, torch threads.
+
+    In a simulation every client runs there too; in a deployment the clients'
+    machines are their own.
+    """
+    threads = None
+    if "torch" in sys.modules:  # never import torch just to ask
+        threads = sys.modules["torch"].get_num_threads()
+    return {
+        "cpu_model": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": threads,
+        "platform": platform.platform(),
+    }
 
 
 def git_state(folder: str | Path = APP_DIR) -> dict[str, Any] | None:
@@ -67,7 +99,7 @@ def git_state(folder: str | Path = APP_DIR) -> dict[str, Any] | None:
 
 
 def run_provenance(run: Any | None = None) -> dict[str, Any]:
-    """``{"versions", "git", "fab"}`` for ``config.json``.
+    """``{"versions", "machine", "git", "fab"}`` for ``config.json``.
 
     ``run`` is Flower's ``grid.run`` (its FAB hash and version, the run id), or
     ``None`` where there is none (a test's fake grid).
@@ -79,7 +111,12 @@ def run_provenance(run: Any | None = None) -> dict[str, Any]:
             "version": getattr(run, "fab_version", None),
             "run_id": int(run.run_id),
         }
-    return {"versions": versions(), "git": git_state(), "fab": fab}
+    return {
+        "versions": versions(),
+        "machine": machine(),
+        "git": git_state(),
+        "fab": fab,
+    }
 
 
 def checkout_fab_hash(checkout: str | Path) -> str:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from experiments.lib.progress import SweepProgress
+from server.provenance import cpu_model, versions
 
 Job = TypeVar("Job")
 Row = dict[str, Any]
@@ -80,6 +81,7 @@ def run_sweep(
         ``name`` entry); a job whose name is among the rows is done.
     after_row : callable, optional
         ``after_row(rows)`` after every finished run (e.g. rewrite the tables).
+        Each new row gets ``machine``: the CPU model and torch version that ran it.
     workers : int
         Runs at once.
 
@@ -96,6 +98,9 @@ def run_sweep(
     done = {row_name(r) for r in rows}
     todo = [j for j in jobs if name(j) not in done]
     print(f"{len(todo)} runs to do ({len(rows)} already done)", flush=True)
+    # the same seed gives the same metrics on one CPU model and torch build, not
+    # across them: each new row names the machine that ran it
+    stamp = {"cpu_model": cpu_model(), "torch": versions()["torch"]}
     progress = SweepProgress(len(todo) + len(rows), done=len(rows))
     failed: list[str] = []
     with ThreadPoolExecutor(max_workers=workers) as pool:
@@ -108,6 +113,7 @@ def run_sweep(
                 failed.append(name(job))
                 progress.report(f"FAILED {name(job)}: {exc}")
                 continue
+            row.setdefault("machine", stamp)
             rows.append(row)
             with rows_path.open("a") as f:
                 f.write(json.dumps(row) + "\n")

@@ -66,6 +66,8 @@ def test_config_records_versions_and_the_git_commit():
     assert prov["versions"]["flwr"].startswith("1.42")
     assert len(prov["git"]["commit"]) == 40 and isinstance(prov["git"]["dirty"], bool)
     assert prov["fab"] is None  # no Flower run
+    # the machine: one CPU model's floating-point sums are not another's
+    assert prov["machine"]["cpu_model"] and prov["machine"]["cpu_count"] >= 1
 
 
 def test_fab_hash_from_flowers_run_and_no_commit_outside_git(tmp_path):
