@@ -478,7 +478,8 @@ def tuning_cell(method: str, part: str, tune_partitioning: str) -> str:
     ceiling, IID tuning, an IID row), else ``"<method>, <part>"``; a tuning row's
     ``method`` is its cell.
     """
-    if tune_partitioning == "iid" or METHODS[method] is None or part == "iid":
+    # a method no longer in METHODS (an old folder's row) is its own cell
+    if tune_partitioning == "iid" or METHODS.get(method) is None or part == "iid":
         return method
     return f"{method}, {part}"
 
@@ -520,7 +521,8 @@ def check_fedhap_tuning(
         {
             r["learning_rate"]
             for r in tuning_rows(rows)
-            if r.get("method") in FEDHAP_METHODS
+            # a cell tuned under one partitioning names its method in tuned_method
+            if r.get("tuned_method", r.get("method")) in FEDHAP_METHODS
         }
     )
     if tuned and fedhap_grid is None:

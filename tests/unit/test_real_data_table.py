@@ -627,3 +627,18 @@ def test_a_resume_that_changes_the_tuning_partitioning_is_refused(
         rdt.main()
     assert "tune_partitioning" in capsys.readouterr().err
     assert seen == []
+
+
+def test_a_resume_of_fedhap_tuned_per_partitioning_needs_its_grid() -> None:
+    """A non-IID FedHAP cell ("FedHAP, non-iid") counts as FedHAP's tuning too."""
+    rows = [
+        {
+            "kind": "tune",
+            "method": "FedHAP, non-iid",
+            "tuned_method": "FedHAP",
+            "learning_rate": 0.002,
+        }
+    ]
+    with pytest.raises(ValueError, match="--fedhap-lr-grid 0.002"):
+        rdt.check_fedhap_tuning(rows, None)
+    rdt.check_fedhap_tuning(rows, [0.002])  # with the grid: accepted
