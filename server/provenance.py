@@ -1,9 +1,10 @@
 """What produced a run: library versions, the machine, the app's code (FAB, commit).
 
 ``config.json`` of every run gets :func:`run_provenance`. The machine matters: the
-same seed gives the same metrics on one CPU model, but another CPU (or another build
-of torch's kernels) rounds floating-point sums differently, and a 15-round training
-run can end a point or two apart from there. The git commit is read
+same seed repeats exactly on one machine, but the same command, code and data gave
+rows up to 2.4 points apart on another (FedHAP on digits, 15 rounds), most likely
+because another CPU or torch build rounds floating-point sums differently. The git
+commit is read
 from the folder the app runs from; ``flwr run`` runs an installed FAB (a copy
 without ``.git``), so there the commit is ``None`` and the FAB hash names the code.
 ``python -m server.provenance stamp RUN_DIR`` (``make run`` calls it) then records

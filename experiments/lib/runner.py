@@ -81,7 +81,9 @@ def run_sweep(
         ``name`` entry); a job whose name is among the rows is done.
     after_row : callable, optional
         ``after_row(rows)`` after every finished run (e.g. rewrite the tables).
-        Each new row gets ``machine``: the CPU model and torch version that ran it.
+        Each new row gets ``machine``: the CPU model and torch version of the
+        machine the sweep runs on (on a Ray cluster, the driver's; the clients'
+        nodes may differ).
     workers : int
         Runs at once.
 
@@ -98,8 +100,8 @@ def run_sweep(
     done = {row_name(r) for r in rows}
     todo = [j for j in jobs if name(j) not in done]
     print(f"{len(todo)} runs to do ({len(rows)} already done)", flush=True)
-    # the same seed gives the same metrics on one CPU model and torch build, not
-    # across them: each new row names the machine that ran it
+    # the same seed repeats on one machine, not necessarily across machines: each
+    # new row names the machine the sweep ran on
     stamp = {"cpu_model": cpu_model(), "torch": versions()["torch"]}
     progress = SweepProgress(len(todo) + len(rows), done=len(rows))
     failed: list[str] = []
